@@ -1,0 +1,102 @@
+"""Command-line entry point: one subcommand per job, each delegating to one module's `run`.
+
+Each feature package exposes `add_arguments(parser)` and `run(args) -> int` in a `command`
+module, imported only when its subcommand is chosen so `--help` and small commands stay fast.
+The simulated engine is started in a fresh interpreter (`python -m replayproxy.sim`) because
+product code must not import it (DESIGN.md, import table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from replayproxy import __version__
+
+
+class Command(NamedTuple):
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "proxy": Command("replayproxy.proxy.command", "run the sidecar recorder in front of a live server"),
+    "replay": Command("replayproxy.replay.command", "reissue a trace against a target engine with its timing"),
+    "report": Command("replayproxy.report.command", "compare replay results side by side"),
+    "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
+    "inspect": Command("replayproxy.inspect_command", "print the workload profile of traces"),
+    "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),
+    "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),
+    "import": Command("replayproxy.formats.import_command", "convert public traces into a replayproxy trace"),
+    "capacity": Command("replayproxy.report.capacity_command", "KV-cache / GPU-memory fit of a model and a trace"),
+    "demo": Command("replayproxy.demo", "record, replay against two candidates and compare, all locally"),
+}
+SIM_HELP = "start the simulated OpenAI-compatible engine (test double)"
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="replayproxy",
+        description="Record LLM traffic shapes, replay them against candidate engines, compare.",
+    )
+    parser.add_argument("--version", action="version", version=f"replayproxy {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        sub.add_parser(name, help=command.help, description=command.help, add_help=False)
+    sub.add_parser("sim", help=SIM_HELP, add_help=False)
+    return parser
+
+
+def _run_sim(argv: Sequence[str]) -> int:
+    os.execv(sys.executable, [sys.executable, "-m", "replayproxy.sim", *argv])
+
+
+def _dispatch(name: str, argv: Sequence[str], verbose: bool) -> int:
+    module = importlib.import_module(COMMANDS[name].module)
+    parser = argparse.ArgumentParser(prog=f"replayproxy {name}", description=COMMANDS[name].help)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.verbose = verbose
+    code: int = module.run(args)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Global options come before the subcommand; everything after it belongs to the subcommand.
+    split = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+    top = parser.parse_args(argv[: split + 1])
+    rest = argv[split + 1 :]
+    logging.basicConfig(
+        level=logging.DEBUG if top.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if top.command is None:
+        parser.print_help()
+        return 2
+    if top.command == "sim":
+        return _run_sim(rest)
+    try:
+        return _dispatch(top.command, rest, top.verbose)
+    except KeyboardInterrupt:
+        print(f"replayproxy {top.command}: interrupted", file=sys.stderr)
+        return 130
+    except (CliError, ValueError, OSError, LookupError) as e:
+        print(f"replayproxy {top.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return " ".join(text.split())

@@ -1,0 +1,48 @@
+"""The only module that reads clocks, so timing code can be audited and faked in one place.
+
+Intervals use the monotonic `perf_counter_ns`; the wall clock is read only to anchor a run or a
+trace file to UTC for humans and for merging files from several hosts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+def now_ns() -> int:
+    """Monotonic nanoseconds: every measured interval in the project is a difference of these."""
+    return time.perf_counter_ns()
+
+
+def wall_ns() -> int:
+    """UTC nanoseconds since the epoch, for headers and file names only."""
+    return time.time_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A pair of simultaneous readings, so monotonic offsets can be shown as UTC times."""
+
+    mono_ns: int
+    wall_ns: int
+
+    @classmethod
+    def take(cls) -> Anchor:
+        return cls(mono_ns=now_ns(), wall_ns=wall_ns())
+
+    def to_wall(self, mono_ns: int) -> int:
+        return self.wall_ns + (mono_ns - self.mono_ns)
+
+
+def sleep_until_ns_blocking(deadline_ns: int, spin_ns: int = 200_000) -> None:
+    """Block a thread until a monotonic deadline: sleep most of the gap, spin the last bit.
+
+    Used by sender threads where asyncio's ~1 ms timer granularity is too coarse.
+    """
+    while True:
+        remaining = deadline_ns - now_ns()
+        if remaining <= 0:
+            return
+        if remaining > spin_ns:
+            time.sleep((remaining - spin_ns) / 1e9)

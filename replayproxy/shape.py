@@ -1,0 +1,237 @@
+"""Request shapes: what a trace keeps of one request — sizes, timings and keyed prefix hashes, no text.
+
+Producers (proxy, synth, importers) build `RequestShape`s; consumers (replay, inspect, export)
+read them. The positional record layout is declared by `FIELDS`, which every trace header
+repeats, so readers map values by name and old files keep loading when fields are added.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Endpoint classes (the path prefix before /v1/... is not kept).
+ENDPOINTS = ("chat", "completions", "embeddings", "other")
+
+# Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
+ROLE_LETTERS = {"system": "s", "user": "u", "assistant": "a", "tool": "t", "developer": "d", "function": "f"}
+OTHER_ROLE = "o"
+
+# Error classes shared by the proxy, the replayer and the reports ("" means success).
+ERROR_CLASSES = (
+    "",
+    "http_4xx",
+    "http_5xx",
+    "connect",
+    "timeout",
+    "reset",
+    "bad_stream",
+    "client_cancel",
+    "other",
+)
+
+# Sampling parameters whose *values* may be kept: numbers and booleans only.
+SAMPLING_VALUE_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "n",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "ignore_eos",
+    "min_tokens",
+    "logprobs",
+    "top_logprobs",
+)
+# Parameters that may carry user text: only their presence is kept.
+SAMPLING_PRESENCE_KEYS = ("stop", "logit_bias", "user", "response_format", "tools", "tool_choice")
+
+HASH_SCHEME = "blake2b64-chain-v1"
+UNKNOWN = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """One request as recorded. Integer fields use -1 for "unknown"; times are nanoseconds."""
+
+    offset_ns: int  # arrival, relative to the trace file's start
+    endpoint: str = "chat"  # one of ENDPOINTS
+    model: str = ""
+    stream: bool = True
+    input_tokens: int = UNKNOWN
+    output_tokens: int = UNKNOWN
+    output_estimated: bool = False  # output_tokens counted from chunks, not from `usage`
+    max_tokens: int = UNKNOWN
+    sampling: dict[str, float | int | bool] = field(default_factory=dict)
+    roles: str = ""  # one letter per message (ROLE_LETTERS); "" for non-chat
+    has_tools: bool = False
+    has_response_format: bool = False
+    prefix_hashes: tuple[int, ...] = ()  # chained keyed 64-bit hashes of full blocks
+    prefix_units: int = UNKNOWN  # length of the hashed prompt in the header's block unit
+    status: int = 0  # HTTP status; 0 when no response came
+    error: str = ""  # one of ERROR_CLASSES
+    ttft_ns: int = UNKNOWN  # production time to first content chunk, as the proxy saw it
+    e2e_ns: int = UNKNOWN  # production time to end of body (or to the client's cancel)
+    chunk_gaps_us: tuple[int, ...] = ()  # gaps between content chunks after the first, microseconds
+    cached_tokens: int = UNKNOWN  # prompt tokens the upstream reported as served from its cache
+    session: int = 0  # keyed hash linking turns of one conversation; 0 = none
+    turn: int = 0  # 0-based turn within the session
+    method: str = "POST"
+    request_bytes: int = UNKNOWN
+    response_bytes: int = UNKNOWN
+
+    @property
+    def message_count(self) -> int:
+        return len(self.roles)
+
+    @property
+    def chunk_count(self) -> int:
+        """Content chunks seen: the first one plus one per recorded gap."""
+        return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
+
+    def to_record(self) -> tuple[Any, ...]:
+        return (
+            self.offset_ns,
+            self.endpoint,
+            self.model,
+            self.stream,
+            self.input_tokens,
+            self.output_tokens,
+            self.output_estimated,
+            self.max_tokens,
+            self.sampling,
+            self.roles,
+            self.has_tools,
+            self.has_response_format,
+            pack_u64(self.prefix_hashes),
+            self.prefix_units,
+            self.status,
+            self.error,
+            self.ttft_ns,
+            self.e2e_ns,
+            pack_u32(self.chunk_gaps_us),
+            self.cached_tokens,
+            self.session,
+            self.turn,
+            self.method,
+            self.request_bytes,
+            self.response_bytes,
+        )
+
+    @classmethod
+    def from_record(cls, values: Sequence[Any], fields: Sequence[str] | None = None) -> RequestShape:
+        """Build from a positional record; `fields` (from the file's header) maps older layouts."""
+        if fields is None or tuple(fields) == FIELDS:
+            named = dict(zip(FIELDS, values, strict=False))
+        else:
+            named = {name: value for name, value in zip(fields, values, strict=False) if name in _FIELD_SET}
+        named["prefix_hashes"] = unpack_u64(named.get("prefix_hashes", b""))
+        named["chunk_gaps_us"] = unpack_u32(named.get("chunk_gaps_us", b""))
+        named["sampling"] = dict(named.get("sampling") or {})
+        return cls(**named)
+
+
+# Record layout: field name -> column kind (see docs/trace-format.md). Order is the row order.
+FIELD_KINDS: dict[str, str] = {
+    "offset_ns": "i8",
+    "endpoint": "str",
+    "model": "str",
+    "stream": "b1",
+    "input_tokens": "i8",
+    "output_tokens": "i8",
+    "output_estimated": "b1",
+    "max_tokens": "i8",
+    "sampling": "obj",
+    "roles": "str",
+    "has_tools": "b1",
+    "has_response_format": "b1",
+    "prefix_hashes": "ragged:u8",
+    "prefix_units": "i8",
+    "status": "i8",
+    "error": "str",
+    "ttft_ns": "i8",
+    "e2e_ns": "i8",
+    "chunk_gaps_us": "ragged:u4",
+    "cached_tokens": "i8",
+    "session": "u8",
+    "turn": "i8",
+    "method": "str",
+    "request_bytes": "i8",
+    "response_bytes": "i8",
+}
+FIELDS: tuple[str, ...] = tuple(FIELD_KINDS)
+_FIELD_SET = frozenset(FIELDS)
+
+
+@functools.cache
+def _array_struct(code: str, count: int) -> struct.Struct:
+    return struct.Struct(f"<{count}{code}")
+
+
+def pack_u64(values: Sequence[int]) -> bytes:
+    return _array_struct("Q", len(values)).pack(*values)
+
+
+def unpack_u64(data: bytes) -> tuple[int, ...]:
+    return _array_struct("Q", len(data) // 8).unpack(data)  # type: ignore[no-any-return]
+
+
+def pack_u32(values: Sequence[int]) -> bytes:
+    """Pack microsecond gaps; a gap beyond u32 (71 minutes) is clamped rather than wrapped."""
+    if values and max(values) > 0xFFFFFFFF:
+        values = [min(v, 0xFFFFFFFF) for v in values]
+    return _array_struct("I", len(values)).pack(*values)
+
+
+def unpack_u32(data: bytes) -> tuple[int, ...]:
+    return _array_struct("I", len(data) // 4).unpack(data)  # type: ignore[no-any-return]
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A short public name for a hash key, so traces hashed with the same key can be recognised."""
+    return hashlib.blake2b(b"replayproxy key fingerprint", key=key, digest_size=8).hexdigest()
+
+
+def prefix_block_hashes(units: Sequence[int] | str, block_size: int, key: bytes) -> tuple[int, ...]:
+    """Chained keyed hashes of each *full* block: h_i = blake2b_key(h_{i-1} || block_i), 64 bits.
+
+    Equal h_i means "equal prefix up to and including block i", which is exactly what a
+    prefix cache can reuse (vLLM and SGLang also cache full blocks only). `units` is either token
+    ids (4 bytes little-endian each) or text (UTF-8 of `block_size` characters per block).
+    """
+    if block_size <= 0:
+        raise ValueError(f"block size must be positive, got {block_size}")
+    hashes: list[int] = []
+    previous = b"\0" * 8
+    for start in range(0, len(units) - block_size + 1, block_size):
+        block = units[start : start + block_size]
+        payload = block.encode("utf-8") if isinstance(block, str) else struct.pack(f"<{block_size}I", *block)
+        digest = hashlib.blake2b(previous + payload, key=key, digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "little"))
+        previous = digest
+    return tuple(hashes)
+
+
+def role_letters(roles: Sequence[object]) -> str:
+    """Encode message roles as letters; anything outside the vocabulary becomes OTHER_ROLE."""
+    return "".join(ROLE_LETTERS.get(r, OTHER_ROLE) if isinstance(r, str) else OTHER_ROLE for r in roles)
+
+
+def keep_sampling(body: dict[str, Any]) -> dict[str, float | int | bool]:
+    """The sampling parameters a trace may hold: numeric values, and presence flags for text ones."""
+    kept: dict[str, float | int | bool] = {}
+    for name in SAMPLING_VALUE_KEYS:
+        value = body.get(name)
+        if isinstance(value, bool | int | float):
+            kept[name] = value
+    for name in SAMPLING_PRESENCE_KEYS:
+        if body.get(name) not in (None, [], {}, ""):
+            kept[name] = True
+    return kept

@@ -1,0 +1,601 @@
+"""Trace files (.rpt): the contract between recorders and every consumer.
+
+A file is a sequence of frames. Each frame is a zstd skippable frame holding the next data
+frame's compressed length and record count (so a reader can step over a corrupt frame and a
+truncated tail is detected exactly), followed by an independent zstd frame whose content is a
+msgpack stream of records. Plain `zstd -d` still decodes a whole file. The first record of a file
+is the header (a map); request records are positional arrays laid out as the header's `fields`;
+the last frame holds a footer map with counts. See docs/trace-format.md.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+import numpy as np
+import zstandard
+
+from replayproxy.shape import FIELD_KINDS, FIELDS, HASH_SCHEME, RequestShape
+
+FORMAT_NAME = "replayproxy-trace"
+FORMAT_VERSION = 1  # major: a reader refuses files with a larger one
+SUFFIX = ".rpt"
+
+_SKIPPABLE_MAGIC = 0x184D2A5E  # one of zstd's 16 skippable-frame magic numbers
+_INDEX = struct.Struct("<IIII")  # magic, payload size (8), compressed length, record count
+_INDEX_PAYLOAD = 8
+
+
+class TraceFormatError(ValueError):
+    """The file is not a readable trace (not ours, newer major version, or unreadable header)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceHeader:
+    """What a consumer must know to interpret the records of one file."""
+
+    start_wall_ns: int  # UTC time of offset 0; files of one recorder share it
+    source: str = "proxy"  # proxy | synth | import:<format>
+    block_size: int = 16
+    block_unit: str = "token"  # token | char
+    hash_scheme: str = HASH_SCHEME
+    key_fingerprint: str = ""
+    upstream: str = ""
+    tokenizer: str = ""
+    recorder: str = ""
+    created_wall_ns: int = 0
+    fields: tuple[str, ...] = FIELDS
+    extra: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT_NAME
+    version: int = FORMAT_VERSION
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["type"] = "header"
+        record["fields"] = list(self.fields)
+        record["kinds"] = {name: FIELD_KINDS[name] for name in self.fields}
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TraceHeader:
+        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        known["fields"] = tuple(known.get("fields", FIELDS))
+        known["extra"] = dict(known.get("extra") or {})
+        return cls(**known)
+
+
+# --------------------------------------------------------------------------- frame codec
+
+
+class FrameWriter:
+    """Appends index + zstd frames to one open file; shared by trace and result files."""
+
+    def __init__(self, stream: IO[bytes], level: int = 3) -> None:
+        self._stream = stream
+        self._compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        self.bytes_written = 0
+
+    def write_frame(self, payload: bytes, records: int) -> None:
+        compressed = self._compressor.compress(payload)
+        self._stream.write(_INDEX.pack(_SKIPPABLE_MAGIC, _INDEX_PAYLOAD, len(compressed), records))
+        self._stream.write(compressed)
+        self._stream.flush()
+        self.bytes_written += _INDEX.size + len(compressed)
+
+
+# Column kinds of a table file: fixed-width numbers are stored as raw little-endian arrays,
+# strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
+NUMERIC_KINDS = {"i8": np.dtype("<i8"), "u8": np.dtype("<u8"), "b1": np.dtype("?")}
+CODED_KINDS = ("str", "obj")
+RAGGED_KINDS = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
+
+
+def _encode_column(kind: str, values: Sequence[Any]) -> Any:
+    if kind in NUMERIC_KINDS:
+        return np.array(values, dtype=NUMERIC_KINDS[kind]).tobytes()
+    if kind in RAGGED_KINDS:
+        return [b"".join(values), np.fromiter(map(len, values), "<u4", len(values)).tobytes()]
+    if kind in CODED_KINDS:
+        keys = [tuple(v.items()) for v in values] if kind == "obj" else values
+        codes: dict[Any, int] = {}
+        coded = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), "<u4", len(keys))
+        distinct = [dict(k) for k in codes] if kind == "obj" else list(codes)
+        return [distinct, coded.tobytes()]
+    raise ValueError(f"unknown column kind {kind!r}")
+
+
+class TableFile:
+    """One open file of header + batches of positional rows + footer (traces and results).
+
+    Rows are buffered and written column-wise, one `batch` record per frame, each column encoded
+    by its kind in the header's `kinds` map. Column-wise batches compress better than rows and
+    load into numpy without a Python-level loop per record.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], level: int, exclusive: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._kinds = [header["kinds"][name] for name in header["fields"]]
+        self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
+        self._frames = FrameWriter(self._stream, level)
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._rows: list[tuple[Any, ...]] = []
+        self.records = 0
+        self._frames.write_frame(self._packer.pack(header), 0)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._frames.bytes_written
+
+    @property
+    def pending(self) -> int:
+        return len(self._rows)
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        self._rows.append(row)
+
+    def flush(self) -> None:
+        if not self._rows:
+            return
+        columns = [_encode_column(k, c) for k, c in zip(self._kinds, zip(*self._rows, strict=True), strict=True)]
+        batch = {"type": "batch", "n": len(self._rows), "columns": columns}
+        self._frames.write_frame(self._packer.pack(batch), len(self._rows))
+        self.records += len(self._rows)
+        self._rows.clear()
+
+    def close(self, footer: dict[str, Any]) -> None:
+        self.flush()
+        self._frames.write_frame(self._packer.pack({"type": "footer", "records": self.records, **footer}), 0)
+        self._stream.close()
+
+
+@dataclass(slots=True)
+class ReadReport:
+    """What a read saw besides records: every skipped byte is accounted for here."""
+
+    files: int = 0
+    records: int = 0
+    frames: int = 0
+    warnings: list[str] = field(default_factory=list)
+    skipped_frames: int = 0
+    lost_records: int = 0  # records known to be in skipped frames
+    footers: int = 0
+
+
+def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[bytes]:
+    """Decompressed payloads of every readable frame; damage is reported, never raised mid-file."""
+    if not data:
+        raise TraceFormatError(f"{name}: empty file, not a replayproxy file")
+    pos = 0
+    decompressor = zstandard.ZstdDecompressor()
+    while pos < len(data):
+        if len(data) - pos < _INDEX.size or not _is_index(data, pos):
+            if pos == 0:
+                raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
+            nxt = _find_index(data, pos + 1)
+            if nxt < 0:
+                report.warnings.append(f"{name}: {len(data) - pos} unreadable bytes at the end skipped")
+                return
+            report.warnings.append(f"{name}: {nxt - pos} unreadable bytes at offset {pos} skipped")
+            pos = nxt
+            continue
+        _, _, length, records = _INDEX.unpack_from(data, pos)
+        start = pos + _INDEX.size
+        if start + length > len(data):
+            report.skipped_frames += 1
+            report.lost_records += records
+            report.warnings.append(
+                f"{name}: truncated last frame at offset {pos} skipped "
+                f"({len(data) - pos} bytes, {records} records)"
+            )
+            return
+        try:
+            payload = decompressor.decompress(data[start : start + length])
+        except zstandard.ZstdError as e:
+            report.skipped_frames += 1
+            report.lost_records += records
+            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({records} records): {e}")
+        else:
+            report.frames += 1
+            yield payload
+        pos = start + length
+
+
+def _is_index(data: bytes, pos: int) -> bool:
+    magic, size, _, _ = _INDEX.unpack_from(data, pos)
+    return bool(magic == _SKIPPABLE_MAGIC and size == _INDEX_PAYLOAD)
+
+
+def _find_index(data: bytes, start: int) -> int:
+    marker = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)
+    return data.find(marker, start)
+
+
+@dataclass(slots=True)
+class Table:
+    """One file's header and its columns: numpy arrays by field, ragged ones as (flat, lengths)."""
+
+    path: Path
+    header: dict[str, Any]
+    n: int = 0
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    ragged: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Positional rows in the header's field order, ragged fields packed as bytes again."""
+        cols: list[list[Any]] = []
+        for name in self.header["fields"]:
+            if name in self.ragged:
+                flat, lengths = self.ragged[name]
+                ends = np.cumsum(lengths).tolist()
+                blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
+                size = flat.dtype.itemsize
+                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends[:-1]], ends, strict=True)])
+            else:
+                cols.append(self.columns[name].tolist())
+        return zip(*cols, strict=True) if self.n else iter(())
+
+
+def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    if kind in NUMERIC_KINDS:
+        dtype = NUMERIC_KINDS[kind]
+        return np.frombuffer(b"".join(parts), dtype=dtype).astype(dtype.newbyteorder("="))
+    if kind in RAGGED_KINDS:
+        dtype = RAGGED_KINDS[kind]
+        flat = np.frombuffer(b"".join(p[0] for p in parts), dtype=dtype).astype(dtype.newbyteorder("="))
+        lengths = np.frombuffer(b"".join(p[1] for p in parts), dtype="<u4").astype(np.int64) // dtype.itemsize
+        return flat, lengths
+    if kind in CODED_KINDS:
+        out = np.empty(n, dtype=object)
+        at = 0
+        for distinct, codes in parts:
+            values = np.empty(len(distinct), dtype=object)
+            values[:] = list(distinct)
+            indices = np.frombuffer(codes, dtype="<u4")
+            out[at : at + len(indices)] = values[indices]
+            at += len(indices)
+        return out
+    raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+def read_table(path: Path, format_name: str, max_version: int, report: ReadReport) -> Table:
+    """Read one file of `format_name`; damaged frames are skipped and reported, not raised."""
+    name = str(path)
+    header: dict[str, Any] | None = None
+    batches: list[dict[str, Any]] = []
+    for payload in iter_frame_payloads(path.read_bytes(), name, report):
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker.feed(payload)
+        for item in unpacker:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "batch":
+                batches.append(item)
+            elif kind == "header" and header is None:
+                header = item
+            elif kind == "footer":
+                report.footers += 1
+    if header is None:
+        raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file")
+    if header.get("format") != format_name:
+        raise TraceFormatError(f"{name}: is a {header.get('format')!r} file, expected {format_name!r}")
+    version = header.get("version")
+    if not isinstance(version, int) or version > max_version:
+        raise TraceFormatError(
+            f"{name}: format version {version} is newer than this reader ({max_version}); upgrade replayproxy"
+        )
+    table = Table(path, header, n=sum(int(b["n"]) for b in batches))
+    for i, field_name in enumerate(header["fields"]):
+        decoded = _decode_column(header["kinds"][field_name], [b["columns"][i] for b in batches], table.n)
+        if isinstance(decoded, tuple):
+            table.ragged[field_name] = decoded
+        else:
+            table.columns[field_name] = decoded
+    report.files += 1
+    report.records += table.n
+    return table
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) -> list[Path]:
+    """Files, directories (their *suffix files) and globs, in name order; missing ones raise."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(path.glob(f"*{suffix}")))
+        elif path.exists():
+            found.append(path)
+        else:
+            matches = sorted(Path(m) for m in glob.glob(str(raw)))
+            if not matches:
+                raise FileNotFoundError(f"no such file: {raw}")
+            found.extend(matches)
+    if not found:
+        raise FileNotFoundError(f"no {suffix} files in {', '.join(map(str, paths))}")
+    return found
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class TraceWriter:
+    """Writes shapes to rotating trace files; call it from one thread (the recorder's writer thread).
+
+    Frames are cut every `frame_records` records or `flush_interval_s` seconds (checked on every
+    `write` and `poll`), so a crash loses at most that much. With `directory`, files are named
+    `<prefix>-<UTC timestamp>-<seq>.rpt` and rotate by size and/or age; with `path`, one file.
+    Clocks are injected (`mono_ns`, `wall_ns`) because only replayproxy.clock reads clocks.
+    """
+
+    def __init__(
+        self,
+        header: TraceHeader,
+        *,
+        mono_ns: Callable[[], int],
+        wall_ns: Callable[[], int],
+        path: str | os.PathLike[str] | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        prefix: str = "trace",
+        flush_interval_s: float = 1.0,
+        frame_records: int = 4096,
+        rotate_bytes: int | None = None,
+        rotate_seconds: float | None = None,
+        level: int = 3,
+    ) -> None:
+        if (path is None) == (directory is None):
+            raise ValueError("give exactly one of path or directory")
+        self.header = header
+        self._mono = mono_ns
+        self._wall = wall_ns
+        self._path = Path(path) if path is not None else None
+        self._directory = Path(directory) if directory is not None else None
+        self._prefix = prefix
+        self._flush_interval_ns = int(flush_interval_s * 1e9)
+        self._frame_records = frame_records
+        self._rotate_bytes = rotate_bytes
+        self._rotate_ns = int(rotate_seconds * 1e9) if rotate_seconds else None
+        self._level = level
+        self._seq = 0
+        self._file: TableFile | None = None
+        self._opened_ns = 0
+        self._last_flush_ns = mono_ns()
+        self.files: list[Path] = []
+        self.records_written = 0
+        self.bytes_closed = 0  # bytes of files already closed
+
+    @property
+    def current_path(self) -> Path | None:
+        return self._file.path if self._file is not None else None
+
+    @property
+    def bytes_written(self) -> int:
+        return self.bytes_closed + (self._file.bytes_written if self._file else 0)
+
+    def write(self, shape: RequestShape) -> None:
+        file = self._file or self._open()
+        file.add(shape.to_record())
+        if file.pending >= self._frame_records:
+            self.flush()
+        else:
+            self.poll()
+
+    def poll(self) -> None:
+        """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
+        now = self._mono()
+        if self._file is None:
+            return
+        if self._file.pending and now - self._last_flush_ns >= self._flush_interval_ns:
+            self.flush()
+        elif self._rotate_ns and now - self._opened_ns >= self._rotate_ns:
+            self.rotate()
+
+    def flush(self) -> None:
+        self._last_flush_ns = self._mono()
+        if self._file is None or not self._file.pending:
+            return
+        pending = self._file.pending
+        self._file.flush()
+        self.records_written += pending
+        if self._rotate_due():
+            self.rotate()
+
+    def rotate(self) -> None:
+        """Close the current file (footer included); the next record opens a new one."""
+        if self._file is None:
+            return
+        self.records_written += self._file.pending
+        self._file.close({"end_wall_ns": self._wall()})
+        self.bytes_closed += self._file.bytes_written
+        self._file = None
+
+    def close(self) -> None:
+        self.rotate()
+
+    def _rotate_due(self) -> bool:
+        if self._directory is None or self._file is None:
+            return False
+        if self._rotate_bytes is not None and self._file.bytes_written >= self._rotate_bytes:
+            return True
+        return bool(self._rotate_ns and self._mono() - self._opened_ns >= self._rotate_ns)
+
+    def _open(self) -> TableFile:
+        header = replace(self.header, created_wall_ns=self._wall()).to_record()
+        self._file = TableFile(self._next_path(), header, self._level, self._directory is not None)
+        self.files.append(self._file.path)
+        self._opened_ns = self._mono()
+        return self._file
+
+    def _next_path(self) -> Path:
+        if self._path is not None:
+            return self._path
+        assert self._directory is not None
+        stamp = datetime.fromtimestamp(self._wall() / 1e9, UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            path = self._directory / f"{self._prefix}-{stamp}Z-{self._seq:04d}{SUFFIX}"
+            if not path.exists():
+                return path
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    header: TraceHeader,
+    shapes: Iterable[RequestShape],
+    *,
+    mono_ns: Callable[[], int],
+    wall_ns: Callable[[], int],
+) -> int:
+    """Write a whole trace to one file (synth, import); returns the record count."""
+    with TraceWriter(header, path=path, mono_ns=mono_ns, wall_ns=wall_ns, flush_interval_s=1e9) as writer:
+        for shape in shapes:
+            writer.write(shape)
+    return writer.records_written
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_tables(
+    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+) -> list[tuple[TraceHeader, Table]]:
+    """Every trace file's header and rows, oldest start first."""
+    report = report if report is not None else ReadReport()
+    tables = [read_table(p, FORMAT_NAME, FORMAT_VERSION, report) for p in expand_paths(paths)]
+    pairs = [(TraceHeader.from_record(t.header), t) for t in tables]
+    pairs.sort(key=lambda pair: pair[0].start_wall_ns)
+    return pairs
+
+
+def iter_shapes(
+    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+) -> Iterator[RequestShape]:
+    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
+
+    Recorders write a record when its response ends, so records are sorted here.
+    """
+    pairs = read_tables(paths, report)
+    base = pairs[0][0].start_wall_ns
+    shapes: list[RequestShape] = []
+    for header, table in pairs:
+        shift = header.start_wall_ns - base
+        for values in table.rows():
+            shape = RequestShape.from_record(values, header.fields)
+            shapes.append(replace(shape, offset_ns=shape.offset_ns + shift) if shift else shape)
+    shapes.sort(key=lambda s: s.offset_ns)
+    return iter(shapes)
+
+
+# --------------------------------------------------------------------------- numpy columns
+
+RAGGED = ("prefix_hashes", "chunk_gaps_us")
+
+
+@dataclass(slots=True)
+class Columns:
+    """A whole trace as numpy arrays, sorted by arrival; ragged fields are flat + index arrays.
+
+    Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
+    Scalar columns are reached by field name: `columns.input_tokens`, `columns.model`, ...
+    """
+
+    headers: list[TraceHeader]
+    report: ReadReport
+    scalar: dict[str, np.ndarray]
+    prefix_hashes: np.ndarray
+    prefix_index: np.ndarray
+    chunk_gaps_us: np.ndarray
+    chunk_index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.scalar["offset_ns"])
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        scalar = object.__getattribute__(self, "scalar")
+        if name in scalar:
+            return scalar[name]  # type: ignore[no-any-return]
+        raise AttributeError(name)
+
+    def hashes_of(self, i: int) -> np.ndarray:
+        return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
+
+    @property
+    def message_count(self) -> np.ndarray:
+        return np.fromiter((len(r) for r in self.scalar["roles"]), dtype=np.int64, count=len(self))
+
+
+def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Columns:
+    """Load traces into columns: the fast path for inspect, export and replay planning."""
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    report = ReadReport()
+    pairs = read_tables(paths, report)
+    base = pairs[0][0].start_wall_ns
+    tables = [_with_defaults(table) for _, table in pairs]
+    for (header, _), table in zip(pairs, tables, strict=True):
+        table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
+    scalar = {name: np.concatenate([t.columns[name] for t in tables]) for name in tables[0].columns}
+    order = np.argsort(scalar["offset_ns"], kind="stable")
+    if not _is_identity(order):
+        scalar = {name: column[order] for name, column in scalar.items()}
+    ragged = {
+        name: _reorder_ragged(
+            np.concatenate([t.ragged[name][0] for t in tables]),
+            np.concatenate([t.ragged[name][1] for t in tables]),
+            order,
+        )
+        for name in RAGGED
+    }
+    return Columns(
+        headers=[header for header, _ in pairs],
+        report=report,
+        scalar=scalar,
+        prefix_hashes=ragged["prefix_hashes"][0],
+        prefix_index=ragged["prefix_hashes"][1],
+        chunk_gaps_us=ragged["chunk_gaps_us"][0],
+        chunk_index=ragged["chunk_gaps_us"][1],
+    )
+
+
+def _with_defaults(table: Table) -> Table:
+    """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
+    defaults = RequestShape(offset_ns=0)
+    for name, kind in FIELD_KINDS.items():
+        if name in table.columns or name in table.ragged:
+            continue
+        if kind in RAGGED_KINDS:
+            table.ragged[name] = (np.zeros(0, RAGGED_KINDS[kind]), np.zeros(table.n, np.int64))
+        elif kind in NUMERIC_KINDS:
+            table.columns[name] = np.full(table.n, getattr(defaults, name), NUMERIC_KINDS[kind])
+        else:
+            column = np.empty(table.n, dtype=object)
+            column.fill(getattr(defaults, name))
+            table.columns[name] = column
+    return table
+
+
+def _reorder_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Permute rows of a flat ragged array given per-row lengths; returns flat and its index."""
+    starts = np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64)
+    new_lengths = lengths[order]
+    index = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
+    if _is_identity(order):
+        return flat, index
+    positions = np.arange(index[-1]) - np.repeat(index[:-1], new_lengths) + np.repeat(starts[order], new_lengths)
+    return flat[positions], index
+
+
+def _is_identity(order: np.ndarray) -> bool:
+    return bool(np.array_equal(order, np.arange(len(order))))
