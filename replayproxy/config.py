@@ -1,0 +1,114 @@
+"""Settings from TOML, environment and command line, merged into frozen dataclasses.
+
+Precedence: command line > environment (`REPLAYPROXY_<SECTION>_<KEY>`) > TOML file > defaults.
+Each feature package declares its own dataclass; this module only knows how to fill one, so a
+typo in a file or variable is reported with the valid names instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the setting and where it came from."""
+
+
+def read_toml(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+
+
+def build(
+    cls: type[T],
+    *,
+    section: str,
+    file_values: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> T:
+    """Fill dataclass `cls` from a TOML section, `REPLAYPROXY_<SECTION>_*` variables and overrides.
+
+    `overrides` holds command-line values; None means "not given on the command line".
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in (file_values or {}).items():
+        key = key.replace("-", "_")
+        if key not in names:
+            raise ConfigError(f"unknown setting [{section}] {key}; valid: {', '.join(sorted(names))}")
+        values[key] = _coerce(value, hints[key], f"[{section}] {key}")
+    prefix = f"REPLAYPROXY_{section.upper()}_"
+    env = os.environ if environ is None else environ
+    for var, raw in env.items():
+        if not var.startswith(prefix):
+            continue
+        key = var[len(prefix) :].lower()
+        if key not in names:
+            raise ConfigError(f"unknown setting {var}; valid: {', '.join(prefix + n.upper() for n in sorted(names))}")
+        values[key] = _coerce(raw, hints[key], var)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = _coerce(value, hints[key], f"--{key.replace('_', '-')}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"[{section}]: {e}") from e
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Turn TOML or environment text into the field's type, or say which setting is wrong."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
+            return None
+        hint = options[0]
+        origin = typing.get_origin(hint)
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if hint in (int, float):
+            if isinstance(value, bool):
+                raise ValueError(f"not a number: {value!r}")
+            return hint(value)
+        if hint is str:
+            return str(value)
+        if hint is Path:
+            return Path(value)
+        if origin is tuple:
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(str(i).strip() for i in items if str(i).strip())
+        if origin is dict:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"not a table: {value!r}")
+            return dict(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from e
+    return value

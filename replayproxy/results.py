@@ -1,0 +1,198 @@
+"""Result files (.rpr): what one replay run measured, per request, plus the run's contract.
+
+The replayer writes them, reports read them. Same framing as traces (zstd frames of column-wise
+msgpack batches, see replayproxy.trace); the header carries the measurement contract of the run
+(DESIGN.md): trace digest, target, the engine's /v1/models answer and version, options,
+replayproxy version, host and start time. Extra record types (e.g. engine telemetry samples)
+travel as maps with their own `type` and are kept in `ResultFile.extras`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayproxy.trace import (
+    ReadReport,
+    Table,
+    TableFile,
+    expand_paths,
+    read_table,
+)
+
+FORMAT_NAME = "replayproxy-result"
+FORMAT_VERSION = 1
+SUFFIX = ".rpr"
+UNKNOWN = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """One replayed request. Times are ns; `*_ns` after `sent_ns` are relative to the actual send."""
+
+    index: int  # position of the request in the trace (pairs runs of the same trace)
+    scheduled_ns: int  # when it should have been sent, relative to the run start
+    sent_ns: int  # when its bytes were written, relative to the run start
+    endpoint: str = "chat"
+    stream: bool = True
+    headers_ns: int = UNKNOWN  # response headers received
+    ttft_ns: int = UNKNOWN  # first chunk carrying generated output
+    e2e_ns: int = UNKNOWN  # end of body (or the failure)
+    chunk_gaps_us: tuple[int, ...] = ()  # gaps between content chunks after the first
+    chunk_tokens: tuple[int, ...] = ()  # tokens per content chunk, when the server reported them
+    content_chunks: int = 0
+    status: int = 0
+    error: str = ""  # shape.ERROR_CLASSES
+    error_message: str = ""  # truncated; never request text
+    expected_input_tokens: int = UNKNOWN  # from the trace
+    expected_output_tokens: int = UNKNOWN
+    prompt_tokens: int = UNKNOWN  # from the target's usage
+    completion_tokens: int = UNKNOWN
+    cached_tokens: int = UNKNOWN
+    new_connection: bool = False  # a connection had to be opened on the send path
+    worker: int = 0
+
+    def to_record(self) -> tuple[Any, ...]:
+        values = [getattr(self, name) for name in RESULT_FIELDS]
+        values[_GAPS] = _pack(self.chunk_gaps_us)
+        values[_TOKENS] = _pack(self.chunk_tokens)
+        return tuple(values)
+
+
+RESULT_KINDS: dict[str, str] = {
+    "index": "i8",
+    "scheduled_ns": "i8",
+    "sent_ns": "i8",
+    "endpoint": "str",
+    "stream": "b1",
+    "headers_ns": "i8",
+    "ttft_ns": "i8",
+    "e2e_ns": "i8",
+    "chunk_gaps_us": "ragged:u4",
+    "chunk_tokens": "ragged:u4",
+    "content_chunks": "i8",
+    "status": "i8",
+    "error": "str",
+    "error_message": "str",
+    "expected_input_tokens": "i8",
+    "expected_output_tokens": "i8",
+    "prompt_tokens": "i8",
+    "completion_tokens": "i8",
+    "cached_tokens": "i8",
+    "new_connection": "b1",
+    "worker": "i8",
+}
+RESULT_FIELDS = tuple(RESULT_KINDS)
+_GAPS = RESULT_FIELDS.index("chunk_gaps_us")
+_TOKENS = RESULT_FIELDS.index("chunk_tokens")
+
+
+def _pack(values: tuple[int, ...]) -> bytes:
+    return np.minimum(np.asarray(values, dtype=np.int64), 0xFFFFFFFF).astype("<u4").tobytes()
+
+
+@dataclass(frozen=True, slots=True)
+class RunHeader:
+    """The measurement contract of one run (DESIGN.md, "A result file carries the contract")."""
+
+    label: str
+    target: str
+    start_wall_ns: int
+    trace_paths: tuple[str, ...] = ()
+    trace_digest: str = ""  # sha256 of the trace files' bytes
+    flavor: str = "openai"
+    models: Any = None  # the target's /v1/models answer, as JSON
+    engine_version: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # replay options as given
+    pre_run: dict[str, Any] = field(default_factory=dict)  # e.g. {"reset_prefix_cache": "ok"}
+    replayproxy_version: str = ""
+    host: str = ""
+    token_timing: str = "chunk"  # "token" when per-chunk usage gave tokens per chunk
+    shard: str = ""  # "i/N" when this run is one shard of a sharded replay
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record.update(
+            type="header",
+            format=FORMAT_NAME,
+            version=FORMAT_VERSION,
+            fields=list(RESULT_FIELDS),
+            kinds=RESULT_KINDS,
+            trace_paths=list(self.trace_paths),
+        )
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RunHeader:
+        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        known["trace_paths"] = tuple(known.get("trace_paths", ()))
+        return cls(**known)
+
+
+class ResultWriter:
+    """Appends results to one .rpr file; one frame per `frame_records` so a crash loses little."""
+
+    def __init__(self, path: str | os.PathLike[str], header: RunHeader, frame_records: int = 2048) -> None:
+        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+        self._frame_records = frame_records
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def write(self, result: ReplayResult) -> None:
+        self._file.add(result.to_record())
+        if self._file.pending >= self._frame_records:
+            self._file.flush()
+
+    def write_extra(self, record_type: str, payload: dict[str, Any]) -> None:
+        """A side record (telemetry samples, sampler output) in its own frame."""
+        self._file.write_side_record({"type": record_type, **payload})
+
+    def close(self, **footer: Any) -> None:
+        self._file.close(footer)
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(slots=True)
+class ResultFile:
+    """One run loaded: its header, per-request columns and any side records."""
+
+    path: Path
+    header: RunHeader
+    table: Table
+    extras: dict[str, list[dict[str, Any]]]
+    footer: dict[str, Any]
+
+    def __len__(self) -> int:
+        return self.table.n
+
+    def column(self, name: str) -> np.ndarray:
+        return self.table.columns[name]
+
+    def ragged(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(flat values, index) with request i's values at flat[index[i]:index[i + 1]]."""
+        flat, lengths = self.table.ragged[name]
+        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def load_results(paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None) -> list[ResultFile]:
+    """Every result file named (files, directories, globs), in name order."""
+    report = report if report is not None else ReadReport()
+    loaded = []
+    for path in expand_paths(paths, SUFFIX):
+        extras: dict[str, list[dict[str, Any]]] = {}
+        footer: dict[str, Any] = {}
+        table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, extras=extras, footer=footer)
+        loaded.append(ResultFile(path, RunHeader.from_record(table.header), table, extras, footer))
+    return loaded

@@ -1,0 +1,1 @@
+"""Shared pytest settings: every test is bounded (pytest-timeout in pyproject.toml)."""
