@@ -1,0 +1,106 @@
+"""Response bytes in vLLM's OpenAI wire format: SSE events for streams, one JSON body otherwise.
+
+The per-request constant parts of a stream chunk are serialized once, so a content chunk costs one
+`orjson.dumps` of its text plus a byte join; this keeps the sim far from being the bottleneck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from replayproxy.sim.api import CHAT
+from replayproxy.sim.sampler import OutputPlan
+
+DONE = b"data: [DONE]\n\n"
+
+
+def chunk_ranges(sent: int, available: int, done: bool, per_chunk: int, reasoning: int) -> Iterator[tuple[int, int]]:
+    """Token ranges to send now: whole chunks of `per_chunk`, a short one only at the end, and never
+    one that mixes reasoning (tokens < `reasoning`) and content."""
+    while sent < available and (done or available - sent >= per_chunk):
+        end = min(sent + per_chunk, available)
+        if sent < reasoning < end:
+            end = reasoning
+        yield sent, end
+        sent = end
+
+
+class Formatter:
+    """Bytes of one request's answer; `prompt_tokens` and `cached_tokens` are fixed at construction."""
+
+    def __init__(self, endpoint: str, rid: str, created: int, model: str, prompt_tokens: int,
+                 cached_tokens: int, reasoning_tokens: int, continuous_usage: bool) -> None:
+        self.endpoint = endpoint
+        self.rid = rid
+        self.created = created
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens if endpoint == CHAT else 0
+        self.continuous_usage = continuous_usage
+        obj = "chat.completion.chunk" if endpoint == CHAT else "text_completion"
+        head = {"id": rid, "object": obj, "created": created, "model": model}
+        self._head = b"data: " + orjson.dumps(head)[:-1] + b',"choices":['
+
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+    def _event(self, choice: bytes, completion_tokens: int | None) -> bytes:
+        tail = b"]}\n\n"
+        if completion_tokens is not None:
+            tail = b'],"usage":' + orjson.dumps(self.usage(completion_tokens)) + b"}\n\n"
+        return self._head + choice + tail
+
+    def role(self) -> bytes:
+        """Chat's first chunk, as vLLM and OpenAI send it: the role and empty content."""
+        choice = b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
+        return self._event(choice, 0 if self.continuous_usage else None)
+
+    def content(self, plan: OutputPlan, start: int, end: int) -> bytes:
+        """The chunk carrying tokens [start, end); it carries the finish reason if end is the last."""
+        text = orjson.dumps("".join(plan.pieces[start:end]))
+        last = end == plan.length
+        finish = orjson.dumps(plan.finish_reason) if last else b"null"
+        stop = orjson.dumps(plan.stop_reason) if last else b"null"
+        if self.endpoint == CHAT:
+            key = b'"reasoning_content":' if start < self.reasoning_tokens else b'"content":'
+            choice = b'{"index":0,"delta":{' + key + text + b'},"logprobs":null,"finish_reason":' + finish
+            choice += b',"stop_reason":' + stop + b"}" if last else b"}"
+        else:
+            choice = (b'{"index":0,"text":' + text + b',"logprobs":null,"finish_reason":' + finish
+                      + b',"stop_reason":' + stop + b"}")
+        return self._event(choice, end if self.continuous_usage else None)
+
+    def usage_event(self, completion_tokens: int) -> bytes:
+        """The final `choices: []` chunk that `stream_options.include_usage` asks for."""
+        return self._event(b"", completion_tokens)
+
+    def body(self, plan: OutputPlan) -> bytes:
+        """The whole non-streaming answer."""
+        text = "".join(plan.pieces[self.reasoning_tokens:])
+        choice: dict[str, Any] = {"index": 0}
+        if self.endpoint == CHAT:
+            reasoning = "".join(plan.pieces[: self.reasoning_tokens]) if self.reasoning_tokens else None
+            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": reasoning,
+                                 "tool_calls": []}
+        else:
+            choice["text"] = text
+        choice.update(logprobs=None, finish_reason=plan.finish_reason, stop_reason=plan.stop_reason)
+        obj = "chat.completion" if self.endpoint == CHAT else "text_completion"
+        return orjson.dumps({"id": self.rid, "object": obj, "created": self.created, "model": self.model,
+                             "choices": [choice], "usage": self.usage(plan.length)})
+
+
+def chunk_count(length: int, per_chunk: int, reasoning: int) -> int:
+    """How many content chunks `chunk_ranges` yields for a whole output of `length` tokens."""
+    if 0 < reasoning < length:
+        return -(-reasoning // per_chunk) + -(-(length - reasoning) // per_chunk)
+    return -(-length // per_chunk)

@@ -1,0 +1,277 @@
+"""The sim's HTTP face: aiohttp routes in vLLM's OpenAI-server shape over the engine.
+
+`make_app(config)` builds the application (for in-process tests); `serving(config)` runs it on a
+socket and yields the base URL (used by `python -m replayproxy.sim` and by other packages' tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from replayproxy.sim import api
+from replayproxy.sim.chunks import DONE, Formatter, chunk_count, chunk_ranges
+from replayproxy.sim.clock import wall_ns, wall_s
+from replayproxy.sim.config import SimConfig
+from replayproxy.sim.engine import Engine, Seq
+from replayproxy.sim.faults import FaultDrawer, Faults
+from replayproxy.sim.metrics import CONTENT_TYPE, Metrics
+from replayproxy.sim.sampler import OutputPlan, Sampler
+from replayproxy.sim.tasks import spawn
+from replayproxy.sim.truth import TruthLog, TruthRecord
+
+SIM_VERSION = "0.1.0-sim"
+JSON = "application/json"
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+CLIENT_GONE = 499  # truth-log status of a request whose client disconnected (nginx's convention)
+
+
+@dataclass(slots=True)
+class Sim:
+    """Everything one running sim owns; tests reach it as `app[SIM]`."""
+
+    config: SimConfig
+    engine: Engine
+    metrics: Metrics
+    sampler: Sampler
+    faults: FaultDrawer
+    truth: TruthLog | None = None
+
+
+SIM = web.AppKey("sim", Sim)
+
+
+def make_app(config: SimConfig | None = None) -> web.Application:
+    """The sim as an aiohttp application; the engine task and truth log live as long as the app runs."""
+    config = config or SimConfig()
+    metrics = Metrics(config.model)
+    engine = Engine(config, metrics)
+    metrics.engine = engine
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[SIM] = Sim(config, engine, metrics, Sampler(config.mean_output_tokens, config.seed), FaultDrawer(config))
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/version", _version)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serving(config: SimConfig, shutdown_timeout: float = 2.0) -> AsyncIterator[str]:
+    """Run the sim on (config.host, config.port) and yield its base URL (the real port if port is 0)."""
+    runner = web.AppRunner(make_app(config), access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port, backlog=2048)
+        await site.start()
+        port = runner.addresses[0][1]
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    sim = app[SIM]
+    sim.truth = TruthLog(sim.config.truth_log)
+    task = spawn(sim.engine.run(), name="sim-engine")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    sim.truth.close()
+
+
+async def _models(request: web.Request) -> web.Response:
+    config = request.app[SIM].config
+    card = {"id": config.model, "object": "model", "created": wall_s(), "owned_by": "replayproxy-sim",
+            "root": config.model, "parent": None, "max_model_len": config.max_model_len}
+    return web.Response(body=orjson.dumps({"object": "list", "data": [card]}), content_type=JSON)
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response()
+
+
+async def _version(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps({"version": SIM_VERSION}), content_type=JSON)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[SIM].metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _reset_prefix_cache(request: web.Request) -> web.Response:
+    """Like vLLM's endpoint: forget cached prefix blocks (those in use stay until released)."""
+    request.app[SIM].engine.reset_prefix_cache()
+    return web.Response()
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, api.CHAT)
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, api.COMPLETION)
+
+
+async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
+    sim = request.app[SIM]
+    config = sim.config
+    record = TruthRecord(endpoint=endpoint, arrival_ns=wall_ns())
+    try:
+        try:
+            req = api.parse(endpoint, await request.read(), config.model, config.max_model_len)
+        except api.ApiError as e:
+            return await _send_error(request, record, e)
+        plan = sim.sampler.plan(req.prompt_ids, req.sampling)
+        record.stream, record.prompt_tokens = req.stream, len(req.prompt_ids)
+        reasoning = config.reasoning_tokens if endpoint == api.CHAT else 0
+        events = (endpoint == api.CHAT) + chunk_count(plan.length, config.tokens_per_chunk, reasoning)
+        faults = sim.faults.draw(events + req.include_usage + 1 if req.stream else 1)
+        record.fault = faults.name
+        if faults.error is not None:
+            return await _send_error(request, record, faults.error)
+        record.id = f"{'chatcmpl' if endpoint == api.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
+        return await _Answer(request, sim, req, plan, record, faults).run()
+    finally:
+        if sim.truth is not None:
+            sim.truth.write(record)
+
+
+async def _send_error(request: web.Request, record: TruthRecord, error: api.ApiError) -> web.StreamResponse:
+    record.status = error.status
+    resp = web.StreamResponse(status=error.status, headers={"Content-Type": JSON})
+    body = error.body()
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    await resp.write(body)
+    record.chunk_ns.append(wall_ns())
+    record.kinds += "e"
+    return resp
+
+
+class _Answer:
+    """Streams (or returns at the end) one request's tokens as the engine produces them."""
+
+    def __init__(self, request: web.Request, sim: Sim, req: api.GenRequest, plan: OutputPlan,
+                 record: TruthRecord, faults: Faults) -> None:
+        self.request = request
+        self.sim = sim
+        self.req = req
+        self.plan = plan
+        self.record = record
+        self.faults = faults
+        self.resp = web.StreamResponse(headers=SSE_HEADERS if req.stream else {"Content-Type": JSON})
+        self.wake = asyncio.Event()
+
+    async def run(self) -> web.StreamResponse:
+        seq = self.sim.engine.add(self.req.prompt_ids, self.plan.length,
+                                  self._notify_stream if self.req.stream else self._notify_done)
+        try:
+            if self.faults.first_byte_delay_s:
+                await asyncio.sleep(self.faults.first_byte_delay_s)
+            await self.resp.prepare(self.request)
+            await (self._stream(seq) if self.req.stream else self._whole(seq))
+        except _Reset:
+            pass
+        except ConnectionError:
+            self.record.status = CLIENT_GONE
+        finally:
+            self.sim.engine.abort(seq)  # no-op once finished
+            self.record.completion_tokens = seq.generated
+            self.record.cached_tokens = seq.cached_tokens
+            if seq.generated == self.plan.length:
+                self.record.finish_reason = self.plan.finish_reason
+        return self.resp
+
+    def _notify_stream(self, seq: Seq) -> None:
+        self.wake.set()
+
+    def _notify_done(self, seq: Seq) -> None:
+        if seq.done:
+            self.wake.set()
+
+    def _formatter(self, seq: Seq) -> Formatter:
+        config = self.sim.config
+        return Formatter(self.req.endpoint, self.record.id or "", wall_s(), config.model, seq.prompt_len,
+                         seq.cached_tokens, config.reasoning_tokens, self.req.continuous_usage)
+
+    async def _whole(self, seq: Seq) -> None:
+        await self.wake.wait()
+        await self._write([(self._formatter(seq).body(self.plan), "b")])
+
+    async def _stream(self, seq: Seq) -> None:
+        config = self.sim.config
+        fmt: Formatter | None = None
+        sent = 0
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            generated, done = seq.generated, seq.done
+            events: list[tuple[bytes, str]] = []
+            if fmt is None:
+                fmt = self._formatter(seq)
+                if self.req.endpoint == api.CHAT:
+                    events.append((fmt.role(), "r"))
+            for start, end in chunk_ranges(sent, generated, done, config.tokens_per_chunk, fmt.reasoning_tokens):
+                events.append((fmt.content(self.plan, start, end), "R" if start < fmt.reasoning_tokens else "c"))
+                sent = end
+            if done:
+                if self.req.include_usage:
+                    events.append((fmt.usage_event(generated), "u"))
+                events.append((DONE, "d"))
+            if events:
+                await self._write(events)
+            if done:
+                return
+
+    async def _write(self, events: list[tuple[bytes, str]]) -> None:
+        """Write events, stamping each in the truth record; faults and split writes go event by event."""
+        record, faults = self.record, self.faults
+        if not (self.sim.config.split_writes or faults.reset_after is not None or faults.stall_after is not None):
+            await self.resp.write(b"".join(data for data, _ in events))
+            now = wall_ns()
+            record.chunk_ns.extend([now] * len(events))
+            record.kinds += "".join(kind for _, kind in events)
+            return
+        for data, kind in events:
+            if len(record.kinds) == faults.stall_after:
+                await asyncio.sleep(faults.stall_s)
+            if len(record.kinds) == faults.reset_after:
+                self._reset()
+            if self.sim.config.split_writes:
+                middle = len(data) // 2
+                await self.resp.write(data[:middle])
+                await asyncio.sleep(0)
+                data = data[middle:]
+            await self.resp.write(data)
+            record.chunk_ns.append(wall_ns())
+            record.kinds += kind
+
+    def _reset(self) -> None:
+        """Abort the connection with a TCP RST (SO_LINGER 0), as a crashed upstream would."""
+        transport = self.request.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        raise _Reset
+
+
+class _Reset(Exception):
+    """Raised after an injected connection reset, to stop answering."""
