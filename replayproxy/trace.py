@@ -151,6 +151,11 @@ class TableFile:
         self.records += len(self._rows)
         self._rows.clear()
 
+    def write_side_record(self, record: dict[str, Any]) -> None:
+        """A map with its own `type` (e.g. telemetry samples), in a frame of its own."""
+        self.flush()
+        self._frames.write_frame(self._packer.pack(record), 0)
+
     def close(self, footer: dict[str, Any]) -> None:
         self.flush()
         self._frames.write_frame(self._packer.pack({"type": "footer", "records": self.records, **footer}), 0)
@@ -266,8 +271,20 @@ def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np
     raise TraceFormatError(f"unknown column kind {kind!r}")
 
 
-def read_table(path: Path, format_name: str, max_version: int, report: ReadReport) -> Table:
-    """Read one file of `format_name`; damaged frames are skipped and reported, not raised."""
+def read_table(
+    path: Path,
+    format_name: str,
+    max_version: int,
+    report: ReadReport,
+    *,
+    extras: dict[str, list[dict[str, Any]]] | None = None,
+    footer: dict[str, Any] | None = None,
+) -> Table:
+    """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
+
+    Side records (maps of another `type`) are appended to `extras` by type; the footer, if
+    present, is copied into `footer`.
+    """
     name = str(path)
     header: dict[str, Any] | None = None
     batches: list[dict[str, Any]] = []
@@ -282,6 +299,10 @@ def read_table(path: Path, format_name: str, max_version: int, report: ReadRepor
                 header = item
             elif kind == "footer":
                 report.footers += 1
+                if footer is not None:
+                    footer.update(item)
+            elif isinstance(kind, str) and kind != "header" and extras is not None:
+                extras.setdefault(kind, []).append(item)
     if header is None:
         raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file")
     if header.get("format") != format_name:
