@@ -1,0 +1,92 @@
+"""The import table of DESIGN.md, enforced: feature packages meet only through trace and result files."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "replayproxy"
+CORE = {"shape", "sse", "clock", "tasks", "config"}
+
+# module (or package) -> project modules it may import; DESIGN.md "Allowed imports".
+ALLOWED: dict[str, set[str]] = {
+    "shape": set(),
+    "sse": set(),
+    "clock": set(),
+    "tasks": set(),
+    "config": set(),
+    "trace": {"shape"},
+    "results": {"trace"},
+    "formats": {"shape", "trace"},
+    "proxy": {"shape", "sse", "trace", "clock", "tasks", "config"},
+    "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
+    "report": {"shape", "trace", "results", "config"},
+    "sim": set(),
+    "synthetic": {"shape", "trace"},
+    "inspect": {"shape", "trace"},
+}
+# CLI glue has cli.py's rights (everything but sim): cli itself, the demo, and each subcommand's
+# `command.py` / `*_command.py` handler, which cli.py delegates to.
+GLUE_MODULES = {"cli", "demo", "__main__", "__init__"}
+
+
+def _is_glue(path: Path) -> bool:
+    return path.stem in GLUE_MODULES and path.parent == PACKAGE or path.stem == "command" or path.stem.endswith("_command")
+
+
+def _owner(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def _project_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "replayproxy" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_follow_the_design_table(path: Path) -> None:
+    owner = _owner(path)
+    imports = _project_imports(path) - {owner}
+    if _is_glue(path):
+        assert "sim" not in imports, f"{path.name} imports the simulated engine"
+        return
+    assert owner in ALLOWED, f"{owner} is not in the DESIGN.md import table; add it there and here"
+    forbidden = imports - ALLOWED[owner]
+    assert not forbidden, (
+        f"{path.relative_to(PACKAGE)} may not import {sorted(forbidden)} (DESIGN.md import table; only CLI glue "
+        "modules — cli.py, demo.py, command.py, *_command.py — may combine feature packages)"
+    )
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_clock_reads_clocks_and_tasks_are_spawned(path: Path) -> None:
+    if path.name == "clock.py" or _owner(path) == "sim":
+        return
+    text = path.read_text()
+    for banned in ("time.time(", "time.monotonic(", "time.perf_counter(", "time.perf_counter_ns(", "time.time_ns("):
+        assert banned not in text, f"{path.relative_to(PACKAGE)} reads a clock directly ({banned}); use replayproxy.clock"
+    if path.name != "tasks.py":
+        assert "asyncio.create_task(" not in text, f"{path.relative_to(PACKAGE)}: use replayproxy.tasks.spawn"
+
+
+def test_the_table_sees_every_package() -> None:
+    owners = {_owner(p) for p in SOURCES if not _is_glue(p)}
+    assert owners <= set(ALLOWED), owners - set(ALLOWED)
