@@ -85,7 +85,7 @@ def _coerce(name: str, value: Any) -> Any:
     else:
         expected = (type(default),)
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
-        raise ValueError(f"config key {name!r} must be {expected[0].__name__}, got {value!r}")
+        raise ValueError(f"config key {name!r} must be {expected[-1].__name__}, got {value!r}")
     return float(value) if float in expected else value
 
 
