@@ -27,9 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "synthetic": {"shape", "trace"},
     "inspect": {"shape", "trace"},
 }
-# CLI glue has cli.py's rights (everything but sim): cli itself, the demo, and each subcommand's
+# CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
-GLUE_MODULES = {"cli", "demo", "__main__", "__init__"}
+GLUE_MODULES = {"cli", "demo", "launch", "__main__", "__init__"}
 
 
 def _is_glue(path: Path) -> bool:

@@ -1,0 +1,106 @@
+"""`replayproxy demo` / `make demo`: the whole product loop on one machine, in under three minutes.
+
+A simulated engine plays production with the proxy in front of it; the replayer itself drives a
+synthetic workload (shared system prompts, multi-turn sessions, bursts) through the proxy; the
+recorded trace is inspected, replayed against two candidate engine configurations, and compared
+with the production baseline. Every stage is the real CLI in a subprocess, on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from replayproxy.cli import CliError
+from replayproxy.launch import run_server
+
+SLO = "ttft<=300ms,tpot<=60ms"
+# Candidate engines: same simulated model, prefix cache on (as production) vs off.
+CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
+WORKLOAD = [
+    "--requests", "360", "--rate", "12", "--arrival", "gamma:2.0",
+    "--input-len", "lognormal:mean=900,sigma=0.6", "--output-len", "lognormal:mean=60,sigma=0.5",
+    "--prefix-groups", "4", "--prefix-len", "512", "--sessions-share", "0.3",
+    "--model", "sim-llama-3.1-8b", "--seed", "7",
+]  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep", metavar="DIR", help="keep the trace, results and report in DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    keep = Path(args.keep) if args.keep else None
+    work = keep or Path(tempfile.mkdtemp(prefix="replayproxy-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _demo(work)
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _demo(work: Path) -> int:
+    workload, traces, html = work / "workload.rpt", work / "traces", work / "report.html"
+    _stage("writing a synthetic production workload (shared system prompts, sessions, bursts)")
+    _cli("synth", "-o", str(workload), *WORKLOAD)
+    with _server("sim", "production engine (simulated)", "--port", "0", "--seed", "1") as production:
+        with _server(
+            "proxy",
+            "sidecar proxy in front of it",
+            "--upstream", production,
+            "--listen", "127.0.0.1:0",
+            "--admin-listen", "127.0.0.1:0",
+            "--trace-dir", str(traces),
+        ) as proxy:  # fmt: skip
+            _stage(f"driving live traffic through the proxy at {proxy} (about 30 s)")
+            _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", "--quiet",
+                 "--label", "live-clients", "-o", str(work / "live-clients.rpr"))  # fmt: skip
+            _stage("stopping the proxy (it drains and closes the trace)")
+    _stage("inspecting the recorded trace")
+    _cli("inspect", str(traces), show=True)
+    results = []
+    for label, options in CANDIDATES.items():
+        with _server("sim", f"candidate engine '{label}'", "--port", "0", "--seed", "1", *options) as target:
+            _stage(f"replaying the recorded trace against '{label}' (about 30 s)")
+            result = work / f"{label}.rpr"
+            _cli("replay", str(traces), "--target", target, "--flavor", "vllm", "--quiet",
+                 "--label", label, "-o", str(result))  # fmt: skip
+            results.append(str(result))
+    _stage(f"comparing candidates against the production baseline (SLO {SLO})")
+    _cli("report", *results, "--baseline", str(traces), "--slo", SLO, "--html", str(html), show=True)
+    print(f"demo: HTML report: {html}" if html.exists() else "demo: HTML report was not written", flush=True)
+    return 0
+
+
+def _stage(text: str) -> None:
+    print(f"demo: {text}", flush=True)
+
+
+def _cli(*argv: str, show: bool = False) -> None:
+    """Run one replayproxy subcommand; its output is shown only when `show` or when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "replayproxy", *argv], capture_output=not show, text=True, check=False
+    )
+    if done.returncode != 0:
+        if not show:
+            sys.stderr.write(done.stdout + done.stderr)
+        raise CliError(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
+
+
+@contextlib.contextmanager
+def _server(command: str, what: str, *argv: str) -> Iterator[str]:
+    """Start a server subcommand on loopback and always stop it (SIGTERM, so the proxy drains)."""
+    _stage(f"starting the {what}")
+    with run_server(["replayproxy", command, *_loopback(command, argv)]) as server:
+        yield server.url
+
+
+def _loopback(command: str, argv: Sequence[str]) -> list[str]:
+    return ["--host", "127.0.0.1", *argv] if command == "sim" else list(argv)

@@ -1,0 +1,73 @@
+"""Start replayproxy servers (the sim, the proxy) as subprocesses and always stop them.
+
+Used by the demo and the end-to-end tests: each server prints a `... listening on http://HOST:PORT`
+line, which is how a caller learns the ephemeral port it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+_LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)  # every line it printed (stdout + stderr)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+@contextlib.contextmanager
+def run_server(
+    argv: Sequence[str], *, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """Run `python -m <argv...>` until the block ends; yields once it printed its listening line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    server = Server("", process)
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            server.output.append(line.rstrip("\n"))
+            match = _LISTENING.search(line)
+            if match and not server.url:
+                server.url = match.group(1)
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(startup_timeout_s) or not server.url:
+            tail = "\n".join(server.output[-20:])
+            raise RuntimeError(f"'{' '.join(argv)}' did not start listening:\n{tail}")
+        yield server
+    finally:
+        server.stop()
+        reader.join(5)
