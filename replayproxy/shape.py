@@ -199,24 +199,45 @@ def key_fingerprint(key: bytes) -> str:
     return hashlib.blake2b(b"replayproxy key fingerprint", key=key, digest_size=8).hexdigest()
 
 
-def prefix_block_hashes(units: Sequence[int] | str, block_size: int, key: bytes) -> tuple[int, ...]:
+def prefix_block_hashes(
+    units: Sequence[int] | str, block_size: int, key: bytes, known: Sequence[int] = ()
+) -> tuple[int, ...]:
     """Chained keyed hashes of each *full* block: h_i = blake2b_key(h_{i-1} || block_i), 64 bits.
 
     Equal h_i means "equal prefix up to and including block i", which is exactly what a
     prefix cache can reuse (vLLM and SGLang also cache full blocks only). `units` is either token
     ids (4 bytes little-endian each) or text (UTF-8 of `block_size` characters per block).
+    `known` are hashes already computed for the leading blocks of these same units (a previous
+    turn's prompt); only the blocks after them are hashed, continuing the chain.
     """
     if block_size <= 0:
         raise ValueError(f"block size must be positive, got {block_size}")
-    hashes: list[int] = []
-    previous = b"\0" * 8
-    for start in range(0, len(units) - block_size + 1, block_size):
-        block = units[start : start + block_size]
-        payload = block.encode("utf-8") if isinstance(block, str) else struct.pack(f"<{block_size}I", *block)
-        digest = hashlib.blake2b(previous + payload, key=key, digest_size=8).digest()
-        hashes.append(int.from_bytes(digest, "little"))
-        previous = digest
-    return tuple(hashes)
+    blocks = len(units) // block_size
+    if len(known) >= blocks:
+        return tuple(known[:blocks])
+    first = len(known)
+    if isinstance(units, str):
+        payloads = [units[i * block_size : (i + 1) * block_size].encode("utf-8") for i in range(first, blocks)]
+    else:
+        width = 4 * block_size
+        data = _array_struct("I", (blocks - first) * block_size).pack(*units[first * block_size : blocks * block_size])
+        payloads = [data[i : i + width] for i in range(0, len(data), width)]
+    base = _keyed_blake2b(key)
+    previous = known[-1].to_bytes(8, "little") if known else b"\0" * 8
+    digests = []
+    for payload in payloads:
+        h = base.copy()
+        h.update(previous)
+        h.update(payload)
+        previous = h.digest()
+        digests.append(previous)
+    return (*known, *_array_struct("Q", len(digests)).unpack(b"".join(digests)))
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed_blake2b(key: bytes) -> Any:
+    """A keyed, empty blake2b state; copying it skips the key setup on every block."""
+    return hashlib.blake2b(key=key, digest_size=8)
 
 
 def role_letters(roles: Sequence[object]) -> str:

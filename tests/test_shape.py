@@ -1,0 +1,139 @@
+"""Prefix-block hashing properties and the privacy of key fingerprints (replayproxy/shape.py)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replayproxy.shape import (
+    OTHER_ROLE,
+    RequestShape,
+    key_fingerprint,
+    keep_sampling,
+    prefix_block_hashes,
+    role_letters,
+)
+
+KEY = b"0123456789abcdef"
+keys = st.binary(min_size=8, max_size=64)
+token_ids = st.lists(st.integers(0, 2**32 - 1), max_size=200)
+block_sizes = st.integers(1, 32)
+
+
+def reference_hashes(blocks: list[bytes], key: bytes) -> list[int]:
+    """The documented scheme, written independently: digest(previous digest || block bytes)."""
+    previous, out = b"\0" * 8, []
+    for block in blocks:
+        previous = hashlib.blake2b(previous + block, key=key, digest_size=8).digest()
+        out.append(int.from_bytes(previous, "little"))
+    return out
+
+
+@given(token_ids, block_sizes, keys)
+def test_token_hashes_follow_the_documented_scheme(tokens: list[int], block_size: int, key: bytes) -> None:
+    full = len(tokens) // block_size
+    blocks = [
+        b"".join(t.to_bytes(4, "little") for t in tokens[i * block_size : (i + 1) * block_size]) for i in range(full)
+    ]
+    assert list(prefix_block_hashes(tokens, block_size, key)) == reference_hashes(blocks, key)
+
+
+@given(st.text(max_size=120), block_sizes, keys)
+def test_text_hashes_use_utf8_char_blocks(text: str, block_size: int, key: bytes) -> None:
+    full = len(text) // block_size
+    blocks = [text[i * block_size : (i + 1) * block_size].encode("utf-8") for i in range(full)]
+    assert list(prefix_block_hashes(text, block_size, key)) == reference_hashes(blocks, key)
+
+
+@given(token_ids, token_ids, token_ids, block_sizes)
+def test_equal_prefixes_give_equal_leading_hashes(
+    common: list[int], tail_a: list[int], tail_b: list[int], block_size: int
+) -> None:
+    a = prefix_block_hashes(common + tail_a, block_size, KEY)
+    b = prefix_block_hashes(common + tail_b, block_size, KEY)
+    shared = len(common) // block_size
+    assert a[:shared] == b[:shared]
+    # Chaining: once a block differs, every later hash differs too (no resynchronisation).
+    first_diff = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first_diff is not None:
+        assert all(x != y for x, y in zip(a[first_diff:], b[first_diff:], strict=False))
+
+
+def test_a_changed_early_block_changes_every_later_hash() -> None:
+    tokens = list(range(64))
+    changed = [999, *tokens[1:]]
+    a, b = prefix_block_hashes(tokens, 16, KEY), prefix_block_hashes(changed, 16, KEY)
+    assert len(a) == len(b) == 4
+    assert all(x != y for x, y in zip(a, b, strict=True))
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=16, max_size=100), keys, keys)
+def test_different_keys_give_different_hashes(tokens: list[int], key_a: bytes, key_b: bytes) -> None:
+    a, b = prefix_block_hashes(tokens, 16, key_a), prefix_block_hashes(tokens, 16, key_b)
+    assert (a == b) == (key_a == key_b)
+
+
+@given(token_ids, block_sizes)
+def test_only_full_blocks_are_hashed(tokens: list[int], block_size: int) -> None:
+    hashes = prefix_block_hashes(tokens, block_size, KEY)
+    assert len(hashes) == len(tokens) // block_size
+    # A partial last block changes nothing: dropping it gives the same hashes.
+    assert prefix_block_hashes(tokens[: len(hashes) * block_size], block_size, KEY) == hashes
+
+
+def test_text_and_token_ids_hash_differently() -> None:
+    text = "abcdefghijklmnop" * 2
+    as_ids = [ord(c) for c in text]
+    assert len(prefix_block_hashes(text, 16, KEY)) == len(prefix_block_hashes(as_ids, 16, KEY)) == 2
+    assert set(prefix_block_hashes(text, 16, KEY)).isdisjoint(prefix_block_hashes(as_ids, 16, KEY))
+
+
+@given(token_ids, st.integers(0, 20), block_sizes)
+def test_known_hashes_continue_the_chain(tokens: list[int], known_blocks: int, block_size: int) -> None:
+    full = prefix_block_hashes(tokens, block_size, KEY)
+    known = full[:known_blocks]
+    assert prefix_block_hashes(tokens, block_size, KEY, known=known) == full
+
+
+def test_bad_block_size_is_refused() -> None:
+    for size in (0, -16):
+        try:
+            prefix_block_hashes([1, 2, 3], size, KEY)
+        except ValueError as e:
+            assert "block size" in str(e)
+        else:
+            raise AssertionError("a non-positive block size was accepted")
+
+
+@given(keys)
+def test_key_fingerprint_never_reveals_the_key(key: bytes) -> None:
+    fingerprint = key_fingerprint(key)
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
+    assert fingerprint.encode() != key and key not in fingerprint.encode()
+    assert key.hex() not in fingerprint
+    assert key_fingerprint(key) == fingerprint  # stable, so traces of one fleet can be matched
+
+
+def test_key_fingerprints_differ_per_key() -> None:
+    fingerprints = {key_fingerprint(bytes([i]) * 16) for i in range(64)}
+    assert len(fingerprints) == 64
+
+
+def test_roles_are_a_closed_vocabulary() -> None:
+    assert role_letters(["system", "user", "assistant", "tool", "secret text", 3]) == f"suat{OTHER_ROLE}{OTHER_ROLE}"
+
+
+def test_keep_sampling_keeps_numbers_and_only_presence_of_text() -> None:
+    kept = keep_sampling(
+        {"temperature": 0.7, "n": 2, "ignore_eos": True, "stop": ["secret"], "user": "alice", "seed": "x", "tools": []}
+    )
+    assert kept == {"temperature": 0.7, "n": 2, "ignore_eos": True, "stop": True, "user": True}
+    assert "secret" not in repr(kept) and "alice" not in repr(kept)
+
+
+def test_chunk_count_and_message_count() -> None:
+    assert RequestShape(offset_ns=0, ttft_ns=5, chunk_gaps_us=(1, 2)).chunk_count == 3
+    assert RequestShape(offset_ns=0, chunk_gaps_us=()).chunk_count == 0
+    assert RequestShape(offset_ns=0, roles="sua").message_count == 3
