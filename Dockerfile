@@ -3,17 +3,19 @@ FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY replayproxy ./replayproxy
-RUN python -m pip install --no-cache-dir --upgrade pip \
-    && python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+# The only unpinned name is this source tree itself; its dependencies are bounded in pyproject.toml.
+# hadolint ignore=DL3013
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.12-slim
 RUN useradd --create-home --uid 10001 replayproxy \
     && mkdir -p /traces \
     && chown replayproxy:replayproxy /traces
 COPY --from=build /wheels /wheels
+# hadolint ignore=DL3013
 RUN python -m pip install --no-cache-dir --no-index --find-links /wheels replayproxy \
     && rm -rf /wheels
-USER replayproxy
+USER 10001
 WORKDIR /home/replayproxy
 VOLUME ["/traces"]
 EXPOSE 8080 9464
