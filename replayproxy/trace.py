@@ -11,6 +11,7 @@ the last frame holds a footer map with counts. See docs/trace-format.md.
 from __future__ import annotations
 
 import glob
+import io
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -98,16 +99,21 @@ CODED_KINDS = ("str", "obj")
 RAGGED_KINDS = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
 
 
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
 def _encode_column(kind: str, values: Sequence[Any]) -> Any:
     if kind in NUMERIC_KINDS:
         return np.array(values, dtype=NUMERIC_KINDS[kind]).tobytes()
     if kind in RAGGED_KINDS:
         return [b"".join(values), np.fromiter(map(len, values), "<u4", len(values)).tobytes()]
     if kind in CODED_KINDS:
-        keys = [tuple(v.items()) for v in values] if kind == "obj" else values
+        # Maps are keyed by their msgpack bytes: {"n": 1}, {"n": True} and {"n": 1.0} are equal
+        # as Python values but must stay distinct.
+        keys = list(map(_packb, values)) if kind == "obj" else values
         codes: dict[Any, int] = {}
         coded = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), "<u4", len(keys))
-        distinct = [dict(k) for k in codes] if kind == "obj" else list(codes)
+        distinct = [msgpack.unpackb(k, strict_map_key=False) for k in codes] if kind == "obj" else list(codes)
         return [distinct, coded.tobytes()]
     raise ValueError(f"unknown column kind {kind!r}")
 
@@ -176,18 +182,23 @@ class ReadReport:
 
 
 def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[bytes]:
-    """Decompressed payloads of every readable frame; damage is reported, never raised mid-file."""
+    """Decompressed payloads of every readable frame; damage is reported, never raised mid-file.
+
+    A frame whose index points past the end is a truncated tail (a crash while writing) unless
+    another index follows, in which case the index itself was damaged and reading resumes there.
+    """
     if not data:
         raise TraceFormatError(f"{name}: empty file, not a replayproxy file")
+    if not (data.startswith(_MARKER) or _MARKER.startswith(data[:8])):
+        raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
     pos = 0
     decompressor = zstandard.ZstdDecompressor()
     while pos < len(data):
-        if len(data) - pos < _INDEX.size or not _is_index(data, pos):
-            if pos == 0:
-                raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
+        if not _is_index(data, pos):
             nxt = _find_index(data, pos + 1)
             if nxt < 0:
-                report.warnings.append(f"{name}: {len(data) - pos} unreadable bytes at the end skipped")
+                what = "truncated frame index" if _MARKER.startswith(data[pos : pos + 8]) else "unreadable bytes"
+                report.warnings.append(f"{name}: {what} at offset {pos} skipped ({len(data) - pos} bytes at the end)")
                 return
             report.warnings.append(f"{name}: {nxt - pos} unreadable bytes at offset {pos} skipped")
             pos = nxt
@@ -195,11 +206,17 @@ def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[
         _, _, length, records = _INDEX.unpack_from(data, pos)
         start = pos + _INDEX.size
         if start + length > len(data):
+            nxt = _find_index(data, start)
+            if nxt >= 0:
+                report.skipped_frames += 1
+                report.warnings.append(f"{name}: damaged frame index at offset {pos}; {nxt - pos} bytes skipped")
+                pos = nxt
+                continue
             report.skipped_frames += 1
             report.lost_records += records
             report.warnings.append(
                 f"{name}: truncated last frame at offset {pos} skipped "
-                f"({len(data) - pos} bytes, {records} records)"
+                f"({len(data) - pos} of {_INDEX.size + length} bytes present, {records} records lost)"
             )
             return
         try:
@@ -207,21 +224,24 @@ def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[
         except zstandard.ZstdError as e:
             report.skipped_frames += 1
             report.lost_records += records
-            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({records} records): {e}")
+            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({records} records lost): {e}")
         else:
             report.frames += 1
             yield payload
         pos = start + length
 
 
+_MARKER = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)
+
+
 def _is_index(data: bytes, pos: int) -> bool:
-    magic, size, _, _ = _INDEX.unpack_from(data, pos)
-    return bool(magic == _SKIPPABLE_MAGIC and size == _INDEX_PAYLOAD)
+    return len(data) - pos >= _INDEX.size and data.startswith(_MARKER, pos)
 
 
 def _find_index(data: bytes, start: int) -> int:
-    marker = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)
-    return data.find(marker, start)
+    """The next index at or after `start` that is complete (a partial one at the end is a tail)."""
+    found = data.find(_MARKER, start)
+    return found if 0 <= found <= len(data) - _INDEX.size else -1
 
 
 @dataclass(slots=True)
@@ -243,7 +263,7 @@ class Table:
                 ends = np.cumsum(lengths).tolist()
                 blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
                 size = flat.dtype.itemsize
-                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends[:-1]], ends, strict=True)])
+                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends][:-1], ends, strict=True)])
             else:
                 cols.append(self.columns[name].tolist())
         return zip(*cols, strict=True) if self.n else iter(())
@@ -271,6 +291,45 @@ def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np
     raise TraceFormatError(f"unknown column kind {kind!r}")
 
 
+def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: ReadReport) -> bool:
+    """Whether a batch has one column per field, each of `n` rows; a bad one is reported."""
+    n, columns = batch.get("n"), batch.get("columns")
+    ok = isinstance(n, int) and n >= 0 and isinstance(columns, list) and len(columns) == len(kinds)
+    if ok:
+        assert isinstance(n, int) and isinstance(columns, list)
+        ok = all(_column_fits(kind, column, n) for kind, column in zip(kinds, columns, strict=True))
+    if not ok:
+        report.warnings.append(f"{name}: malformed batch of {n} records skipped")
+        report.skipped_frames += 1
+    return ok
+
+
+def _column_fits(kind: str, column: Any, n: int) -> bool:
+    if kind in NUMERIC_KINDS:
+        return isinstance(column, bytes) and len(column) == n * NUMERIC_KINDS[kind].itemsize
+    if not (isinstance(column, list) and len(column) == 2 and isinstance(column[1], bytes)):
+        return False
+    if len(column[1]) != 4 * n:
+        return False
+    if kind in RAGGED_KINDS:
+        lengths = np.frombuffer(column[1], "<u4")
+        return isinstance(column[0], bytes) and int(lengths.sum()) == len(column[0])
+    if kind in CODED_KINDS:
+        codes = np.frombuffer(column[1], "<u4")
+        return isinstance(column[0], list) and (n == 0 or int(codes.max()) < len(column[0]))
+    raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
+    """The msgpack records of one frame; a frame that does not decode is reported and dropped."""
+    try:
+        return list(msgpack.Unpacker(io.BytesIO(payload), raw=False, strict_map_key=False))
+    except (ValueError, msgpack.UnpackException) as e:
+        report.warnings.append(f"{name}: frame {report.frames} does not decode ({e}); skipped")
+        report.skipped_frames += 1
+        return []
+
+
 def read_table(
     path: Path,
     format_name: str,
@@ -286,12 +345,11 @@ def read_table(
     present, is copied into `footer`.
     """
     name = str(path)
+    seen_warnings = len(report.warnings)
     header: dict[str, Any] | None = None
     batches: list[dict[str, Any]] = []
     for payload in iter_frame_payloads(path.read_bytes(), name, report):
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-        unpacker.feed(payload)
-        for item in unpacker:
+        for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "batch":
                 batches.append(item)
@@ -304,7 +362,8 @@ def read_table(
             elif isinstance(kind, str) and kind != "header" and extras is not None:
                 extras.setdefault(kind, []).append(item)
     if header is None:
-        raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file")
+        damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
+        raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")
     if header.get("format") != format_name:
         raise TraceFormatError(f"{name}: is a {header.get('format')!r} file, expected {format_name!r}")
     version = header.get("version")
@@ -312,9 +371,14 @@ def read_table(
         raise TraceFormatError(
             f"{name}: format version {version} is newer than this reader ({max_version}); upgrade replayproxy"
         )
+    try:
+        kinds = [header["kinds"][field_name] for field_name in header["fields"]]
+    except (KeyError, TypeError) as e:
+        raise TraceFormatError(f"{name}: header lacks a kind for field {e}") from e
+    batches = [b for b in batches if _batch_fits(b, kinds, name, report)]
     table = Table(path, header, n=sum(int(b["n"]) for b in batches))
-    for i, field_name in enumerate(header["fields"]):
-        decoded = _decode_column(header["kinds"][field_name], [b["columns"][i] for b in batches], table.n)
+    for i, (field_name, kind) in enumerate(zip(header["fields"], kinds, strict=True)):
+        decoded = _decode_column(kind, [b["columns"][i] for b in batches], table.n)
         if isinstance(decoded, tuple):
             table.ragged[field_name] = decoded
         else:
@@ -351,7 +415,8 @@ class TraceWriter:
 
     Frames are cut every `frame_records` records or `flush_interval_s` seconds (checked on every
     `write` and `poll`), so a crash loses at most that much. With `directory`, files are named
-    `<prefix>-<UTC timestamp>-<seq>.rpt` and rotate by size and/or age; with `path`, one file.
+    `<prefix>-<UTC timestamp>-<seq>.rpt` and rotate by size and/or age; with `path`, one file,
+    created at once.
     Clocks are injected (`mono_ns`, `wall_ns`) because only replayproxy.clock reads clocks.
     """
 
@@ -390,6 +455,8 @@ class TraceWriter:
         self.files: list[Path] = []
         self.records_written = 0
         self.bytes_closed = 0  # bytes of files already closed
+        if self._path is not None:
+            self._open()  # a single-file trace exists (header and footer) even with no records
 
     @property
     def current_path(self) -> Path | None:
@@ -409,12 +476,11 @@ class TraceWriter:
 
     def poll(self) -> None:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
-        now = self._mono()
         if self._file is None:
             return
-        if self._file.pending and now - self._last_flush_ns >= self._flush_interval_ns:
+        if self._file.pending and self._mono() - self._last_flush_ns >= self._flush_interval_ns:
             self.flush()
-        elif self._rotate_ns and now - self._opened_ns >= self._rotate_ns:
+        elif self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
@@ -567,7 +633,7 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Co
     tables = [_with_defaults(table) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
         table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
-    scalar = {name: np.concatenate([t.columns[name] for t in tables]) for name in tables[0].columns}
+    scalar = {name: np.concatenate([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
     order = np.argsort(scalar["offset_ns"], kind="stable")
     if not _is_identity(order):
         scalar = {name: column[order] for name, column in scalar.items()}
