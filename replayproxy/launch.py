@@ -71,3 +71,5 @@ def run_server(
     finally:
         server.stop()
         reader.join(5)
+        if process.stdout is not None:
+            process.stdout.close()
