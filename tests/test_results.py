@@ -1,0 +1,116 @@
+"""Result files (.rpr): round trip, side records, damage and version checks (replayproxy/results.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replayproxy import results, trace
+from replayproxy.results import RESULT_FIELDS, ReplayResult, ResultWriter, RunHeader, load_results
+from replayproxy.trace import ReadReport, TraceFormatError
+
+I64 = st.integers(-(2**63), 2**63 - 1)
+U32 = st.integers(0, 2**32 - 1)
+replay_results = st.builds(
+    ReplayResult,
+    index=I64,
+    scheduled_ns=I64,
+    sent_ns=I64,
+    endpoint=st.sampled_from(["chat", "completions"]),
+    stream=st.booleans(),
+    headers_ns=I64,
+    ttft_ns=I64,
+    e2e_ns=I64,
+    chunk_gaps_us=st.lists(U32, max_size=5).map(tuple),
+    chunk_tokens=st.lists(U32, max_size=5).map(tuple),
+    content_chunks=I64,
+    status=I64,
+    error=st.sampled_from(["", "timeout", "http_5xx"]),
+    error_message=st.text(max_size=20),
+    expected_input_tokens=I64,
+    expected_output_tokens=I64,
+    prompt_tokens=I64,
+    completion_tokens=I64,
+    cached_tokens=I64,
+    new_connection=st.booleans(),
+    worker=I64,
+)
+HEADER = RunHeader(
+    label="vllm-a", target="http://127.0.0.1:9", start_wall_ns=1_700_000_000 * 10**9, trace_paths=("a.rpt",),
+    models={"data": [{"id": "m"}]}, options={"speed": 2.0}, replayproxy_version="0.1", shard="1/2",
+)
+
+
+def row_of(loaded: results.ResultFile, i: int) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name in RESULT_FIELDS:
+        if name in ("chunk_gaps_us", "chunk_tokens"):
+            flat, index = loaded.ragged(name)
+            values[name] = tuple(flat[index[i] : index[i + 1]].tolist())
+        else:
+            value = loaded.column(name)[i]
+            values[name] = value.item() if hasattr(value, "item") else value
+    return values
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(replay_results, max_size=10), st.integers(1, 4))
+def test_every_result_field_round_trips(tmp_path: Path, written: list[ReplayResult], frame_records: int) -> None:
+    path = tmp_path / "run.rpr"
+    with ResultWriter(path, HEADER, frame_records=frame_records) as writer:
+        for result in written:
+            writer.write(result)
+    (loaded,) = load_results([path])
+    assert len(loaded) == len(written) and loaded.header == HEADER
+    for i, result in enumerate(written):
+        assert row_of(loaded, i) == {name: getattr(result, name) for name in RESULT_FIELDS}
+
+
+def test_side_records_and_footer_are_kept(tmp_path: Path) -> None:
+    writer = ResultWriter(tmp_path / "run.rpr", HEADER, frame_records=2)
+    writer.write(ReplayResult(index=0, scheduled_ns=0, sent_ns=1))
+    writer.write_extra("telemetry", {"t_ns": 5, "running": 3})
+    writer.write(ReplayResult(index=1, scheduled_ns=10, sent_ns=12))
+    writer.write_extra("telemetry", {"t_ns": 9, "running": 4})
+    writer.close(sent=2, schedule_lag_p99_ns=7)
+    (loaded,) = load_results([tmp_path])
+    assert loaded.column("index").tolist() == [0, 1]
+    assert loaded.extras == {
+        "telemetry": [{"type": "telemetry", "t_ns": 5, "running": 3}, {"type": "telemetry", "t_ns": 9, "running": 4}]
+    }
+    assert loaded.footer == {"type": "footer", "records": 2, "sent": 2, "schedule_lag_p99_ns": 7}
+
+
+def test_truncated_result_file_keeps_complete_frames(tmp_path: Path) -> None:
+    path = tmp_path / "run.rpr"
+    with ResultWriter(path, HEADER, frame_records=2) as writer:
+        for i in range(5):
+            writer.write(ReplayResult(index=i, scheduled_ns=i, sent_ns=i))
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])  # a crash while the footer frame was being written
+    report = ReadReport()
+    (loaded,) = load_results([path], report)
+    assert loaded.column("index").tolist() == [0, 1, 2, 3, 4]
+    assert loaded.footer == {} and report.footers == 0
+    assert len(report.warnings) == 1 and "truncated last frame" in report.warnings[0]
+
+
+def test_multiple_files_load_in_name_order(tmp_path: Path) -> None:
+    for name, label in (("b.rpr", "second"), ("a.rpr", "first")):
+        with ResultWriter(tmp_path / name, RunHeader(label=label, target="t", start_wall_ns=0)):
+            pass
+    assert [f.header.label for f in load_results([tmp_path])] == ["first", "second"]
+
+
+def test_newer_result_version_and_traces_are_refused(tmp_path: Path) -> None:
+    with ResultWriter(tmp_path / "run.rpr", HEADER):
+        pass
+    with pytest.raises(TraceFormatError, match="newer than this reader"):
+        trace.read_table(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
+    trace_path = tmp_path / "t.rpt"
+    trace.write_trace(trace_path, trace.TraceHeader(start_wall_ns=0), [], mono_ns=lambda: 0, wall_ns=lambda: 0)
+    with pytest.raises(TraceFormatError, match="expected 'replayproxy-result'"):
+        load_results([trace_path])
