@@ -1,0 +1,108 @@
+"""What the engine said about itself during a run: KV usage, queueing, preemption, prefix hits.
+
+Reads the `telemetry` side record the replayer stores (see replay/telemetry.py for the canonical
+names) and reduces it to the figures that explain latency differences. Engine-side latency
+percentiles come from the difference of the engine's histograms at the start and end of the run,
+interpolated within buckets the way Prometheus' `histogram_quantile` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+def summarize(record: dict[str, Any], requests: int) -> dict[str, Any]:
+    """Per-run telemetry figures; keys are present only when the engine exposed the metric."""
+    samples = record.get("samples", [])
+    summary: dict[str, Any] = {"source": record.get("source", ""), "samples": len(samples), "found": record.get("found", {})}
+    times_s = np.array([s["t_ns"] for s in samples], dtype=np.float64) / 1e9
+    kv = _series(samples, "kv_usage")
+    if kv is not None:
+        summary["kv_usage_peak"] = float(np.max(kv))
+        summary["kv_usage_mean"] = float(np.mean(kv))
+    waiting = _series(samples, "waiting")
+    if waiting is not None:
+        summary["waiting_peak"] = float(np.max(waiting))
+        summary["waiting_time_share"] = _time_share(times_s, waiting > 0)
+    running = _series(samples, "running")
+    if running is not None:
+        summary["running_peak"] = float(np.max(running))
+    preemptions = _increase(samples, "preemptions")
+    if preemptions is not None:
+        summary["preemptions"] = preemptions
+        summary["preemptions_per_1k_requests"] = 1000.0 * preemptions / requests if requests else None
+    queries, hits = _increase(samples, "prefix_queries"), _increase(samples, "prefix_hits")
+    if queries and hits is not None:
+        summary["prefix_hit_rate"] = hits / queries
+    else:
+        rate = _series(samples, "prefix_hit_rate")
+        if rate is not None:
+            summary["prefix_hit_rate"] = float(np.mean(rate))
+    start, end = record.get("histograms_start", {}), record.get("histograms_end", {})
+    for name, histogram in end.items():
+        quantiles = histogram_quantiles(histogram, start.get(name), QUANTILES)
+        if quantiles is not None:
+            summary[f"engine_{name.removesuffix('_s')}_ms"] = quantiles
+    return summary
+
+
+def over_time(record: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(seconds since run start, values) of one canonical series, for plots."""
+    samples = [s for s in record.get("samples", []) if name in s]
+    if not samples:
+        return None
+    return np.array([s["t_ns"] for s in samples]) / 1e9, np.array([s[name] for s in samples], dtype=np.float64)
+
+
+def histogram_quantiles(
+    end: dict[str, Any], start: dict[str, Any] | None, quantiles: Sequence[float]
+) -> dict[str, float] | None:
+    """Quantiles in ms of the observations made between two cumulative histogram snapshots."""
+    bounds = np.array([b[0] for b in end["buckets"]], dtype=np.float64)
+    counts = np.array([b[1] for b in end["buckets"]], dtype=np.float64)
+    if start is not None:
+        before = {b[0]: b[1] for b in start["buckets"]}
+        counts = counts - np.array([before.get(b, 0.0) for b in bounds])
+    total = counts[-1] if len(counts) else 0.0
+    if total <= 0:
+        return None
+    result = {"count": float(total)}
+    for q in quantiles:
+        rank = q * total
+        i = int(np.searchsorted(counts, rank, side="left"))
+        if i >= len(bounds) - 1 and np.isinf(bounds[-1]):
+            value = bounds[-2] if len(bounds) > 1 else float("nan")  # beyond the last finite bucket
+        else:
+            lower = bounds[i - 1] if i > 0 else 0.0
+            below = counts[i - 1] if i > 0 else 0.0
+            width = counts[i] - below
+            value = lower + (bounds[i] - lower) * ((rank - below) / width if width > 0 else 1.0)
+        result[f"p{round(q * 100):d}"] = float(value) * 1000.0
+    return result
+
+
+def _series(samples: list[dict[str, Any]], name: str) -> np.ndarray | None:
+    values = [s[name] for s in samples if name in s]
+    return np.array(values, dtype=np.float64) if values else None
+
+
+def _increase(samples: list[dict[str, Any]], name: str) -> float | None:
+    """Counter increase over the run, tolerating resets (a drop starts a new count)."""
+    values = _series(samples, name)
+    if values is None:
+        return None
+    steps = np.diff(values)
+    return float(np.sum(np.where(steps >= 0, steps, values[1:])))
+
+
+def _time_share(times_s: np.ndarray, condition: np.ndarray) -> float | None:
+    """Share of the sampled span during which `condition` held (each sample holds until the next)."""
+    if len(times_s) < 2:
+        return None
+    spans = np.diff(times_s)
+    return float(np.sum(spans[condition[:-1]]) / np.sum(spans)) if np.sum(spans) > 0 else None

@@ -1,0 +1,55 @@
+"""Telemetry summaries checked against hand-worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from replayproxy.report.telemetry import histogram_quantiles, over_time, summarize
+
+HIST = {"buckets": [[0.1, 4.0], [1.0, 9.0], [float("inf"), 10.0]], "count": 10.0, "sum": 3.5}
+
+
+def test_histogram_quantiles_interpolate_like_prometheus() -> None:
+    q = histogram_quantiles(HIST, None, (0.5, 0.9, 0.95))
+    assert q is not None
+    # p50: rank 5 falls in (0.1, 1.0] holding observations 5..9 -> 0.1 + 0.9 * (5 - 4) / 5 = 0.28 s.
+    assert q["p50"] == pytest.approx(280.0)
+    assert q["p90"] == pytest.approx(1000.0)
+    assert q["p95"] == pytest.approx(1000.0)  # in +Inf: the highest finite bound, as Prometheus does
+    assert q["count"] == 10.0
+
+
+def test_histogram_quantiles_use_only_the_runs_observations() -> None:
+    start = {"buckets": [[0.1, 4.0], [1.0, 4.0], [float("inf"), 4.0]], "count": 4.0, "sum": 0.2}
+    q = histogram_quantiles(HIST, start, (0.5,))
+    assert q is not None and q["count"] == 6.0
+    # 6 new observations: 5 in (0.1, 1.0], 1 in +Inf; rank 3 -> 0.1 + 0.9 * 3 / 5 = 0.64 s.
+    assert q["p50"] == pytest.approx(640.0)
+    assert histogram_quantiles(HIST, HIST, (0.5,)) is None
+
+
+def test_summary_of_gauges_counters_and_waiting_time() -> None:
+    samples = [
+        {"t_ns": 0, "kv_usage": 0.2, "waiting": 0.0, "preemptions": 5.0, "prefix_queries": 100.0, "prefix_hits": 10.0},
+        {"t_ns": 1_000_000_000, "kv_usage": 0.9, "waiting": 3.0, "preemptions": 7.0, "prefix_queries": 300.0, "prefix_hits": 90.0},
+        {"t_ns": 3_000_000_000, "kv_usage": 0.4, "waiting": 0.0, "preemptions": 8.0, "prefix_queries": 500.0, "prefix_hits": 110.0},
+    ]
+    record = {"source": "u", "samples": samples, "histograms_start": {}, "histograms_end": {"ttft_s": HIST}}
+    summary = summarize(record, requests=200)
+    assert summary["kv_usage_peak"] == 0.9
+    assert summary["kv_usage_mean"] == pytest.approx(0.5)
+    assert summary["waiting_time_share"] == pytest.approx(2 / 3)  # waiting from t=1 s to t=3 s of 3 s
+    assert summary["preemptions"] == 3.0
+    assert summary["preemptions_per_1k_requests"] == pytest.approx(15.0)
+    assert summary["prefix_hit_rate"] == pytest.approx(100 / 400)
+    assert summary["engine_ttft_ms"]["p50"] == pytest.approx(280.0)
+    times, values = over_time(record, "kv_usage") or ((), ())
+    assert list(times) == [0.0, 1.0, 3.0] and list(values) == [0.2, 0.9, 0.4]
+
+
+def test_counter_reset_and_missing_metrics() -> None:
+    samples = [{"t_ns": 0, "preemptions": 10.0}, {"t_ns": 1, "preemptions": 2.0}, {"t_ns": 2, "preemptions": 5.0}]
+    summary = summarize({"samples": samples}, requests=0)
+    assert summary["preemptions"] == 5.0  # restart to 2, then +3
+    assert summary["preemptions_per_1k_requests"] is None
+    assert "kv_usage_peak" not in summary and "prefix_hit_rate" not in summary
