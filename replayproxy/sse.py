@@ -1,0 +1,215 @@
+"""Server-sent events without I/O: bytes in, events out, and what each OpenAI-style chunk carries.
+
+Shared by the proxy (which observes and sometimes filters upstream streams) and the replayer
+(which timestamps chunks). `SSEDecoder.feed` accepts any split of the byte stream — a network
+read may hold half an event or several — and follows the WHATWG parsing rules: CRLF, LF or CR
+line ends, `:` comments, `data` lines joined by LF, dispatch on a blank line.
+`classify` says whether an event's data carries generated content (TTFT and ITL count only those).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import orjson
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event; `end` is the stream offset just past its terminating blank line.
+
+    When a CRLF is split across two feeds, the event is dispatched on the CR and `end` stops
+    before the LF (not seen yet); the decoder then skips that LF.
+    """
+
+    data: bytes
+    event: str = ""  # the `event:` field; "" means the default type "message"
+    id: str | None = None  # the last event id seen so far (the spec carries it forward)
+    retry_ms: int | None = None
+    end: int = 0
+
+
+class SSEDecoder:
+    """Incremental decoder; one per stream. Holds only the incomplete tail between calls."""
+
+    __slots__ = ("_tail", "_data", "_event", "_id", "_retry", "_skip_lf", "_offset", "_started")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._data: list[bytes] = []
+        self._event = ""
+        self._id: str | None = None
+        self._retry: int | None = None
+        self._skip_lf = False  # the previous feed ended in CR, so a leading LF belongs to it
+        self._offset = 0  # stream bytes consumed into complete lines
+        self._started = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+                self._offset += 1
+        buf = self._tail + chunk if self._tail else chunk
+        if not self._started:
+            if len(buf) < 3 and _BOM.startswith(buf):
+                self._tail = buf
+                return []
+            self._started = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
+                self._offset += 3
+        events: list[SSEEvent] = []
+        if b"\r" in buf:
+            pos = 0
+            for match in _LINE_END.finditer(buf):
+                self._line(buf[pos : match.start()], self._offset + match.end(), events)
+                pos = match.end()
+            self._skip_lf = buf.endswith(b"\r")
+        else:  # the common case: LF only, so a plain split finds the lines
+            lines = buf.split(b"\n")
+            at = self._offset
+            for line in lines[:-1]:
+                at += len(line) + 1
+                self._line(line, at, events)
+            pos = len(buf) - len(lines[-1])
+        self._offset += pos
+        self._tail = buf[pos:]
+        return events
+
+    def _line(self, line: bytes, end: int, events: list[SSEEvent]) -> None:
+        if line.startswith(b"data: "):
+            self._data.append(line[6:])
+        elif line:
+            self._field(line)
+        elif self._data:
+            events.append(self._dispatch(end))
+        else:
+            self._event = ""
+
+    def _field(self, line: bytes) -> None:
+        if line[:1] == b":":
+            return
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._id = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():
+            self._retry = int(value)
+
+    def _dispatch(self, end: int) -> SSEEvent:
+        data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+        event = SSEEvent(data, self._event, self._id, self._retry, end)
+        self._data = []
+        self._event = ""
+        return event
+
+
+# --------------------------------------------------------------------------- chunk classification
+
+ROLE = "role"  # a chat chunk announcing the role, with no generated text yet
+CONTENT = "content"  # carries generated text: content, reasoning, a tool-call or function-call delta
+EMPTY = "empty"  # has choices but nothing generated (e.g. the finish_reason-only chunk)
+USAGE = "usage"  # `choices: []` with `usage` (stream_options.include_usage's extra chunk)
+DONE = "done"  # the `[DONE]` sentinel
+ERROR = "error"  # an `{"error": ...}` object sent in the stream
+OTHER = "other"  # not JSON, or JSON of another shape
+KINDS = (ROLE, CONTENT, EMPTY, USAGE, DONE, ERROR, OTHER)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts an upstream reported; -1 where it said nothing."""
+
+    prompt_tokens: int = -1
+    completion_tokens: int = -1
+    cached_tokens: int = -1
+
+
+class ChunkInfo(NamedTuple):
+    """What one event carries (a tuple: the replayer classifies every chunk of every request)."""
+
+    kind: str  # one of KINDS
+    usage: Usage | None = None  # present on usage chunks and, with continuous usage stats, on others
+    finish_reason: str | None = None
+
+
+_DONE_INFO = ChunkInfo(DONE)
+_OTHER_INFO = ChunkInfo(OTHER)
+_PLAIN = {kind: ChunkInfo(kind) for kind in KINDS}
+_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+
+
+def classify(data: bytes) -> ChunkInfo:
+    """What one SSE event's data carries; never raises, whatever the bytes."""
+    if data.strip() == b"[DONE]":
+        return _DONE_INFO
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _OTHER_INFO
+    if not isinstance(obj, dict):
+        return _OTHER_INFO
+    usage = parse_usage(obj.get("usage"))
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return ChunkInfo(ERROR if "error" in obj else (USAGE if usage else OTHER), usage)
+    if not choices:
+        return ChunkInfo(USAGE if usage else EMPTY, usage)
+    kind = EMPTY
+    finish: str | None = None
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            finish = reason
+        choice_kind = _choice_kind(choice)
+        if choice_kind == CONTENT:
+            kind = CONTENT
+        elif choice_kind == ROLE and kind == EMPTY:
+            kind = ROLE
+    if usage is None and finish is None:
+        return _PLAIN[kind]
+    return ChunkInfo(kind, usage, finish)
+
+
+def _choice_kind(choice: dict[str, Any]) -> str:
+    text = choice.get("text")  # /v1/completions
+    if isinstance(text, str) and text:
+        return CONTENT
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return EMPTY
+    for key in _TEXT_KEYS:
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return CONTENT
+    if delta.get("tool_calls") or delta.get("function_call"):
+        return CONTENT
+    return ROLE if delta.get("role") else EMPTY
+
+
+def parse_usage(value: object) -> Usage | None:
+    """An OpenAI `usage` object as numbers; None when absent or not an object."""
+    if not isinstance(value, dict):
+        return None
+    details = value.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(_count(value.get("prompt_tokens")), _count(value.get("completion_tokens")), _count(cached))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1
