@@ -1,0 +1,51 @@
+"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from replayproxy.report.document import build_document
+from replayproxy.report.goodput import parse_slo
+from replayproxy.report.profile import baseline_run
+from replayproxy.report.render_json import render_json
+from replayproxy.report.render_text import render_markdown, render_text
+from replayproxy.report.runs import load_runs
+from replayproxy.report.sweep import MAX_ERROR_RATE
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs")
+    parser.add_argument("--baseline", nargs="+", metavar="TRACE",
+                        help="trace(s) whose recorded production timings become a column of their own")
+    parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (goodput)")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="every figure as one JSON object (docs/report.md)")
+    fmt.add_argument("--markdown", action="store_true", help="tables in Markdown, for a PR or wiki page")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here, not stdout")
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--max-error-rate", type=float, default=MAX_ERROR_RATE,
+                        help=f"error rate at which a sweep step counts as failing (default {MAX_ERROR_RATE})")
+
+
+def run(args: argparse.Namespace) -> int:
+    slos = parse_slo(args.slo) if args.slo else ()
+    if args.resamples < 100:
+        raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
+    runs = load_runs(args.results)
+    baseline = baseline_run(args.baseline) if args.baseline else None
+    doc = build_document(runs, baseline=baseline, slos=slos, slo_spec=args.slo or "", resamples=args.resamples,
+                         seed=args.seed, max_error_rate=args.max_error_rate)
+    if args.html:
+        from replayproxy.report.render_html import render_html  # matplotlib only when asked for
+
+        Path(args.html).write_text(render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8")
+    text = render_json(doc) if args.json else render_markdown(doc) if args.markdown else render_text(doc)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0

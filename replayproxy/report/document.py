@@ -1,0 +1,232 @@
+"""Every figure of a report in one JSON-ready dict (schema in docs/report.md); renderers only format it.
+
+Keys are stable and carry units (`runs[0].ttft_ms.p99`); a figure that could not be measured is
+null, and every summary carries the count of requests (or gaps) it covers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from replayproxy.report import breakdown
+from replayproxy.report.compare import Comparison, compare, comparable
+from replayproxy.report.goodput import Goodput, Slo, goodput
+from replayproxy.report.measures import concurrency, exact_share
+from replayproxy.report.runs import Run
+from replayproxy.report.stats import summarize
+from replayproxy.report.sweep import Step, find_knee, step_of
+
+SCHEMA = "replayproxy-report/1"
+LAG_WARN_MS = 5.0
+
+
+def num(value: float) -> float | None:
+    """JSON number or null for NaN/inf."""
+    return float(value) if math.isfinite(value) else None
+
+
+def build_document(
+    runs: list[Run],
+    *,
+    baseline: Run | None = None,
+    slos: tuple[Slo, ...] = (),
+    slo_spec: str = "",
+    resamples: int = 1000,
+    seed: int = 0,
+    max_error_rate: float = 0.01,
+) -> dict[str, Any]:
+    columns = [*runs, *([baseline] if baseline is not None else [])]
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
+        "runs": [run_doc(r, slos) for r in columns],
+        "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
+        "sweeps": [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)],
+        "warnings": [w for r in columns for w in run_warnings(r)],
+    }
+    return doc
+
+
+def slo_doc(slo: Slo) -> dict[str, Any]:
+    return {"metric": slo.metric, "percentile": slo.percentile, "limit_ms": slo.limit_ms, "text": slo.text}
+
+
+def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
+    m = run.measures
+    req = m.requests
+    duration = m.duration_s if m.duration_s > 0 else math.nan
+    errors = Counter(str(e) for e in req.error[~m.ok])
+    mean_conc, peak_conc = concurrency(m)
+    ok_out = m.output_tokens[m.ok]
+    ok_in = m.input_tokens[m.ok]
+    scheduled = req.scheduled_ns[req.scheduled_ns >= 0]
+    span = float(scheduled.max() - scheduled.min()) / 1e9 if len(scheduled) > 1 else math.nan
+    in_share, in_count = exact_share(req.input_tokens, req.expected_input_tokens)
+    out_share, out_count = exact_share(req.output_tokens, req.expected_output_tokens)
+    return {
+        "label": run.label,
+        "kind": run.kind,
+        "paths": list(run.paths),
+        "target": run.target,
+        "model": run.model,
+        "trace_digest": run.trace_digest,
+        "speed": run.speed,
+        "shards": run.shards,
+        "token_timing": run.token_timing,
+        "options": run.options,
+        "requests": m.n,
+        "succeeded": int(m.ok.sum()),
+        "errors": {
+            "count": int((~m.ok).sum()),
+            "rate": num((~m.ok).sum() / m.n) if m.n else None,
+            "by_class": dict(sorted(errors.items())),
+        },
+        "duration_s": num(m.duration_s),
+        "offered_requests_per_s": num(len(scheduled) / span) if len(scheduled) > 1 else None,
+        "requests_per_s": num(m.ok.sum() / duration),
+        "output_tokens_per_s": _rate(ok_out, duration),
+        "input_tokens_per_s": _rate(ok_in, duration),
+        "concurrency": {"mean": num(mean_conc), "peak": peak_conc},
+        "input_tokens": summarize(ok_in).to_dict(),
+        "output_tokens": summarize(ok_out).to_dict(),
+        "output_tokens_from_usage_share": num(float(np.mean(m.output_from_usage[m.ok]))) if m.ok.any() else None,
+        "ttft_ms": summarize(m.ttft_ms).to_dict(),
+        "tpot_ms": summarize(m.tpot_ms).to_dict(),
+        "itl_ms": summarize(m.itl_ms).to_dict(),
+        "itl_unit": "token" if m.itl_per_token else "chunk",
+        "e2e_ms": summarize(m.e2e_ms).to_dict(),
+        "schedule_lag_ms": summarize(m.lag_ms).to_dict(),
+        "ttft_from_scheduled_ms": summarize(m.ttft_sched_ms).to_dict(),
+        "e2e_from_scheduled_ms": summarize(m.e2e_sched_ms).to_dict(),
+        "exact_input_share": num(in_share),
+        "exact_input_count": in_count,
+        "exact_output_share": num(out_share),
+        "exact_output_count": out_count,
+        "goodput": goodput_doc(goodput(m, slos)) if slos else None,
+        "breakdowns": {
+            "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
+            "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
+            "window_10s": [group_doc(g, window=True) for g in breakdown.by_window(m)],
+        },
+    }
+
+
+def _rate(tokens: np.ndarray, duration_s: float) -> float | None:
+    """Tokens per second over the run, or null when no request's count is known."""
+    known = tokens[np.isfinite(tokens)]
+    return num(float(known.sum()) / duration_s) if len(known) else None
+
+
+def goodput_doc(g: Goodput) -> dict[str, Any]:
+    return {
+        "requests_per_s": num(g.requests_per_s),
+        "fraction": num(g.fraction),
+        "good": g.good,
+        "of": g.total,
+        "percentile_checks": [
+            {"slo": c.slo.text, "value_ms": num(c.value_ms), "limit_ms": c.slo.limit_ms, "count": c.count,
+             "met": c.met}
+            for c in g.checks
+        ],
+        "percentiles_met": g.percentiles_met,
+    }
+
+
+def group_doc(g: breakdown.Group, window: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": g.name, "requests": g.requests, "errors": g.errors}
+    if window:
+        out["start_s"] = g.start_s
+        out["arrival_rate_per_s"] = g.arrival_rate_per_s
+    out.update(ttft_ms=g.ttft_ms.to_dict(), tpot_ms=g.tpot_ms.to_dict(), e2e_ms=g.e2e_ms.to_dict())
+    return out
+
+
+def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int) -> list[Comparison]:
+    """Each run against the first run at the same speed, and the baseline against runs at speed 1.
+
+    Runs at different speeds (sweep steps) are not paired: that compares loads, not engines.
+    """
+    out = []
+    first_at: dict[float | None, Run] = {}
+    for run in runs:
+        reference = first_at.setdefault(run.speed, run)
+        if reference is not run and comparable(reference, run):
+            out.append(compare(reference, run, resamples=resamples, seed=seed))
+    if baseline is not None:
+        out.extend(compare(baseline, r, resamples=resamples, seed=seed) for r in runs if r.speed in (None, 1.0))
+    return out
+
+
+def comparison_doc(c: Comparison) -> dict[str, Any]:
+    doc: dict[str, Any] = {"a": c.a, "b": c.b, "common_requests": c.common, "only_a": c.only_a, "only_b": c.only_b}
+    for mc in c.metrics:
+        doc[mc.metric] = {
+            "pairs": mc.pairs,
+            "median_ratio_b_over_a": num(mc.median_ratio),
+            "share_faster_b": num(mc.share_faster_b),
+            **{f"p{q}_diff_ms": ci.to_dict() for q, ci in mc.diffs.items()},
+            **{f"p{q}_verdict": mc.verdict(q) for q in mc.diffs},
+        }
+    return doc
+
+
+def sweep_groups(runs: list[Run]) -> list[list[Run]]:
+    """Runs of one trace against one target and model at two or more distinct speeds, speed order."""
+    groups: dict[tuple[str, str, str], list[Run]] = {}
+    for run in runs:
+        if run.kind == "replay" and run.speed is not None:
+            groups.setdefault((run.trace_digest, run.target, run.model), []).append(run)
+    return [sorted(g, key=lambda r: r.speed or 0.0) for g in groups.values() if len({r.speed for r in g}) >= 2]
+
+
+def sweep_doc(group: list[Run], slos: tuple[Slo, ...], max_error_rate: float,
+              best_speed: float | None = None) -> dict[str, Any]:
+    steps = [step_of(r, slos) for r in group]
+    knee = find_knee(steps, max_error_rate)
+    return {
+        "target": group[0].target,
+        "model": group[0].model,
+        "trace_digest": group[0].trace_digest,
+        "steps": [step_doc(s) for s in steps],
+        "knee_speed": steps[knee.step].speed if knee.step is not None else None,
+        "broke_at_speed": steps[knee.broke_at].speed if knee.broke_at is not None else None,
+        "break_reasons": list(knee.reasons),
+        "knee": knee.describe(steps),
+        "best_speed_meeting_slo": best_speed,
+        "max_error_rate": max_error_rate,
+    }
+
+
+def step_doc(s: Step) -> dict[str, Any]:
+    return {
+        "speed": s.speed,
+        "label": s.label,
+        "requests": s.requests,
+        "requests_per_s": num(s.requests_per_s),
+        "output_tokens_per_s": num(s.output_tokens_per_s),
+        "mean_concurrency": num(s.mean_concurrency),
+        "ttft_ms": s.ttft_ms.to_dict(),
+        "tpot_ms": s.tpot_ms.to_dict(),
+        "e2e_ms": s.e2e_ms.to_dict(),
+        "errors": s.errors,
+        "error_rate": num(s.error_rate),
+        "goodput": goodput_doc(s.goodput) if s.goodput is not None else None,
+    }
+
+
+def run_warnings(run: Run) -> list[str]:
+    """Things that limit what a run's figures mean (client bottleneck, capped concurrency)."""
+    out = []
+    lag = summarize(run.measures.lag_ms)
+    if lag.count and lag.p99 > LAG_WARN_MS:
+        out.append(f"{run.label}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
+                   "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms")
+    cap = run.options.get("max_concurrency")
+    if cap:
+        out.append(f"{run.label}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
+                   f"(schedule lag p99 {lag.p99:.1f} ms)")
+    return out

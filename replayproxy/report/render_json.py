@@ -1,0 +1,19 @@
+"""The report document as JSON (schema in docs/report.md): stable keys, units in names, null = not measured."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def render_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False, default=_default) + "\n"
+
+
+def _default(value: Any) -> Any:
+    """numpy scalars and tuples that slipped into options become plain JSON values."""
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, tuple | set):
+        return list(value)
+    return str(value)

@@ -1,0 +1,43 @@
+"""Plain-text (terminal) and Markdown (PR / wiki) renderings of the report tables; formatting only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replayproxy.report.tables import Table, tables
+
+
+def _aligned(table: Table) -> list[str]:
+    lines = [table.title, "-" * len(table.title)]
+    if table.header:
+        grid = [table.header, *table.rows]
+        widths = [max(len(row[i]) for row in grid) for i in range(len(table.header))]
+        for row in grid:
+            cells = [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))]
+            lines.append("  ".join(cells).rstrip())
+    lines.extend(f"  {note}" for note in table.notes)
+    return lines
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    blocks = ["\n".join(_aligned(t)) for t in tables(doc)]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _escape(cell: str) -> str:
+    return cell.replace("|", "\\|")
+
+
+def _markdown(table: Table) -> list[str]:
+    lines = [f"### {table.title}", ""]
+    if table.header:
+        lines.append("| " + " | ".join(_escape(c) for c in table.header) + " |")
+        lines.append("|" + "|".join(["---", *["---:"] * (len(table.header) - 1)]) + "|")
+        lines.extend("| " + " | ".join(_escape(c) for c in row) + " |" for row in table.rows)
+        lines.append("")
+    lines.extend(f"> {note}" for note in table.notes)
+    return lines
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    return "\n".join(line for t in tables(doc) for line in [*_markdown(t), ""])
