@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,15 @@ def get(url: str) -> tuple[int, bytes]:
     return asyncio.run(_get(url))
 
 
-def read_truth(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+def read_truth(path: Path, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The truth log once it has `count` lines: a line is written just after the request's last
+    write, so a client that has its answer may still be a moment ahead of the log."""
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        lines = path.read_bytes().splitlines() if path.exists() else []
+        if len(lines) >= count or time.perf_counter() > deadline:
+            return [orjson.loads(line) for line in lines]
+        time.sleep(0.01)
 
 
 def metric(text: str, name: str) -> float:

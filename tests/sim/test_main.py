@@ -1,0 +1,41 @@
+"""`python -m replayproxy.sim` as a real subprocess: the listening line, options, config file, signals."""
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.servers import sim
+from tests.sim.helpers import chat_body, get, post, read_truth
+
+
+def test_subprocess_listens_on_an_ephemeral_port_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    with sim("--speed", "20", "--truth-log", str(truth), "--model", "m2") as server:
+        assert server.output[0] == f"sim listening on {server.url}"
+        status, answer = post(server.url + "/v1/chat/completions", {**chat_body(max_tokens=3), "model": "m2"})
+        assert status == 200 and answer["model"] == "m2"
+        assert read_truth(truth, 1)[0]["id"] == answer["id"]
+        assert server.stop(signal.SIGTERM) == 0
+
+
+def test_config_file_and_sigint(tmp_path: Path) -> None:
+    config = tmp_path / "sim.toml"
+    config.write_text('model = "from-toml"\nspeed = 10\n')
+    with sim("--config", str(config)) as server:
+        assert b"from-toml" in get(server.url + "/v1/models")[1]
+        assert server.stop(signal.SIGINT) == 0
+
+
+def test_bad_options_exit_2_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "replayproxy.sim", "--fail-rate", "2"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "replayproxy sim: error: fail_rate must be within [0, 1], got 2.0"
+
+
+def test_replayproxy_sim_help_is_the_sims_help() -> None:
+    result = subprocess.run([sys.executable, "-m", "replayproxy", "sim", "--help"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert "--tokens-per-chunk" in result.stdout and "--no-prefix-cache" in result.stdout
