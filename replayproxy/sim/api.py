@@ -91,8 +91,9 @@ def _sampling(body: dict[str, Any], prompt_len: int, max_model_len: int) -> Samp
         raise ApiError(400, f"{param} must be at least 1, got {max_tokens}.", param)
     elif prompt_len + max_tokens > max_model_len:
         raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
-                       f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} "
-                       "in the completion). Please reduce the length of the messages or completion.", param)
+                       f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
+                       f"{max_tokens} in the completion). Please reduce the length of the messages or "
+                       "completion.", param)
     min_tokens = _integer(body, "min_tokens", 0)
     if not 0 <= min_tokens <= max_tokens:
         raise ApiError(400, f"min_tokens must be between 0 and max_tokens={max_tokens}, got {min_tokens}.",
@@ -150,7 +151,8 @@ def _completion_prompt(body: dict[str, Any]) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         if len(prompt) != 1:
-            raise ApiError(400, "a batch of several prompts is not supported by the simulated engine", "prompt")
+            raise ApiError(400, "a batch of several prompts is not supported by the simulated engine",
+                           "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return [tokenizer.BOS_ID, *tokenizer.encode(prompt)]

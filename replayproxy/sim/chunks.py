@@ -17,7 +17,9 @@ from replayproxy.sim.sampler import OutputPlan
 DONE = b"data: [DONE]\n\n"
 
 
-def chunk_ranges(sent: int, available: int, done: bool, per_chunk: int, reasoning: int) -> Iterator[tuple[int, int]]:
+def chunk_ranges(
+    sent: int, available: int, done: bool, per_chunk: int, reasoning: int
+) -> Iterator[tuple[int, int]]:
     """Token ranges to send now: whole chunks of `per_chunk`, a short one only at the end, and never
     one that mixes reasoning (tokens < `reasoning`) and content."""
     while sent < available and (done or available - sent >= per_chunk):

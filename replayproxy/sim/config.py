@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import tomllib
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,7 @@ _FIELDS = {f.name: f for f in fields(SimConfig)}
 
 def _coerce(name: str, value: Any) -> Any:
     """Check a TOML value against the field's type (TOML ints are fine where floats are expected)."""
-    default = _FIELDS[name].default
-    assert default is not MISSING
+    default: Any = _FIELDS[name].default
     if name == "truth_log":
         expected: tuple[type, ...] = (str,)
     elif isinstance(default, bool):
@@ -84,7 +83,8 @@ def _coerce(name: str, value: Any) -> Any:
         expected = (int, float)
     else:
         expected = (type(default),)
-    if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
+    matches = isinstance(value, expected) and (bool in expected or not isinstance(value, bool))
+    if not matches:
         raise ValueError(f"config key {name!r} must be {expected[-1].__name__}, got {value!r}")
     return float(value) if float in expected else value
 

@@ -31,7 +31,9 @@ class Seq:
                  "held", "cached_tokens", "admitted", "done", "aborted", "preemptions", "arrival_ns",
                  "first_token_ns", "prev_token_ns", "last_token_ns")
 
-    def __init__(self, prompt_len: int, output_len: int, hashes: list[int], notify: Callable[[Seq], None]) -> None:
+    def __init__(
+        self, prompt_len: int, output_len: int, hashes: list[int], notify: Callable[[Seq], None]
+    ) -> None:
         self.prompt_len = prompt_len
         self.output_len = output_len
         self.hashes = hashes  # chained hashes of the prompt's full blocks ([] without prefix cache)

@@ -56,7 +56,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     engine = Engine(config, metrics)
     metrics.engine = engine
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[SIM] = Sim(config, engine, metrics, Sampler(config.mean_output_tokens, config.seed), FaultDrawer(config))
+    sampler = Sampler(config.mean_output_tokens, config.seed)
+    app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config))
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
@@ -226,8 +227,9 @@ class _Answer:
                 fmt = self._formatter(seq)
                 if self.req.endpoint == api.CHAT:
                     events.append((fmt.role(), "r"))
-            for start, end in chunk_ranges(sent, generated, done, config.tokens_per_chunk, fmt.reasoning_tokens):
-                events.append((fmt.content(self.plan, start, end), "R" if start < fmt.reasoning_tokens else "c"))
+            reasoning = fmt.reasoning_tokens
+            for start, end in chunk_ranges(sent, generated, done, config.tokens_per_chunk, reasoning):
+                events.append((fmt.content(self.plan, start, end), "R" if start < reasoning else "c"))
                 sent = end
             if done:
                 if self.req.include_usage:
@@ -241,7 +243,8 @@ class _Answer:
     async def _write(self, events: list[tuple[bytes, str]]) -> None:
         """Write events, stamping each in the truth record; faults and split writes go event by event."""
         record, faults = self.record, self.faults
-        if not (self.sim.config.split_writes or faults.reset_after is not None or faults.stall_after is not None):
+        split = self.sim.config.split_writes
+        if not (split or faults.reset_after is not None or faults.stall_after is not None):
             await self.resp.write(b"".join(data for data, _ in events))
             now = wall_ns()
             record.chunk_ns.extend([now] * len(events))
@@ -252,7 +255,7 @@ class _Answer:
                 await asyncio.sleep(faults.stall_s)
             if len(record.kinds) == faults.reset_after:
                 self._reset()
-            if self.sim.config.split_writes:
+            if split:
                 middle = len(data) // 2
                 await self.resp.write(data[:middle])
                 await asyncio.sleep(0)

@@ -32,7 +32,7 @@ class TruthRecord:
     fault: str | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class TruthLog:

@@ -8,7 +8,8 @@ from replayproxy.sim.sampler import OutputPlan
 
 
 @given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 320))
-def test_ranges_cover_the_output_in_bounded_unmixed_chunks(length: int, per_chunk: int, reasoning: int) -> None:
+def test_ranges_cover_the_output_in_bounded_unmixed_chunks(length: int, per_chunk: int,
+                                                           reasoning: int) -> None:
     ranges = list(chunk_ranges(0, length, True, per_chunk, reasoning))
     assert [r[0] for r in ranges[1:]] == [r[1] for r in ranges[:-1]]
     assert ranges[0][0] == 0 and ranges[-1][1] == length

@@ -35,7 +35,9 @@ async def _drive(engine: Engine, requests: Sequence[tuple[list[int], int]], gap_
     return seqs
 
 
-def _run(config: SimConfig, requests: Sequence[tuple[list[int], int]], **kwargs: object) -> tuple[Engine, list[Seq]]:
+def _run(
+    config: SimConfig, requests: Sequence[tuple[list[int], int]], **kwargs: object
+) -> tuple[Engine, list[Seq]]:
     engine = Engine(config)
     seqs = asyncio.run(_drive(engine, requests, **kwargs))  # type: ignore[arg-type]
     return engine, seqs
