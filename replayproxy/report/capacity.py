@@ -8,7 +8,6 @@ every assumption are written down in docs/capacity.md; the defaults follow vLLM'
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,28 +23,8 @@ INT4_GROUP_META_BYTES = 2.5
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp16": 2, "fp8": 1}
 UNQUANTIZED_BYTES = 2  # the model's 16-bit dtype
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
-
-
 class ModelConfigError(ValueError):
     """A model config the calculator cannot use (missing or inconsistent keys)."""
-
-
-def parse_memory_size(text: str) -> int:
-    """Bytes from '80GiB', '81559MiB', '24GB', '80G' (G, M, T alone are binary, like nvidia-smi's MiB)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"bad memory size {text!r}; use e.g. 80GiB, 81559MiB or 24GB")
-    number, unit = float(match.group(1)), (match.group(2) or "").lower()
-    if not unit:
-        raise ValueError(f"memory size {text!r} needs a unit (GiB, MiB, GB, ...)")
-    binary = "i" in unit or len(unit) == 1 and unit != "b"
-    scale = 1024 ** "bkmgt".index(unit[0]) if binary else _UNITS[unit[0]]
-    size = int(number * scale)
-    if size <= 0:
-        raise ValueError(f"memory size {text!r} must be positive")
-    return size
 
 
 @dataclass(frozen=True, slots=True)

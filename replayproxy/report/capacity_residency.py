@@ -15,7 +15,7 @@ import numpy as np
 from replayproxy.results import ResultFile
 from replayproxy.trace import Columns
 
-CHUNK_POINTS = 8  # chunk-timed progress is followed through this many segments per request
+CHUNK_POINTS = 4  # chunk-timed progress is followed through this many segments per request
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,40 +97,35 @@ def estimate(t: Timings, assume_ttft_ns: int, assume_tpot_ns: int) -> tuple[Timi
     return filled, int(np.count_nonzero(missing)), int(np.count_nonzero(skip))
 
 
-def progress_points(t: Timings, points: int = CHUNK_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """(times ns, tokens generated) at `points` + 1 moments of each request, first token to last.
+def _progress(t: Timings, points: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(times ns, tokens generated so far) at moments of each request that got a first token.
 
-    With chunk gaps recorded, the moments are chunk arrivals spread evenly over the chunks and the
-    tokens follow the chunks (their reported sizes, else equal shares); otherwise both are linear
-    from the first token to the end. Rows of requests without a first token are all zero.
+    Requests with chunk gaps are followed through `points` + 1 chunk arrivals spread evenly over
+    their chunks, tokens following the chunks (their reported sizes, else equal shares); the
+    others are linear from the first token (one token) to the end (all of them).
     """
-    n = len(t.arrival_ns)
+    started = t.ttft_ns >= 0
     first = t.arrival_ns + t.ttft_ns
     end = np.maximum(t.arrival_ns + t.e2e_ns, first)
     out = t.output_tokens.astype(np.float64)
-    start_tokens = np.minimum(out, 1.0)
-    share = np.arange(points + 1) / points  # (P,)
-    times = first[:, None] + ((end - first)[:, None] * share).astype(np.int64)
-    tokens = start_tokens[:, None] + (out - start_tokens)[:, None] * share
     gaps = np.diff(t.chunk_index)
-    chunked = np.flatnonzero((gaps > 0) & (t.ttft_ns >= 0))
-    if len(chunked):
-        g = gaps[chunked][:, None]
-        j = (np.arange(points + 1) * g) // points  # chunk numbers, 0..g, per row
+    chunked = started & (gaps > 0)
+    linear = np.flatnonzero(started & ~chunked)
+    one = np.minimum(out[linear], 1.0)
+    groups = [(np.stack([first[linear], end[linear]], axis=1), np.stack([one, out[linear]], axis=1))]
+    rows = np.flatnonzero(chunked)
+    if len(rows):
+        g = gaps[rows][:, None]
+        j = (np.arange(points + 1) * g) // points  # chunk numbers 0..g of each row's moments
         cum_us = np.concatenate([[0], np.cumsum(t.chunk_gaps_us)])
-        base = t.chunk_index[chunked][:, None]
-        offset_ns = (cum_us[base + j] - cum_us[base]) * 1000
-        times[chunked] = np.minimum(first[chunked][:, None] + offset_ns, end[chunked][:, None])
-        tokens[chunked] = _chunk_tokens(t, chunked, j, g) * out[chunked][:, None]
-    no_first = t.ttft_ns < 0
-    times[no_first] = t.arrival_ns[no_first][:, None]
-    tokens[no_first] = 0.0
-    assert times.shape == (n, points + 1)
-    return times, tokens
+        base = t.chunk_index[rows][:, None]
+        times = np.minimum(first[rows][:, None] + (cum_us[base + j] - cum_us[base]) * 1000, end[rows][:, None])
+        groups.append((times, _chunk_fraction(t, rows, j, g) * out[rows][:, None]))
+    return groups
 
 
-def _chunk_tokens(t: Timings, rows: np.ndarray, j: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Fraction of the output present after chunk j: reported chunk sizes where they match, else equal."""
+def _chunk_fraction(t: Timings, rows: np.ndarray, j: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Fraction of the output present after chunk j: reported chunk sizes where they add up, else equal."""
     equal = (j + 1) / (g + 1)
     if t.chunk_tokens is None or t.chunk_tokens_index is None or not len(t.chunk_tokens):
         return equal
@@ -142,6 +137,19 @@ def _chunk_tokens(t: Timings, rows: np.ndarray, j: np.ndarray, g: np.ndarray) ->
     usable = (counts == g + 1) & (total > 0)
     reported = (cum[base + np.minimum(j + 1, counts)] - cum[base]) / np.maximum(total, 1)
     return np.where(usable, reported, equal)
+
+
+def _point_events(times: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flattened (time, jump, slope change) events of piecewise-linear progress rows."""
+    dt = np.diff(times, axis=1)
+    d_tokens = np.diff(tokens, axis=1)
+    ramps = dt > 0
+    slopes = np.zeros(dt.shape)
+    np.divide(d_tokens, dt, out=slopes, where=ramps)
+    jumps = np.concatenate([tokens[:, :1], np.where(ramps, 0.0, d_tokens)], axis=1)
+    zero = np.zeros((len(slopes), 1))
+    changes = np.concatenate([slopes, zero], axis=1) - np.concatenate([zero, slopes], axis=1)
+    return times.ravel(), jumps.ravel(), changes.ravel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +182,7 @@ class Curve:
         return float(np.sum(dt * (v0 + v1) / 2) / dt.sum()) if dt.sum() > 0 else 0.0
 
     def time_at_or_below_ns(self, level: float) -> float:
-        dt, v0, v1 = self._segments()
-        rise = v1 - v0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(rise > 1e-9, np.clip((level - v0) / rise, 0.0, 1.0), (v0 <= level).astype(float))
-        return float(np.sum(dt * frac))
+        return _time_at_or_below(*self._segments(), level)
 
     def time_above_ns(self, level: float) -> float:
         return max(self.duration_ns - self.time_at_or_below_ns(level), 0.0)
@@ -195,42 +199,104 @@ class Curve:
         return int(self.times_ns[k] + fraction * (self.times_ns[k + 1] - self.times_ns[k]))
 
     def quantile(self, q: float) -> float:
-        """The level the resident tokens stay at or below for a fraction q of the time."""
-        total = float(self.duration_ns)
-        if total <= 0:
-            return self.peak()[0]
-        low, high = 0.0, self.peak()[0]
-        while high - low > 0.5:
+        """The level the resident tokens stay at or below for a fraction q of the time (bisection).
+
+        Segments entirely below the bracket count fully, those above it not at all, so each step
+        only looks at the segments that straddle it.
+        """
+        dt, v0, v1 = self._segments()
+        target, low, high = q * float(dt.sum()), 0.0, self.peak()[0]
+        settled = 0.0
+        while high - low > 1e-3 and len(dt):
             mid = (low + high) / 2
-            if self.time_at_or_below_ns(mid) >= q * total:
+            if settled + _time_at_or_below(dt, v0, v1, mid) >= target:
                 high = mid
             else:
                 low = mid
+            below, straddle = np.maximum(v0, v1) <= low, np.minimum(v0, v1) < high
+            settled += float(dt[below].sum())
+            keep = straddle & ~below
+            dt, v0, v1 = dt[keep], v0[keep], v1[keep]
         return high
+
+
+def _time_at_or_below(dt: np.ndarray, v0: np.ndarray, v1: np.ndarray, level: float) -> float:
+    rise = v1 - v0  # never negative beyond rounding: generation only adds tokens
+    frac = (v0 <= level).astype(np.float64)
+    ramp = rise > 1e-9
+    frac[ramp] = np.clip((level - v0[ramp]) / rise[ramp], 0.0, 1.0)
+    return float(np.sum(dt * frac))
 
 
 def residency(t: Timings, points: int = CHUNK_POINTS) -> Curve:
     """The event sweep: per-request jumps and slope changes, summed by time with cumulative sums."""
-    times, tokens = progress_points(t, points)
+    n = len(t.arrival_ns)
     inputs = t.input_tokens.astype(np.float64)
-    end = np.maximum(t.arrival_ns + t.e2e_ns, times[:, -1])
-    dt = np.diff(times, axis=1)
-    d_tokens = np.diff(tokens, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slopes = np.where(dt > 0, d_tokens / dt, 0.0)
-    jumps = np.concatenate([tokens[:, :1], np.where(dt > 0, 0.0, d_tokens)], axis=1)
-    zero = np.zeros((len(slopes), 1))
-    slope_changes = np.concatenate([slopes, zero], axis=1) - np.concatenate([zero, slopes], axis=1)
-    holds = (inputs + t.output_tokens) > 0
-    event_times = np.concatenate([t.arrival_ns, times.ravel(), end])
-    event_jumps = np.concatenate([inputs, jumps.ravel(), -(inputs + tokens[:, -1])])
-    event_slopes = np.concatenate([np.zeros(len(inputs)), slope_changes.ravel(), np.zeros(len(inputs))])
-    event_count = np.concatenate([holds, np.zeros(times.size), -holds.astype(np.int64)])
-    unique, where = np.unique(event_times, return_inverse=True)
-    jump = np.bincount(where, event_jumps, len(unique))
-    slope = np.cumsum(np.bincount(where, event_slopes, len(unique)))
-    ramp = np.concatenate([[0.0], slope[:-1] * np.diff(unique)])
-    after = np.maximum(np.cumsum(jump + ramp), 0.0)
-    before = np.maximum(after - jump, 0.0)
-    concurrency = np.cumsum(np.bincount(where, event_count, len(unique))).astype(np.int64)
-    return Curve(unique, after, before, concurrency)
+    started = t.ttft_ns >= 0
+    end = np.maximum(t.arrival_ns + t.e2e_ns, t.arrival_ns + np.maximum(t.ttft_ns, 0))
+    holds = ((inputs + t.output_tokens) > 0).astype(np.float64)
+    freed = inputs + np.where(started, t.output_tokens, 0)
+    events = [(t.arrival_ns, inputs, np.zeros(n), holds), (end, -freed, np.zeros(n), -holds)]
+    for times, tokens in _progress(t, points):
+        ev_times, ev_jumps, ev_slopes = _point_events(times, tokens)
+        events.append((ev_times, ev_jumps, ev_slopes, np.zeros(len(ev_times))))
+    ev_times, ev_jumps, ev_slopes, ev_counts = (np.concatenate(column) for column in zip(*events, strict=True))
+    order = np.argsort(ev_times, kind="stable")
+    ev_times = ev_times[order]
+    starts = np.flatnonzero(np.concatenate([[True], ev_times[1:] != ev_times[:-1]]))
+    unique = ev_times[starts]
+    jump = np.add.reduceat(ev_jumps[order], starts) if len(starts) else np.zeros(0)
+    slope = np.cumsum(np.add.reduceat(ev_slopes[order], starts)) if len(starts) else np.zeros(0)
+    counts = np.cumsum(np.add.reduceat(ev_counts[order], starts)) if len(starts) else np.zeros(0)
+    ramp = np.concatenate([[0.0], slope[:-1] * np.diff(unique)])[: len(unique)]
+    after = np.cumsum(jump + ramp)
+    before = after - jump
+    return Curve(unique, np.maximum(after, 0.0), np.maximum(before, 0.0), np.rint(counts).astype(np.int64))
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFit:
+    """A workload's KV residency against a plan's KV cache (all replicas together)."""
+
+    requests: int
+    estimated: int  # ends estimated from --assume-ttft-ms / --assume-tpot-ms
+    skipped: int  # no token counts: left out
+    chunk_timed: int  # followed through recorded chunk times
+    duration_s: float
+    peak_tokens: float
+    peak_at_s: float
+    p95_tokens: float
+    mean_tokens: float
+    peak_concurrency: int
+    longest_request_tokens: int
+    capacity_tokens: int
+    time_over_s: float
+    first_over_s: float | None
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_tokens <= self.capacity_tokens
+
+
+def fit(t: Timings, estimated: int, skipped: int, capacity_tokens: int, points: int = CHUNK_POINTS) -> TraceFit:
+    """Sweep the timings and compare the resident tokens with `capacity_tokens`."""
+    curve = residency(t, points)
+    peak, peak_at = curve.peak()
+    origin = int(curve.times_ns[0]) if len(curve.times_ns) else 0
+    first_over = curve.first_above_ns(capacity_tokens)
+    return TraceFit(
+        requests=len(t.arrival_ns) - skipped,
+        estimated=estimated,
+        skipped=skipped,
+        chunk_timed=int(np.count_nonzero((np.diff(t.chunk_index) > 0) & (t.ttft_ns >= 0))),
+        duration_s=curve.duration_ns / 1e9,
+        peak_tokens=peak,
+        peak_at_s=(peak_at - origin) / 1e9,
+        p95_tokens=curve.quantile(0.95),
+        mean_tokens=curve.mean(),
+        peak_concurrency=int(curve.concurrency.max()) if len(curve.concurrency) else 0,
+        longest_request_tokens=int(np.max(t.input_tokens + t.output_tokens, initial=0)),
+        capacity_tokens=capacity_tokens,
+        time_over_s=curve.time_above_ns(capacity_tokens) / 1e9,
+        first_over_s=None if first_over is None else (first_over - origin) / 1e9,
+    )

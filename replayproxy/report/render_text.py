@@ -19,9 +19,12 @@ def _aligned(table: Table) -> list[str]:
     return lines
 
 
+def format_text(ts: list[Table]) -> str:
+    return "\n\n".join("\n".join(_aligned(t)) for t in ts) + "\n"
+
+
 def render_text(doc: dict[str, Any]) -> str:
-    blocks = ["\n".join(_aligned(t)) for t in tables(doc)]
-    return "\n\n".join(blocks) + "\n"
+    return format_text(tables(doc))
 
 
 def _escape(cell: str) -> str:
@@ -39,5 +42,9 @@ def _markdown(table: Table) -> list[str]:
     return lines
 
 
+def format_markdown(ts: list[Table]) -> str:
+    return "\n".join(line for t in ts for line in [*_markdown(t), ""])
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
-    return "\n".join(line for t in tables(doc) for line in [*_markdown(t), ""])
+    return format_markdown(tables(doc))

@@ -54,11 +54,10 @@ def grouped_summaries(groups: np.ndarray, values: np.ndarray, n_groups: int) -> 
     values = np.asarray(values, dtype=np.float64)
     keep = np.isfinite(values) & (groups >= 0) & (groups < n_groups)
     groups, values = groups[keep], values[keep]
-    order = np.lexsort((values, groups))
-    values = values[order]
     counts = np.bincount(groups, minlength=n_groups)
+    sums = np.bincount(groups, weights=values, minlength=n_groups)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    sums = np.bincount(groups, weights=values, minlength=n_groups) if len(values) else np.zeros(n_groups)
+    values = values[np.lexsort((values, groups))]
     table = {q: _sorted_percentile(values, starts, counts, q) for q in PERCENTILES}
     out = []
     for g in range(n_groups):

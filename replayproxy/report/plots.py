@@ -1,0 +1,174 @@
+"""Plots for the HTML report, drawn with matplotlib (optional extra `[report]`) into inline SVG.
+
+matplotlib is imported only here, only when a plot is drawn. Each plot is a function
+(doc, runs) -> Figure | None listed in PLOTS, so a new section (e.g. telemetry over time) is one
+more entry. Data are reduced before drawing (quantile grids, binned medians, samples), so a run of
+10^6 requests gives a small file.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from replayproxy.report.measures import in_flight_series
+from replayproxy.report.runs import Run
+from replayproxy.report.stats import grouped_summaries
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+CDF_POINTS = 400
+SCATTER_POINTS = 3000
+MAX_TIME_PANELS = 8
+
+
+class MissingDependency(ValueError):
+    """An optional dependency the asked-for output needs is not installed."""
+
+
+def new_figure(width: float, height: float) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise MissingDependency("--html needs matplotlib: pip install 'replayproxy[report]'") from e
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def to_svg(fig: Figure) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "replayproxy"}):
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    fig = new_figure(12, 3.6)
+    axes = fig.subplots(1, 3)
+    levels = np.linspace(0, 1, CDF_POINTS)
+    for ax, (name, attr) in zip(axes, (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")), strict=True):
+        for run in runs:
+            values = getattr(run.measures, attr)
+            values = values[np.isfinite(values) & (values > 0)]
+            if len(values):
+                ax.plot(np.quantile(values, levels), levels, label=run.label)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name} ms (log)")
+        ax.set_ylabel("share of requests")
+        ax.set_title(f"{name} CDF")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    return fig
+
+
+def _bins(run: Run) -> tuple[np.ndarray, int, float]:
+    m = run.measures
+    width = max(1.0, float(np.ceil(m.duration_s / 60.0)))
+    ids = np.floor(m.start_s / width).astype(np.int64)
+    return ids, int(ids.max()) + 1 if len(ids) else 0, width
+
+
+def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    shown = runs[:MAX_TIME_PANELS]
+    fig = new_figure(12, 2.6 * len(shown))
+    axes = np.atleast_1d(fig.subplots(len(shown), 1, squeeze=False)[:, 0])
+    for ax, run in zip(axes, shown, strict=True):
+        ids, n, width = _bins(run)
+        t = np.arange(n) * width
+        for attr, name in (("ttft_ms", "TTFT"), ("e2e_ms", "E2E")):
+            sums = grouped_summaries(ids, getattr(run.measures, attr), n)
+            ax.plot(t, [s.p50 for s in sums], label=f"{name} p50")
+            ax.plot(t, [s.p95 for s in sums], linestyle="--", label=f"{name} p95")
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log)")
+        ax.set_title(f"{run.label}: latency by send time ({width:g} s bins) and arrival rate")
+        ax.grid(alpha=0.3)
+        rate = ax.twinx()
+        rate.step(t, np.bincount(ids, minlength=n) / width, where="post", color="grey", alpha=0.6, label="arrivals/s")
+        rate.set_ylabel("arrivals/s")
+        ax.legend(fontsize="small", loc="upper left")
+    axes[-1].set_xlabel("s since the run's first send")
+    return fig
+
+
+def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    fig = new_figure(12, 3.2)
+    ax = fig.subplots()
+    for run in runs:
+        t, count = in_flight_series(run.measures)
+        ax.step(t, count, where="post", label=run.label)
+    ax.set_xlabel("s since the run's first send")
+    ax.set_ylabel("requests in flight")
+    ax.set_title("In-flight requests over time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    if not any(np.isfinite(r.measures.input_tokens).any() for r in runs):
+        return None
+    fig = new_figure(12, 3.8)
+    ax = fig.subplots()
+    rng = np.random.default_rng(0)
+    for run in runs:
+        m = run.measures
+        keep = np.flatnonzero(np.isfinite(m.input_tokens) & np.isfinite(m.ttft_ms) & (m.input_tokens > 0))
+        if not len(keep):
+            continue
+        sample = rng.choice(keep, size=min(len(keep), SCATTER_POINTS), replace=False)
+        dots = ax.scatter(m.input_tokens[sample], m.ttft_ms[sample], s=4, alpha=0.3)
+        edges = np.geomspace(m.input_tokens[keep].min(), m.input_tokens[keep].max() + 1, 16)
+        ids = np.digitize(m.input_tokens[keep], edges) - 1
+        medians = [s.p50 for s in grouped_summaries(ids, m.ttft_ms[keep], len(edges) - 1)]
+        ax.plot(np.sqrt(edges[:-1] * edges[1:]), medians, color=dots.get_facecolor()[0][:3], label=f"{run.label} median")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("input tokens (log)")
+    ax.set_ylabel("TTFT ms (log)")
+    ax.set_title("TTFT by input length")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    sweeps = doc["sweeps"]
+    if not sweeps:
+        return None
+    fig = new_figure(12, 3.6 * len(sweeps))
+    grid = fig.subplots(len(sweeps), 2, squeeze=False)
+    for (left, right), sweep in zip(grid, sweeps, strict=True):
+        speeds = [s["speed"] for s in sweep["steps"]]
+        left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
+        if any(s["goodput"] for s in sweep["steps"]):
+            left.plot(speeds, [s["goodput"]["requests_per_s"] for s in sweep["steps"]], marker="s", label="goodput req/s")
+        right.plot(speeds, [s["ttft_ms"]["p95"] for s in sweep["steps"]], marker="o", label="TTFT p95")
+        right.plot(speeds, [s["e2e_ms"]["p95"] for s in sweep["steps"]], marker="^", label="E2E p95")
+        right.set_yscale("log")
+        left.set_ylabel("req/s")
+        right.set_ylabel("ms (log)")
+        for ax, title in ((left, "throughput and goodput vs load"), (right, "p95 latency vs load")):
+            if sweep["knee_speed"] is not None:
+                ax.axvline(sweep["knee_speed"], color="red", linestyle=":", label=f"knee {sweep['knee_speed']:g}x")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("speed (x the trace's rate, log)")
+            ax.set_title(f"{sweep['target']}: {title}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="small")
+    return fig
+
+
+PLOTS: list[tuple[str, Callable[[dict[str, Any], list[Run]], Figure | None]]] = [
+    ("Latency CDFs", latency_cdfs),
+    ("Latency over time", latency_over_time),
+    ("In-flight requests", in_flight),
+    ("TTFT by input length", ttft_by_input),
+    ("Sweep", sweep_curves),
+]

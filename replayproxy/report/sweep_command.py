@@ -1,0 +1,114 @@
+"""`replayproxy sweep TRACE --target URL --speeds 0.5,1,2,4 | --auto --slo SPEC [-o DIR] [-- REPLAY OPTIONS]`.
+
+Each step is a separate `python -m replayproxy replay ... --speed X -o DIR/speed-X.rpr --quiet`
+(report must not import replay: feature packages meet only through result files), so every step's
+results stay on disk for `replayproxy report DIR/*.rpr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from replayproxy.report.document import build_document, sweep_doc
+from replayproxy.report.goodput import Slo, parse_slo
+from replayproxy.report.render_json import render_json
+from replayproxy.report.render_text import format_markdown, format_text
+from replayproxy.report.runs import Run, load_runs
+from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, meets, step_of
+from replayproxy.report.tables import sweep_section
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", nargs="+", metavar="TRACE", help="trace file(s) to replay at each speed")
+    parser.add_argument("--target", required=True, metavar="URL", help="base URL of the engine under test")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--speeds", metavar="LIST", help="comma-separated speeds, e.g. 0.5,1,2,4")
+    how.add_argument("--auto", action="store_true", help="search the highest speed meeting --slo")
+    parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms' (required with --auto)")
+    parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go (default ./sweep)")
+    parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run (default 8)")
+    parser.add_argument("--start-speed", type=float, default=1.0, help="--auto: first speed tried (default 1)")
+    parser.add_argument("--max-error-rate", type=float, default=MAX_ERROR_RATE,
+                        help=f"a step with this error rate or more fails (default {MAX_ERROR_RATE})")
+    parser.add_argument("--attainment", type=float, default=0.9,
+                        help="--auto: share of requests that must meet per-request SLOs (default 0.9)")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("replay_args", nargs="*", metavar="-- REPLAY OPTIONS",
+                        help="options passed to every `replayproxy replay` after `--` (e.g. -- --model m)")
+
+
+def parse_speeds(text: str) -> list[float]:
+    try:
+        speeds = sorted({float(s) for s in text.split(",") if s.strip()})
+    except ValueError as e:
+        raise ValueError(f"--speeds must be numbers separated by commas, got {text!r}") from e
+    if not speeds or speeds[0] <= 0:
+        raise ValueError(f"--speeds must be positive numbers, got {text!r}")
+    return speeds
+
+
+def step_path(directory: Path, speed: float) -> Path:
+    return directory / f"speed-{speed:g}.rpr"
+
+
+def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[str]:
+    return [sys.executable, "-m", "replayproxy", "replay", *args.trace, "--target", args.target,
+            "--speed", f"{speed:g}", "-o", str(path), "--quiet", *args.replay_args]
+
+
+def run_replay(command: Sequence[str]) -> None:
+    """Run one replay step; a failed step stops the sweep with the replayer's last words."""
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise ValueError(f"replay step failed: {tail[0]}")
+
+
+def run(args: argparse.Namespace) -> int:
+    slos: tuple[Slo, ...] = parse_slo(args.slo) if args.slo else ()
+    if args.auto and not slos:
+        raise ValueError("--auto needs --slo (the target the search must meet)")
+    if args.max_runs < 1:
+        raise ValueError(f"--max-runs must be at least 1, got {args.max_runs}")
+    directory = Path(args.output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    speeds: dict[str, float] = {}  # path -> speed asked for, in case the header lacks options.speed
+
+    def one_step(speed: float) -> Step:
+        path = step_path(directory, speed)
+        print(f"sweep: replaying at {speed:g}x -> {path}", file=sys.stderr, flush=True)
+        run_replay(replay_command(args, speed, path))
+        speeds[str(path)] = speed
+        step = step_of(_with_speed(load_runs([path]), speeds)[0], slos)
+        print(f"sweep: {speed:g}x: {step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
+              f"errors {step.error_rate:.1%}", file=sys.stderr, flush=True)
+        return step
+
+    best: float | None = None
+    if args.auto:
+        _, best = auto_search(one_step, lambda s: meets(s, args.max_error_rate, args.attainment),
+                              start=args.start_speed, max_runs=args.max_runs)
+    else:
+        for speed in parse_speeds(args.speeds):
+            one_step(speed)
+    runs = sorted(_with_speed(load_runs(list(speeds)), speeds), key=lambda r: r.speed or 0.0)
+    doc = build_document(runs, slos=slos, slo_spec=args.slo or "", max_error_rate=args.max_error_rate)
+    doc["sweeps"] = [sweep_doc(runs, slos, args.max_error_rate, best)]
+    if args.json:
+        sys.stdout.write(render_json(doc))
+    else:
+        section = sweep_section(doc)
+        sys.stdout.write(format_markdown(section) if args.markdown else format_text(section))
+    return 0
+
+
+def _with_speed(runs: list[Run], speeds: dict[str, float]) -> list[Run]:
+    for run in runs:
+        run.options.setdefault("speed", speeds[run.paths[0]])
+    return runs
