@@ -59,7 +59,7 @@ def test_text_is_side_by_side_and_markdown_is_tables(two_runs: list[str], capsys
     assert "Paired: engine-b vs engine-a" in text and "B is faster" in text
     assert main(["report", *two_runs, "--markdown"]) == 0
     md = capsys.readouterr().out
-    assert "### Latency" in md and "| metric | stat | engine-a | engine-b |" in md and "|---|---|---:|---:|" in md
+    assert "### Latency" in md and "| metric | stat | engine-a | engine-b |" in md and "|---|---:|---:|---:|" in md
 
 
 def test_baseline_column_and_errors_by_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
