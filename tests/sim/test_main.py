@@ -1,9 +1,12 @@
 """`python -m replayproxy.sim` as a real subprocess: the listening line, options, config file, signals."""
 
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import orjson
 
 from tests.servers import sim
 from tests.sim.helpers import chat_body, get, post, read_truth
@@ -39,3 +42,25 @@ def test_replayproxy_sim_help_is_the_sims_help() -> None:
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert "--tokens-per-chunk" in result.stdout and "--no-prefix-cache" in result.stdout
+
+
+def _raw_stream_reads(url: str) -> list[bytes]:
+    """Every recv() of one raw HTTP/1.1 streaming request (no client-side reassembly)."""
+    host, port = url.removeprefix("http://").split(":")
+    body = orjson.dumps(chat_body(max_tokens=30, ignore_eos=True, stream=True))
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    reads = []
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(head + body)
+        while data := conn.recv(65536):
+            reads.append(data)
+    return reads
+
+
+def test_split_writes_reach_the_client_as_partial_events() -> None:
+    with sim("--speed", "5", "--split-writes") as server:
+        reads = _raw_stream_reads(server.url)
+    # Each write is one HTTP chunk ending in "\r\n"; an event boundary is "\n\n\r\n".
+    assert sum(not r.endswith(b"\n\n\r\n") for r in reads[1:]) > 0
+    assert b"".join(reads).count(b"data: ") == 1 + 30 + 1
