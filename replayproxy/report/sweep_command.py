@@ -1,4 +1,4 @@
-"""`replayproxy sweep TRACE --target URL --speeds 0.5,1,2,4 | --auto --slo SPEC [-o DIR] [-- REPLAY OPTIONS]`.
+"""`replayproxy sweep TRACE --target URL --speeds 0.5,1,2,4 | --auto --slo SPEC [-o DIR] [--replay-args ...]`.
 
 Each step is a separate `python -m replayproxy replay ... --speed X -o DIR/speed-X.rpr --quiet`
 (report must not import replay: feature packages meet only through result files), so every step's
@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    parser.add_argument("replay_args", nargs="*", metavar="-- REPLAY OPTIONS",
-                        help="options passed to every `replayproxy replay` after `--` (e.g. -- --model m)")
+    parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[], metavar="OPTION",
+                        help="last on the line: everything after it goes to every `replayproxy replay` "
+                             "(e.g. --replay-args --model m --max-concurrency 64)")
 
 
 def parse_speeds(text: str) -> list[float]:

@@ -1,0 +1,70 @@
+"""The HTML report: self-contained (nothing fetched), plots present, and it renders in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayproxy.cli import main
+from tests.report.helpers import result, synthetic_run, write_run
+
+pytest.importorskip("matplotlib", reason="the HTML report needs the [report] extra (matplotlib)")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _report(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(4)
+    ttft = rng.lognormal(3.5, 0.5, 300)
+    e2e = ttft + rng.lognormal(6, 0.3, 300)
+    paths = [synthetic_run(tmp_path / "a.rpr", ttft, e2e, label="A"),
+             synthetic_run(tmp_path / "b.rpr", ttft * 0.6, e2e * 0.9, label="B")]
+    for speed in (1, 2, 4):  # a small sweep of another target
+        results = [result(i, sent_ms=100.0 * i / speed, ttft_ms=20 * speed, e2e_ms=200 * speed, prompt_tokens=100 * (i + 1),
+                          completion_tokens=5, gaps_us=[1000] * 4) for i in range(40)]
+        paths.append(write_run(tmp_path / f"speed-{speed}.rpr", results, target="http://sweep",
+                               options={"speed": speed}, digest="d2"))
+    html = tmp_path / "report.html"
+    assert main(["report", *map(str, paths), "--slo", "ttft<=60ms", "--html", str(html), "-o",
+                 str(tmp_path / "report.txt")]) == 0
+    return html
+
+
+def test_html_is_self_contained_with_plots_and_tables(tmp_path: Path) -> None:
+    text = _report(tmp_path).read_text(encoding="utf-8")
+    assert text.count("<svg") == 5  # CDFs, latency over time, in flight, TTFT by input length, sweep
+    for title in ("Latency CDFs", "Latency over time", "In-flight requests", "TTFT by input length", "Sweep"):
+        assert f"<h2>{title}</h2>" in text
+    assert "<table>" in text and "Paired: B vs A" in text and "knee at" in text
+    # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
+    assert not re.search(r"<(script|link|img|iframe)\b", text)
+    assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", text)
+    assert "@import" not in text and "url(http" not in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    from PIL import Image
+
+    html = _report(tmp_path)
+    shot = tmp_path / "shot.png"
+    command = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}", "--window-size=1200,3000", html.resolve().as_uri(),
+    ]
+    subprocess.run(command, capture_output=True, timeout=90, check=False)
+    assert shot.exists(), "chromium wrote no screenshot"
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(np.int64)
+    assert pixels.shape[:2] == (3000, 1200)
+    non_white = (pixels < 240).any(axis=2).mean()
+    assert non_white > 0.02, "screenshot is (nearly) blank"
+    # matplotlib's first two line colours (#1f77b4 blue, #ff7f0e orange) prove the plots were drawn.
+    for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
+        close = (np.abs(pixels - np.array(rgb)).sum(axis=2) < 60).sum()
+        assert close > 200, f"no plot lines of colour {rgb} in the screenshot"

@@ -1,0 +1,80 @@
+"""The knee rule and the --auto search, on constructed steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from replayproxy.report.goodput import Goodput, PercentileCheck, Slo
+from replayproxy.report.stats import Summary
+from replayproxy.report.sweep import Step, auto_search, find_knee, meets
+
+
+def step(speed: float, rps: float, ttft_p95: float = 50.0, errors: int = 0, requests: int = 1000,
+         good: Goodput | None = None) -> Step:
+    ttft = Summary(requests, 10.0, 20.0, ttft_p95, ttft_p95, ttft_p95, 15.0)
+    return Step(speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, Summary(0), Summary(0), errors, good)
+
+
+def test_knee_where_throughput_stops_growing() -> None:
+    steps = [step(1, 10), step(2, 20), step(4, 39), step(8, 45), step(16, 46)]
+    knee = find_knee(steps)
+    assert (knee.step, knee.broke_at) == (2, 3)  # 4x -> 8x offered doubled but achieved grew 15%
+    assert "throughput stopped growing" in knee.reasons[0]
+    assert knee.describe(steps).startswith("knee at 4x: the next step (8x)")
+
+
+def test_knee_where_p95_jumps_or_failures_appear() -> None:
+    jump = [step(1, 10, 40), step(2, 20, 70), step(4, 40, 900)]
+    assert find_knee(jump).step == 1 and "p95 TTFT jumped" in find_knee(jump).reasons[0]
+    small = [step(1, 10, 4), step(2, 20, 12)]  # tripled but by only 8 ms: noise, not a jump
+    assert find_knee(small).broke_at is None
+    failing = [step(1, 10), step(2, 20, errors=30)]
+    assert find_knee(failing).step == 0 and "failed 3.0%" in find_knee(failing).reasons[0]
+    assert find_knee(failing, max_error_rate=0.05).broke_at is None
+
+
+def test_no_knee_and_knee_below_lowest_speed() -> None:
+    steady = [step(1, 10), step(2, 20)]
+    assert find_knee(steady).step == 1 and find_knee(steady).broke_at is None
+    assert "no knee up to 2x" in find_knee(steady).describe(steady)
+    broken = [step(1, 10, errors=500), step(2, 20)]
+    knee = find_knee(broken)
+    assert knee.step is None and "already past the knee" in knee.describe(broken)
+
+
+def test_meets_uses_errors_percentiles_and_attainment() -> None:
+    slos = (Slo("ttft", 100.0), Slo("ttft", 200.0, 95.0))
+    good = Goodput(950, 1000, 9.5, (PercentileCheck(slos[1], 150.0, 1000),), slos)
+    assert meets(step(1, 10, good=good), 0.01, 0.9)
+    assert not meets(step(1, 10, good=good), 0.01, 0.99)  # only 95% met the per-request SLO
+    assert not meets(step(1, 10, errors=10, good=good), 0.01, 0.9)
+    missed = Goodput(1000, 1000, 10, (PercentileCheck(slos[1], 250.0, 1000),), slos)
+    assert not meets(step(1, 10, good=missed), 0.01, 0.9)
+
+
+def _capacity(limit: float):  # type: ignore[no-untyped-def]
+    tried: list[float] = []
+
+    def run(speed: float) -> Step:
+        tried.append(speed)
+        return step(speed, min(speed, limit) * 10, errors=0 if speed <= limit else 100)
+
+    return run, tried, lambda s: s.errors == 0
+
+
+@pytest.mark.parametrize("limit", [0.3, 3.3, 10.0])
+def test_auto_search_finds_the_limit_within_precision(limit: float) -> None:
+    run, tried, passes = _capacity(limit)
+    steps, best = auto_search(run, passes, start=1.0, max_runs=12, precision=0.05)
+    assert best is not None and best <= limit
+    assert best >= limit * 0.9
+    assert len(steps) == len(tried) <= 12 and len(set(tried)) == len(tried)
+
+
+def test_auto_search_respects_the_run_budget_and_reports_no_pass() -> None:
+    run, tried, passes = _capacity(100.0)
+    steps, best = auto_search(run, passes, start=1.0, max_runs=3)
+    assert tried == [1.0, 2.0, 4.0] and best == 4.0
+    run, tried, passes = _capacity(0.001)
+    steps, best = auto_search(run, passes, start=1.0, max_runs=4)
+    assert best is None and tried == [1.0, 0.5, 0.25, 0.125]

@@ -1,0 +1,90 @@
+"""`replayproxy sweep` with the replay step replaced by a fake queueing engine (the real one is in e2e)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from replayproxy.cli import main
+from replayproxy.report import sweep_command
+from tests.report.helpers import result, write_run
+
+REQUESTS, INTERVAL_MS = 100, 100.0  # the trace: 10 req/s at 1x
+
+
+def fake_replay(capacity_per_s: float, calls: list[list[str]]):  # type: ignore[no-untyped-def]
+    """One server with a FIFO queue: service time 1/capacity; TTFT is queueing + service."""
+
+    def run(command: Sequence[str]) -> None:
+        calls.append(list(command))
+        speed = float(command[command.index("--speed") + 1])
+        out = Path(command[command.index("-o") + 1])
+        service_ms = 1000.0 / capacity_per_s
+        free_at, results = 0.0, []
+        for i in range(REQUESTS):
+            sent = i * INTERVAL_MS / speed
+            free_at = max(free_at, sent) + service_ms
+            latency = free_at - sent
+            results.append(result(i, sent_ms=sent, ttft_ms=latency, e2e_ms=latency, completion_tokens=1))
+        write_run(out, results, target="http://engine", options={"speed": speed})
+
+    return run
+
+
+def test_sweep_runs_each_speed_and_names_the_knee(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
+    argv = ["sweep", "t.rpt", "--target", "http://engine", "--speeds", "4,1,2,8", "-o", str(tmp_path / "sw"),
+            "--slo", "ttft<=200ms", "--replay-args", "--model", "m"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert [c[c.index("--speed") + 1] for c in calls] == ["1", "2", "4", "8"]
+    assert calls[0][:4] == [sys.executable, "-m", "replayproxy", "replay"]
+    assert calls[0][-3:] == ["--quiet", "--model", "m"]
+    assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == [f"speed-{s}.rpr" for s in (1, 2, 4, 8)]
+    assert "knee at 2x: the next step (4x)" in out and "throughput stopped growing" in out
+    assert out.splitlines()[2].split()[:2] == ["speed", "req/s"]
+    # `report DIR/*.rpr` recognises the same sweep from the speeds in the result headers
+    assert main(["report", str(tmp_path / "sw"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (sweep,) = doc["sweeps"]
+    assert [s["speed"] for s in sweep["steps"]] == [1, 2, 4, 8] and sweep["knee_speed"] == 2
+    assert doc["comparisons"] == []  # different speeds are loads, not candidates
+
+
+def test_auto_finds_the_highest_speed_meeting_the_slo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
+    argv = ["sweep", "t.rpt", "--target", "http://engine", "--auto", "--slo", "ttft:p95<=100ms", "--max-runs", "7",
+            "-o", str(tmp_path / "sw"), "--json"]
+    assert main(argv) == 0
+    sweep = json.loads(capsys.readouterr().out)["sweeps"][0]
+    best = sweep["best_speed_meeting_slo"]
+    assert 1 <= len(calls) <= 7
+    assert best is not None and 2.0 <= best <= 2.5  # saturates at 2.5x (25 req/s of a 10 req/s trace)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--auto"], "--auto needs --slo"),
+        (["--speeds", "1,x"], "--speeds must be numbers"),
+        (["--speeds", "0,1"], "--speeds must be positive"),
+        (["--auto", "--slo", "ttft<=1ms", "--max-runs", "0"], "--max-runs must be at least 1"),
+    ],
+)
+def test_bad_options_are_one_line(tmp_path: Path, argv: list[str], message: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "t.rpt", "--target", "http://x", "-o", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="replay step failed: boom"):
+        sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit('boom')"])
