@@ -1,0 +1,91 @@
+"""`replayproxy replay TRACE... --target URL -o RESULT.rpr`: options in, one run, a short summary out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from replayproxy import clock, config
+from replayproxy.replay import session, summary, workers
+from replayproxy.replay.flavors import FLAVORS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs (.rpt)")
+    add("--target", help="base URL of the engine, e.g. http://127.0.0.1:8000")
+    add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
+    add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
+    add("--max-concurrency", type=int, metavar="N", help="cap requests in flight (timing is then not preserved)")
+    add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
+    add("--model", help="send every request to this model")
+    add("--limit", type=int, metavar="N", help="replay at most N requests")
+    add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
+    add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
+    add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
+    add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 600)")
+    add("--label", help="name of this run in reports")
+    add("--quiet", action="store_const", const=True, help="no progress line")
+    add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
+    add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
+    add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
+    add("--no-reset-prefix-cache", dest="reset_prefix_cache", action="store_const", const=False,
+        help="skip the flavor's cache reset before the run")
+    add("--no-calibrate", dest="calibrate", action="store_const", const=False,
+        help="skip chat token calibration (lengths then assume the default template)")
+    add("--pool-size", type=int, metavar="N", help="connections opened before the run (default: peak concurrency)")
+    add("--config", metavar="FILE", help="TOML file; settings under [replay]")
+
+
+_OPTION_NAMES = ("target", "output", "speed", "max_concurrency", "flavor", "model", "limit", "start_offset",
+                 "duration", "seed", "timeout", "label", "quiet", "workers", "shard", "start_at",
+                 "reset_prefix_cache", "calibrate", "pool_size")
+
+
+def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
+    file_values = config.read_toml(args.config).get("replay", {})
+    overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _OPTION_NAMES}
+    overrides["traces"] = tuple(args.traces)
+    options = config.build(session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides)
+    if not options.target:
+        raise config.ConfigError("--target is required (or [replay] target in the config file)")
+    if not options.output:
+        raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    show_progress = not options.quiet and sys.stderr.isatty()
+    facts = _run_loop(options, show_progress)
+    print(summary.render(facts, options.max_concurrency))
+    return 0
+
+
+def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, Any]:
+    try:
+        import uvloop
+    except ImportError:  # not on every platform
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(replay(options, show_progress))
+
+
+async def replay(options: session.ReplayOptions, show_progress: bool = False) -> dict[str, Any]:
+    """The whole run; returns the summary written to the result footer."""
+    plan = await session.prepare_run(options)
+    if options.workers > 1:
+        results, start_ns = await workers.run_workers(options, plan, show_progress)
+    else:
+        progress = session.stderr_progress if show_progress else None
+        results, start_ns = await session.run_local(
+            options, plan.prepared, plan.pool_size, lambda: session.start_ns_for(options), progress=progress
+        )
+    if show_progress:
+        print(file=sys.stderr)
+    start_wall_ns = clock.Anchor.take().to_wall(start_ns)
+    return session.write_results(options, plan, results, start_wall_ns)

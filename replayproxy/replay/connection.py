@@ -1,0 +1,245 @@
+"""A lean HTTP/1.1 keep-alive client: pre-built request bytes out, timestamped reads in.
+
+aiohttp's client builds request and response objects per call, which costs about a millisecond of
+schedule fidelity at a few hundred requests per second (DESIGN.md, Performance budgets). Here a
+send is one `transport.write` of bytes prepared before the run, and each `data_received` reads the
+clock first, then runs the llhttp parser (httptools), whose callbacks hand body bytes to the
+request's receiver with that read's time. Connections are opened and warmed before the clock
+starts; the pool hands out idle ones (LIFO) and says when a send had to open a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import httptools
+
+Clock = Callable[[], int]
+
+
+class Receiver(Protocol):
+    """What a connection reports to (client.Exchange, or the warm-up probe)."""
+
+    def on_headers(self, at_ns: int, status: int) -> None: ...
+
+    def on_body(self, at_ns: int, data: bytes) -> None: ...
+
+    def on_complete(self, at_ns: int) -> None: ...
+
+    def fail(self, at_ns: int, error: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where requests go: the base URL split into what a socket and a request line need."""
+
+    url: str
+    host: str
+    port: int
+    base_path: str
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"target must be an http:// or https:// URL, got {url!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        base = parts.path.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[: -len("/v1")]
+        return cls(url.rstrip("/"), parts.hostname, port, base, tls)
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.tls else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def request_bytes(self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None) -> bytes:
+        """One complete HTTP/1.1 request, ready for `transport.write`."""
+        lines = [f"{method} {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}", "Connection: keep-alive"]
+        if body or method == "POST":
+            lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection carrying one request at a time."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.clock = pool.clock
+        self.transport: asyncio.Transport | None = None
+        self.receiver: Receiver | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.closed = False
+        self.idle_since = 0
+        self._read_at = 0
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self._read_at = self.clock()  # before any parsing: this read's events get this time
+        if self.receiver is None or self.parser is None:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted any more
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail("bad_stream", f"malformed HTTP response: {e}")
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost reports an unfinished response
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.discard(self)
+        if self.receiver is not None:
+            reason = type(exc).__name__ if exc else "connection closed by the server"
+            self._fail("reset", f"connection lost before the response ended ({reason})")
+
+    # ------------------------------------------------------------------ httptools callbacks
+
+    def on_headers_complete(self) -> None:
+        if self.receiver is not None and self.parser is not None:
+            self.receiver.on_headers(self._read_at, self.parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        if self.receiver is not None:
+            self.receiver.on_body(self._read_at, body)
+
+    def on_message_complete(self) -> None:
+        receiver, parser = self.receiver, self.parser
+        self.receiver = self.parser = None
+        if receiver is None or parser is None:
+            return
+        keep = parser.should_keep_alive()
+        receiver.on_complete(self._read_at)
+        if keep and not self.closed:
+            self.pool.release(self)
+        else:
+            self.close()
+
+    # ------------------------------------------------------------------ used by the runner
+
+    def send(self, receiver: Receiver, wire: bytes) -> int:
+        """Write a whole request; returns the clock reading taken after the bytes were written."""
+        assert self.transport is not None and self.receiver is None
+        self.receiver = receiver
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport.write(wire)
+        return self.clock()
+
+    def abort(self, error: str, message: str) -> None:
+        """Give up on the request in flight (timeout): report it and drop the connection."""
+        self._fail(error, message)
+
+    def close(self) -> None:
+        self.closed = True
+        self.pool.discard(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _fail(self, error: str, message: str) -> None:
+        receiver = self.receiver
+        self.receiver = self.parser = None
+        self.close()
+        if receiver is not None:
+            receiver.fail(self.clock(), error, message)
+
+
+class _Probe:
+    """A receiver that only waits for the answer (warm-up and keep-alive refresh)."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def on_headers(self, at_ns: int, status: int) -> None:
+        if not self.done.done():
+            self.done.set_result(status)
+
+    def on_body(self, at_ns: int, data: bytes) -> None:
+        pass
+
+    def on_complete(self, at_ns: int) -> None:
+        pass
+
+    def fail(self, at_ns: int, error: str, message: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(ConnectionError(message))
+
+
+class Pool:
+    """Idle keep-alive connections to one target; the send path only pops and pushes."""
+
+    def __init__(
+        self, target: Target, clock: Clock, headers: Mapping[str, str] | None = None, connect_timeout_s: float = 10.0
+    ) -> None:
+        self.target = target
+        self.clock = clock
+        self.connect_timeout_s = connect_timeout_s
+        self.idle: deque[Connection] = deque()
+        self.opened = 0
+        self._ssl = ssl.create_default_context() if target.tls else None
+        self._probe = target.request_bytes("GET", "/v1/models", headers=headers)
+
+    async def open(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        kwargs = {"ssl": self._ssl, "server_hostname": self.target.host} if self._ssl else {}
+        _, protocol = await asyncio.wait_for(
+            loop.create_connection(lambda: Connection(self), self.target.host, self.target.port, **kwargs),
+            self.connect_timeout_s,
+        )
+        self.opened += 1
+        return protocol
+
+    async def fill(self, count: int) -> None:
+        """Open `count` connections and push one small request through each, all before the run."""
+        connections = await asyncio.gather(*(self.open() for _ in range(count)))
+        await asyncio.gather(*(self._warm(c) for c in connections))
+
+    async def refresh(self, idle_for_ns: int) -> None:
+        """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET."""
+        now = self.clock()
+        stale = [c for c in self.idle if now - c.idle_since >= idle_for_ns]
+        for connection in stale:
+            with contextlib.suppress(ValueError):
+                self.idle.remove(connection)
+        await asyncio.gather(*(self._warm(c) for c in stale), return_exceptions=True)
+
+    async def _warm(self, connection: Connection) -> None:
+        probe = _Probe()
+        connection.send(probe, self._probe)
+        await asyncio.wait_for(probe.done, self.connect_timeout_s)
+
+    def acquire(self) -> Connection | None:
+        while self.idle:
+            connection = self.idle.pop()
+            if not connection.closed:
+                return connection
+        return None
+
+    def release(self, connection: Connection) -> None:
+        connection.idle_since = self.clock()
+        self.idle.append(connection)
+
+    def discard(self, connection: Connection) -> None:
+        if self.idle and connection in self.idle:
+            self.idle.remove(connection)
+
+    def close(self) -> None:
+        while self.idle:
+            self.idle.pop().close()

@@ -1,0 +1,145 @@
+"""From trace columns to ready-to-send requests: lengths, prompts, engine dialect, JSON bytes.
+
+Runs before the clock starts (schedule -> synth -> flavors), walking the selected requests in
+arrival order so prefix donors are planned before the requests that copy them. Same columns,
+options and template give byte-identical bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from replayproxy.replay import flavors, synth
+from replayproxy.replay.schedule import scheduled_ns
+from replayproxy.trace import Columns
+
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+DEFAULT_INPUT_TOKENS = 128
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    seed: int = 0
+    speed: float = 1.0
+    model: str | None = None  # send every request to this model
+    model_map: dict[str, str] = field(default_factory=dict)  # recorded name -> target name
+    default_model: str = ""  # for requests without a recorded model (the target's first model)
+    chat_template: synth.Template = field(default_factory=synth.Template)
+    text_template: synth.Template = field(default_factory=lambda: synth.Template(fixed_tokens=1))
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One request, fully serialized; `scheduled_ns` is relative to the run start."""
+
+    index: int  # row in the arrival-sorted trace
+    scheduled_ns: int
+    endpoint: str
+    path: str
+    body: bytes
+    stream: bool
+    expected_input_tokens: int
+    expected_output_tokens: int
+    template_key: str = ""  # chat calibration key ("" for completions)
+
+
+def block_tokens(cols: Columns) -> int:
+    """The trace's prefix block size in tokens; char blocks are converted with the trace's ratio."""
+    header = cols.headers[0]
+    if header.block_unit == "token":
+        return max(1, header.block_size)
+    known = (cols.input_tokens > 0) & (cols.prefix_units > 0)
+    ratio = float(cols.input_tokens[known].sum() / cols.prefix_units[known].sum()) if known.any() else 0.25
+    return max(1, round(header.block_size * ratio))
+
+
+def replayable(cols: Columns) -> np.ndarray:
+    """Rows the replayer can send (chat and completions; embeddings and others are skipped)."""
+    return np.isin(cols.endpoint, list(PATHS))
+
+
+def model_for(recorded: str, options: PlanOptions) -> str:
+    if options.model:
+        return options.model
+    return options.model_map.get(recorded, recorded) or options.default_model
+
+
+def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
+    """Plan and serialize the requests at `rows` (arrival order)."""
+    rows = rows[replayable(cols)[rows]] if len(rows) else rows
+    times = scheduled_ns(cols.offset_ns[rows], options.speed)
+    sub_index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
+    sub_hashes = (
+        np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
+    )
+    owners = synth.first_owners(sub_hashes, sub_index)
+    words = synth.Words(options.seed, block_tokens(cols))
+    layouts: list[synth.Layout | None] = []
+    prepared = []
+    for position, row in enumerate(rows.tolist()):
+        hashes = sub_hashes[sub_index[position] : sub_index[position + 1]]
+        shared = synth.shared_blocks(owners, sub_index, position)
+        donor = layouts[int(owners[sub_index[position] + shared - 1])] if shared else None
+        planned, layout, key, expected_in = _plan_one(
+            cols, row, hashes, shared, donor, words, options, flavor.token_id_prompts
+        )
+        layouts.append(layout if planned.endpoint == "chat" else None)
+        body = orjson.dumps(flavors.request_body(flavor, planned))
+        prepared.append(Prepared(
+            index=row, scheduled_ns=int(times[position]), endpoint=planned.endpoint,
+            path=PATHS[planned.endpoint], body=body, stream=planned.stream,
+            expected_input_tokens=expected_in,
+            expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
+            template_key=key,
+        ))
+    return prepared
+
+
+def _plan_one(
+    cols: Columns, row: int, hashes: np.ndarray, shared: int, donor: synth.Layout | None,
+    words: synth.Words, options: PlanOptions, token_ids: bool,
+) -> tuple[flavors.Planned, synth.Layout, str, int]:
+    endpoint = str(cols.endpoint[row])
+    recorded_in = int(cols.input_tokens[row])
+    n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
+    recorded_out = int(cols.output_tokens[row])
+    if recorded_out < 0:
+        recorded_out = int(cols.max_tokens[row]) if int(cols.max_tokens[row]) > 0 else DEFAULT_OUTPUT_TOKENS
+    sampling: dict[str, Any] = dict(cols.sampling[row] or {})
+    shared_tokens = shared * words.block_tokens
+    tools = bool(cols.has_tools[row])
+    key = ""
+    if endpoint == "chat":
+        roles = synth.chat_roles(str(cols.roles[row]))
+        key = synth.template_key(roles, tools)
+        template = options.chat_template
+        overhead = template.overhead(key, len(roles))
+        plan = synth.layout(n_tokens, roles, overhead, template.per_message_tokens, shared_tokens, donor)
+        prompt: Any = [
+            {"role": role, "content": _text(words, row, hashes, start, tokens, template)}
+            for role, start, tokens in plan.spans()
+        ]
+    else:
+        overhead = 0 if token_ids else options.text_template.overhead("completions", 1)
+        plan = synth.Layout((("prompt", max(1, n_tokens - overhead)),), 0)
+        tokens = plan.messages[0][1]
+        prompt = (
+            words.token_ids(row, hashes, tokens) if token_ids
+            else _text(words, row, hashes, 0, tokens, options.text_template)
+        )
+    planned = flavors.Planned(
+        endpoint=endpoint, model=model_for(str(cols.model[row]), options), prompt=prompt,
+        stream=bool(cols.stream[row]), max_tokens=max(1, recorded_out), sampling=sampling, tools=tools,
+        response_format=bool(cols.has_response_format[row]),
+    )
+    return planned, plan, key, recorded_in if recorded_in > 0 else -1
+
+
+def _text(words: synth.Words, row: int, hashes: np.ndarray, start: int, tokens: int, template: synth.Template) -> str:
+    count = round(tokens / template.tokens_per_word) if template.tokens_per_word > 0 else tokens
+    return words.words(row, hashes, start, max(0, count))

@@ -1,0 +1,276 @@
+"""One replay run end to end: load, ask the target, calibrate, prepare, run, write the result file.
+
+Everything slow happens before the clock starts; the send loop (runner) only sees prepared bytes
+and warm connections. With `workers > 1` the prepared requests are dealt to worker processes
+(replay.workers) that share one absolute start time, and their results are merged here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from replayproxy import __version__, clock, trace
+from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
+from replayproxy.replay.connection import Pool, Target
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.runner import Runner
+from replayproxy.replay.target import TargetInfo, describe, pre_run
+from replayproxy.results import ReplayResult, ResultWriter, RunHeader
+from replayproxy.tasks import spawn
+
+_log = logging.getLogger("replayproxy.replay")
+START_LEAD_NS = 200_000_000  # first send this long after everything is ready
+MAX_POOL = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """`replayproxy replay` settings ([replay] in the config file, REPLAYPROXY_REPLAY_* variables)."""
+
+    target: str = ""
+    output: str = ""
+    traces: tuple[str, ...] = ()
+    speed: float = 1.0
+    max_concurrency: int = 0  # 0: open loop, no cap
+    flavor: str = "auto"
+    model: str = ""
+    model_map: dict[str, str] = field(default_factory=dict)
+    limit: int | None = None
+    start_offset: float = 0.0  # seconds into the trace
+    duration: float | None = None  # seconds of trace to replay
+    seed: int = 0
+    timeout: float = 600.0  # per request, seconds
+    label: str = ""
+    quiet: bool = False
+    workers: int = 1
+    shard: str = ""  # "i/N": only requests with index % N == i
+    start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
+    reset_prefix_cache: bool = True
+    calibrate: bool = True
+    api_key: str = ""  # sent as a bearer token; never recorded
+    pool_size: int = 0  # connections opened before the run; 0: the trace's peak concurrency
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0:
+            raise ValueError(f"speed must be > 0, got {self.speed}")
+        if self.workers < 1 or self.max_concurrency < 0 or self.timeout <= 0:
+            raise ValueError("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"limit must be >= 0, got {self.limit}")
+        if self.shard:
+            schedule.parse_shard(self.shard)
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as stored in the result header: everything but secrets."""
+        values = asdict(self)
+        values.pop("api_key")
+        values["traces"] = list(self.traces)
+        return values
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def parse_start_at(text: str) -> int:
+    """`--start-at` as UTC nanoseconds: unix seconds, or an ISO time (naive means UTC)."""
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ValueError(f"--start-at must be unix seconds or an ISO 8601 time, got {text!r}") from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1e9)
+
+
+def trace_digest(paths: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for path in trace.expand_paths(paths):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(slots=True)
+class RunPlan:
+    """What the preparation produced, for the local runner or the workers."""
+
+    prepared: list[Prepared]
+    flavor: flavors.Flavor
+    info: TargetInfo
+    pre_run: dict[str, Any]
+    pool_size: int
+
+
+async def prepare_run(options: ReplayOptions) -> RunPlan:
+    """Everything before the clock: trace, target description, calibration, bodies, pre-run actions."""
+    cols = trace.load(options.traces)
+    for warning in cols.report.warnings:
+        _log.warning("%s", warning)
+    window = schedule.Window(options.start_offset, options.duration, options.limit)
+    rows = schedule.select(cols.offset_ns, window)
+    target = Target.parse(options.target)
+    timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
+        info = await describe(session, target.url, guess, options.headers)
+        flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
+        if flavor is not guess:
+            info = await describe(session, target.url, flavor, options.headers)
+        plan_options = plan.PlanOptions(
+            seed=options.seed, speed=options.speed, model=options.model or None, model_map=options.model_map,
+            default_model=info.default_model,
+        )
+        record: dict[str, Any] = {}
+        prober = calibrate.Prober(session, target.url, flavor, _probe_model(cols, rows, plan_options), options.headers)
+        if options.calibrate:
+            plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
+        prepared = plan.prepare(cols, rows, flavor, plan_options)
+        if options.calibrate and any(p.endpoint == "chat" for p in prepared):
+            record["check"] = await calibrate.verify(prober, [p for p in prepared if p.endpoint == "chat"])
+        skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
+        actions = await pre_run(session, target.url, flavor, skip, options.headers)
+    if options.shard:
+        index, count = schedule.parse_shard(options.shard)
+        prepared = [p for p in prepared if p.index % count == index]
+    peak = _peak(cols, prepared, options.speed)
+    size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
+    if options.max_concurrency:
+        size = min(size, options.max_concurrency)
+    outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak}
+    return RunPlan(prepared, flavor, info, outcome, max(1, size))
+
+
+def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:
+    models = Counter(str(m) for m in cols.model[rows]) if len(rows) else Counter()
+    return plan.model_for(models.most_common(1)[0][0] if models else "", options)
+
+
+async def _calibrate(
+    prober: calibrate.Prober, cols: trace.Columns, rows: np.ndarray, flavor: flavors.Flavor, options: plan.PlanOptions
+) -> tuple[plan.PlanOptions, dict[str, Any]]:
+    record: dict[str, Any] = {}
+    endpoints = cols.endpoint[rows]
+    chat_rows = rows[endpoints == "chat"]
+    if len(chat_rows):
+        keys = Counter((synth.chat_roles(str(cols.roles[r])), bool(cols.has_tools[r])) for r in chat_rows.tolist())
+        template, record["chat"] = await calibrate.chat_template(prober, keys)
+        options = replace(options, chat_template=template)
+    if not flavor.token_id_prompts and np.any(endpoints == "completions"):
+        template, record["completions"] = await calibrate.text_template(prober)
+        options = replace(options, text_template=template)
+    return options, record
+
+
+def _peak(cols: trace.Columns, prepared: Sequence[Prepared], speed: float) -> int:
+    if not prepared:
+        return 0
+    rows = np.array([p.index for p in prepared], np.int64)
+    starts = np.array([p.scheduled_ns for p in prepared], np.int64)
+    durations = schedule.estimate_e2e_ns(cols.e2e_ns[rows], cols.output_tokens[rows])
+    return schedule.peak_concurrency(starts, durations)
+
+
+def start_ns_for(options: ReplayOptions) -> int:
+    """The absolute monotonic start: `--start-at` converted through a wall/monotonic anchor, or soon."""
+    anchor = clock.Anchor.take()
+    if not options.start_at:
+        return anchor.mono_ns + START_LEAD_NS
+    start = anchor.mono_ns + (parse_start_at(options.start_at) - anchor.wall_ns)
+    if start < anchor.mono_ns:
+        raise ValueError(f"--start-at {options.start_at} is in the past")
+    return start
+
+
+def wires_for(options: ReplayOptions, prepared: Sequence[Prepared]) -> list[bytes]:
+    target = Target.parse(options.target)
+    headers = {"Accept": "text/event-stream", **options.headers}
+    return [target.request_bytes("POST", p.path, p.body, headers) for p in prepared]
+
+
+async def run_local(
+    options: ReplayOptions,
+    prepared: Sequence[Prepared],
+    pool_size: int,
+    start: Callable[[], int] | int,
+    *,
+    worker: int = 0,
+    progress: Callable[[Runner], None] | None = None,
+) -> tuple[list[ReplayResult], int]:
+    """Warm a pool, wait for the start, send; returns results and the start (absolute monotonic ns)."""
+    pool = Pool(Target.parse(options.target), clock.now_ns, options.headers)
+    wires = wires_for(options, prepared)
+    try:
+        await pool.fill(pool_size)
+        runner = Runner(prepared, wires, pool, clock=clock.now_ns, timeout_s=options.timeout,
+                        max_concurrency=options.max_concurrency, worker=worker)
+        start_ns = start if isinstance(start, int) else start()
+        reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
+        try:
+            results = await runner.run(start_ns)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+    finally:
+        pool.close()
+    return results, start_ns
+
+
+async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        progress(runner)
+
+
+def stderr_progress(runner: Runner) -> None:
+    c = runner.counters
+    lags, c.lags_ns = c.lags_ns, []
+    print("\r" + summary.progress_line(c.total, c.sent, c.done, c.errors, lags), end="", file=sys.stderr, flush=True)
+
+
+def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_timing: str) -> RunHeader:
+    return RunHeader(
+        label=options.label or f"{run.flavor.name}@{Target.parse(options.target).host_header}",
+        target=options.target,
+        start_wall_ns=start_wall_ns,
+        trace_paths=tuple(str(p) for p in trace.expand_paths(options.traces)),
+        trace_digest=trace_digest(options.traces),
+        flavor=run.flavor.name,
+        models=run.info.models,
+        engine_version=run.info.engine_version,
+        options=options.recorded(),
+        pre_run=run.pre_run,
+        replayproxy_version=__version__,
+        host=socket.gethostname(),
+        token_timing=token_timing,
+        shard=options.shard,
+    )
+
+
+def write_results(
+    options: ReplayOptions, run: RunPlan, results: Sequence[ReplayResult], start_wall_ns: int
+) -> dict[str, Any]:
+    """Write the .rpr (results in trace order) with the summary as footer; returns the summary."""
+    ordered = sorted(results, key=lambda r: r.index)
+    token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
+    facts = summary.summarize(ordered, options.max_concurrency)
+    writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
+    for result in ordered:
+        writer.write(result)
+    writer.close(summary=facts)
+    return facts

@@ -1,0 +1,92 @@
+"""The few numbers printed after a run and kept in the result footer; `replayproxy report` does the rest.
+
+Includes the replayer's own fidelity (schedule lag) and the warning when it was the bottleneck.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from replayproxy.results import ReplayResult
+
+LAG_WARN_MS = 5.0  # lag p99 above this: the client, not the target, limited the run
+
+
+def _ms(values: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(values, q)) / 1e6, 3) if len(values) else None
+
+
+def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict[str, Any]:
+    """Counts, lag and TTFT percentiles, length exactness; goes into the footer as is."""
+    sent = np.array([r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0], np.int64)
+    ok = [r for r in results if not r.error]
+    ttft = np.array([r.ttft_ns for r in ok if r.ttft_ns >= 0], np.int64)
+    errors = Counter(r.error for r in results if r.error)
+    checked_in = [r for r in ok if r.expected_input_tokens > 0 and r.prompt_tokens >= 0]
+    checked_out = [r for r in ok if r.expected_output_tokens > 0 and r.completion_tokens >= 0]
+    lag_p99 = _ms(sent, 99)
+    summary: dict[str, Any] = {
+        "requests": len(results),
+        "errors": sum(errors.values()),
+        "errors_by_class": dict(sorted(errors.items())),
+        "new_connections": sum(r.new_connection for r in results),
+        "lag_p50_ms": _ms(sent, 50),
+        "lag_p99_ms": lag_p99,
+        "lag_max_ms": round(float(sent.max()) / 1e6, 3) if len(sent) else None,
+        "ttft_p50_ms": _ms(ttft, 50),
+        "ttft_p99_ms": _ms(ttft, 99),
+        "input_exact": _share(sum(r.prompt_tokens == r.expected_input_tokens for r in checked_in), len(checked_in)),
+        "output_exact": _share(
+            sum(r.completion_tokens == r.expected_output_tokens for r in checked_out), len(checked_out)
+        ),
+        "client_bottleneck": lag_p99 is not None and lag_p99 > LAG_WARN_MS,
+    }
+    if max_concurrency:
+        summary["timing_preserved"] = not summary["client_bottleneck"]
+    return summary
+
+
+def _share(hits: int, total: int) -> float | None:
+    return round(hits / total, 4) if total else None
+
+
+def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
+    """A short human summary; the first line is the one a script greps."""
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    errors = ", ".join(f"{k} {v}" for k, v in summary["errors_by_class"].items()) or "none"
+    lines = [
+        f"requests {summary['requests']}  errors {summary['errors']} ({errors})",
+        f"schedule lag p50 {fmt(summary['lag_p50_ms'])} ms  p99 {fmt(summary['lag_p99_ms'])} ms  "
+        f"max {fmt(summary['lag_max_ms'])} ms",
+        f"TTFT p50 {fmt(summary['ttft_p50_ms'])} ms  p99 {fmt(summary['ttft_p99_ms'])} ms",
+        f"exact input length {_pct(summary['input_exact'])}  exact output length {_pct(summary['output_exact'])}",
+    ]
+    if summary["new_connections"]:
+        lines.append(f"{summary['new_connections']} requests needed a new connection on the send path")
+    if summary["client_bottleneck"]:
+        if max_concurrency:
+            lines.append(
+                f"warning: timing not preserved: --max-concurrency {max_concurrency} delayed sends "
+                f"(lag p99 {fmt(summary['lag_p99_ms'])} ms, max {fmt(summary['lag_max_ms'])} ms)"
+            )
+        else:
+            lines.append(
+                f"warning: schedule lag p99 {fmt(summary['lag_p99_ms'])} ms > {LAG_WARN_MS:g} ms: the client was "
+                "the bottleneck; use --workers N or a lower --speed"
+            )
+    return "\n".join(lines)
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def progress_line(total: int, sent: int, done: int, errors: int, lags_ns: Sequence[int]) -> str:
+    lag = f"{np.percentile(lags_ns, 99) / 1e6:.2f} ms" if len(lags_ns) else "-"
+    return f"sent {sent}/{total}  in flight {sent - done}  done {done}  errors {errors}  lag p99 {lag}"

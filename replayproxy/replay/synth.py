@@ -1,0 +1,190 @@
+"""Synthetic prompts with the trace's lengths and prefix sharing: a pure function of (trace, seed).
+
+A prompt is modelled as a stream of token positions. A position inside recorded block i takes its
+word from (seed, h_i, position in block), so requests whose chains agree for k blocks get the same
+words there and different ones after; positions past the hashed blocks take words keyed by the
+request's trace index. Chat prompts are split into messages with the recorded roles; a request
+that shares blocks copies its donor's message boundaries inside the shared span (the donor is the
+first request holding the deepest shared hash), so templates put header tokens at the same places.
+Template tokens are modelled as following each message's content, which keeps modelled positions at
+or before the real ones; sharing is exact while the real offset stays under one block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Common English words that are one token (with or without a leading space) in the tokenizers of
+# the common open model families (Llama 3, Qwen 2/3, Mistral, GPT cl100k/o200k); calibration checks.
+VOCAB: tuple[str, ...] = tuple(
+    """
+    the of and to in is you that it he was for on are as with his they at be this have from or one
+    had by but not what all were we when your can said there use an each which she do how their if
+    will up other about out many then them these so some her would make like him into time has look
+    two more write go see number no way could people my than first water been call who now find long
+    down day did get come made may part over new sound take only little work know place year live me
+    back give most very after thing our just name good sentence man think say great where help
+    through much before line right too mean old any same tell boy follow came want show also around
+    form three small set put end does another well large must big even such because turn here why
+    ask went men read need land different home us move try kind hand picture again change off play
+    spell air away animal house point page letter mother answer found study still learn should world
+    high every near add food between own below country plant last school father keep tree never
+    start city earth eye light thought head under story saw left few while along might close
+    something seem next hard open example begin life always those both paper together got group often
+    run important until children side feet car mile night walk white sea began grow took river four
+    carry state once book hear stop without second later miss idea enough eat face watch far
+    really almost let above girl sometimes mountain cut young talk soon list song being leave family
+    """.split()
+)
+ROLE_NAMES = {"s": "system", "u": "user", "a": "assistant", "d": "system"}  # others become "user"
+TOKEN_ID_LOW = 1000  # token-id prompts stay clear of the special tokens at either end of vocabularies
+TOKEN_ID_HIGH = 30000
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over a uint64 array: a fast, well-spread, portable integer hash."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))  # type: ignore[no-any-return]
+
+
+def chat_roles(letters: str) -> tuple[str, ...]:
+    """Roles to send for recorded role letters; tool/function/other turns become user turns."""
+    return tuple(ROLE_NAMES.get(letter, "user") for letter in letters) or ("user",)
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """Tokens a target adds around content: per request, per message, and per content word."""
+
+    fixed_tokens: int = 0
+    per_message_tokens: int = 0
+    tokens_per_word: float = 1.0
+    exact: dict[str, int] = field(default_factory=dict)  # measured total overhead by `template_key`
+
+    def overhead(self, key: str, messages: int) -> int:
+        if key in self.exact:
+            return self.exact[key]
+        return self.fixed_tokens + self.per_message_tokens * messages
+
+
+def template_key(roles: Sequence[str], tools: bool) -> str:
+    """Calibration key: requests with equal keys get the same template overhead."""
+    return ",".join(roles) + ("+tools" if tools else "")
+
+
+Message = tuple[str, int]  # (role, content tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a prompt's content sits: messages in order, each followed by `gap` template tokens."""
+
+    messages: tuple[Message, ...]
+    gap: int  # modelled template tokens after each message's content
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """(role, first position, content tokens) of each message."""
+        out, pos = [], 0
+        for role, tokens in self.messages:
+            out.append((role, pos, tokens))
+            pos += tokens + self.gap
+        return out
+
+
+def split_evenly(total: int, slots: int) -> list[int]:
+    base, extra = divmod(max(total, 0), slots)
+    return [base] * (slots - 1) + [base + extra]
+
+
+def copy_shared(donor: Layout, shared: int) -> tuple[list[Message], bool]:
+    """The donor's messages inside the first `shared` positions; True if the last one may grow."""
+    copied: list[Message] = []
+    pos = 0
+    for role, tokens in donor.messages:
+        if pos >= shared:
+            return copied, False
+        if pos + tokens < shared:  # content ends inside the span: its closing template tokens follow
+            copied.append((role, tokens))
+            pos += tokens + donor.gap
+            continue
+        copied.append((role, shared - pos))
+        return copied, True
+    return copied, False
+
+
+def layout(
+    n_tokens: int, roles: Sequence[str], overhead: int, gap: int, shared: int, donor: Layout | None
+) -> Layout:
+    """Message lengths giving `n_tokens` in all, matching `donor` inside the first `shared` positions."""
+    copied, growable = copy_shared(donor, shared) if donor is not None and shared > 0 else ([], False)
+    if len(copied) > len(roles) or [r for r, _ in copied] != list(roles[: len(copied)]):
+        names = [r for r, _ in copied] + list(roles[len(copied) :])
+    else:
+        names = list(roles)
+    if len(copied) == len(names) and copied and not growable:
+        growable = True  # no later message to put the rest in: the last copied one grows (may cost a block)
+    fixed = copied[:-1] if growable else copied
+    remaining = n_tokens - overhead - sum(t for _, t in fixed)
+    free = len(names) - len(fixed)
+    floor = copied[-1][1] if growable else 0
+    if remaining < floor:  # the donor's span does not fit this request: no sharing
+        return Layout(tuple(zip(roles, split_evenly(n_tokens - overhead, len(roles)), strict=True)), gap)
+    sizes = split_evenly(remaining - floor, free)
+    sizes[0] += floor
+    return Layout(tuple(fixed) + tuple(zip(names[len(fixed) :], sizes, strict=True)), gap)
+
+
+class Words:
+    """Word (or token id) choice by position: shared blocks give shared words, the tail its own."""
+
+    def __init__(self, seed: int, block_tokens: int) -> None:
+        if block_tokens < 1:
+            raise ValueError(f"block size in tokens must be >= 1, got {block_tokens}")
+        self.block_tokens = block_tokens
+        self._seed = _mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], np.uint64))[0]
+
+    def codes(self, index: int, hashes: np.ndarray, start: int, count: int) -> np.ndarray:
+        """64-bit codes for positions [start, start + count) of trace request `index`."""
+        positions = np.arange(start, start + count, dtype=np.int64)
+        block = positions // self.block_tokens
+        in_chain = block < len(hashes)
+        tail_key = _mix(np.array([index], np.uint64) ^ _TAIL_SALT)[0]
+        keys = np.full(count, tail_key, np.uint64)
+        if len(hashes):
+            keys[in_chain] = hashes.astype(np.uint64)[block[in_chain]]
+        within = np.where(in_chain, positions % self.block_tokens, positions).astype(np.uint64)
+        return _mix(keys ^ _mix(within ^ self._seed))
+
+    def words(self, index: int, hashes: np.ndarray, start: int, count: int) -> str:
+        chosen = self.codes(index, hashes, start, count) % np.uint64(len(VOCAB))
+        return " ".join(VOCAB[i] for i in chosen.tolist())
+
+    def token_ids(self, index: int, hashes: np.ndarray, count: int) -> list[int]:
+        span = np.uint64(TOKEN_ID_HIGH - TOKEN_ID_LOW)
+        return (self.codes(index, hashes, 0, count) % span + np.uint64(TOKEN_ID_LOW)).tolist()  # type: ignore[no-any-return]
+
+
+def shared_blocks(first_owner: np.ndarray, index: np.ndarray, row: int) -> int:
+    """Leading blocks of request `row` that an earlier request already had (chains are prefix-closed)."""
+    owners = first_owner[index[row] : index[row + 1]]
+    return int(np.count_nonzero(owners < row))
+
+
+def first_owners(hashes: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """For every flat hash, the first row (request) whose chain contains it."""
+    rows = np.repeat(np.arange(len(index) - 1, dtype=np.int64), np.diff(index))
+    if len(hashes) == 0:
+        return rows
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    return rows[first][inverse.reshape(-1)]  # type: ignore[no-any-return]

@@ -1,0 +1,90 @@
+"""What the target says about itself, and the flavor's pre-run actions, all before the clock starts.
+
+Uses aiohttp (convenience matters here, not microseconds). The answers go into the result header:
+the /v1/models answer, the engine version where an endpoint exposes it, and each action's outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from replayproxy.replay.flavors import Flavor
+
+_log = logging.getLogger("replayproxy.replay")
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    models: Any  # the /v1/models answer as JSON, or None
+    engine_version: str
+    default_model: str  # the first served model, for requests without a recorded model
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
+    try:
+        async with session.get(url, headers=headers) as resp:
+            if resp.status != 200:
+                return None
+            return orjson.loads(await resp.read())
+    except (aiohttp.ClientError, orjson.JSONDecodeError, TimeoutError):
+        return None
+
+
+async def describe(session: aiohttp.ClientSession, url: str, flavor: Flavor, headers: Mapping[str, str]) -> TargetInfo:
+    """/v1/models and the engine version; a target that answers neither is refused (wrong URL)."""
+    try:
+        async with session.get(f"{url}/v1/models", headers=headers) as resp:
+            status = resp.status
+            raw = await resp.read()
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise ConnectionError(f"cannot reach target {url}: {e}") from e
+    models = None
+    if status == 200:
+        try:
+            models = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            models = None
+    elif status in (401, 403):
+        raise PermissionError(f"target {url} answered {status} to GET /v1/models; set the API key")
+    version = ""
+    for path in flavor.version_paths:
+        answer = await _get_json(session, f"{url}{path}", headers)
+        if isinstance(answer, dict):
+            found = answer.get("version") or answer.get("build_info")
+            if found:
+                version = str(found)
+                break
+    return TargetInfo(models, version, first_model(models))
+
+
+def first_model(models: Any) -> str:
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return str(data[0].get("id", ""))
+    return ""
+
+
+async def pre_run(
+    session: aiohttp.ClientSession, url: str, flavor: Flavor, skip: set[str], headers: Mapping[str, str]
+) -> dict[str, str]:
+    """Run the flavor's pre-run actions not in `skip`; outcome per action ("ok", "skipped", "failed: ...")."""
+    outcome: dict[str, str] = {}
+    for action in flavor.pre_run:
+        if action.name in skip:
+            outcome[action.name] = "skipped"
+            continue
+        try:
+            async with session.request(action.method, f"{url}{action.path}", headers=headers) as resp:
+                await resp.read()
+                outcome[action.name] = "ok" if resp.status < 300 else f"failed: HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as e:
+            outcome[action.name] = f"failed: {type(e).__name__}"
+        if outcome[action.name] != "ok":
+            _log.warning("pre-run action %s %s", action.name, outcome[action.name])
+    return outcome

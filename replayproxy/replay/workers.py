@@ -1,0 +1,123 @@
+"""`--workers N`: deal the prepared requests to N sender processes that share one start time.
+
+One core sends a few hundred streaming requests per second within a millisecond of schedule;
+beyond that, more processes rather than a silently late schedule. Each worker warms its own pool,
+says "ready", receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes
+of a host), runs, and sends its results back; progress counters arrive once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import sys
+from multiprocessing.connection import Connection as Pipe
+from typing import Any
+
+from replayproxy.replay import session, summary
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.runner import Runner
+from replayproxy.results import ReplayResult
+
+READY_TIMEOUT_S = 300.0
+
+
+def _worker_main(options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int,
+                 pipe: Pipe) -> None:
+    """Entry point of a worker process."""
+    try:
+        import uvloop
+        factory = uvloop.new_event_loop
+    except ImportError:  # not on every platform
+        factory = None
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            results, _ = runner.run(_work(options, prepared, pool_size, worker, pipe))
+        pipe.send(("done", results))
+    except Exception as e:  # reported to the parent, which stops the run with one line
+        pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
+    finally:
+        pipe.close()
+
+
+async def _work(options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int,
+                pipe: Pipe) -> tuple[list[ReplayResult], int]:
+    def wait_for_start() -> int:
+        pipe.send(("ready", None))
+        message, start_ns = pipe.recv()
+        if message != "start":
+            raise RuntimeError("stopped before the start")
+        return int(start_ns)
+
+    def progress(runner: Runner) -> None:
+        c = runner.counters
+        lags, c.lags_ns = c.lags_ns, []
+        pipe.send(("progress", (c.total, c.sent, c.done, c.errors, lags)))
+
+    return await session.run_local(options, prepared, pool_size, wait_for_start, worker=worker, progress=progress)
+
+
+async def run_workers(
+    options: session.ReplayOptions, plan: session.RunPlan, show_progress: bool
+) -> tuple[list[ReplayResult], int]:
+    """Run the plan over `options.workers` processes; returns merged results and the shared start."""
+    count = options.workers
+    context = multiprocessing.get_context("spawn")
+    pipes, processes = [], []
+    for worker in range(count):
+        parent, child = context.Pipe()
+        share = plan.prepared[worker::count]
+        size = max(1, -(-plan.pool_size // count))
+        process = context.Process(target=_worker_main, args=(options, share, size, worker, child),
+                                  name=f"replay-worker-{worker}", daemon=True)
+        process.start()
+        child.close()
+        pipes.append(parent)
+        processes.append(process)
+    try:
+        for pipe in pipes:
+            await _expect(pipe, "ready", READY_TIMEOUT_S)
+        start_ns = session.start_ns_for(options)
+        for pipe in pipes:
+            pipe.send(("start", start_ns))
+        results = await _collect(pipes, show_progress)
+    finally:
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+    return results, start_ns
+
+
+async def _expect(pipe: Pipe, wanted: str, timeout_s: float) -> Any:
+    message, payload = await asyncio.wait_for(asyncio.to_thread(pipe.recv), timeout_s)
+    if message == "error":
+        raise RuntimeError(payload)
+    if message != wanted:
+        raise RuntimeError(f"worker said {message!r} where {wanted!r} was expected")
+    return payload
+
+
+async def _collect(pipes: list[Pipe], show_progress: bool) -> list[ReplayResult]:
+    """Wait for every worker's results, merging their progress counters into one line meanwhile."""
+    results: list[ReplayResult] = []
+    latest: dict[int, tuple[int, int, int, int, list[int]]] = {}
+    pending = dict(enumerate(pipes))
+    while pending:
+        await asyncio.sleep(0.2)
+        for worker, pipe in list(pending.items()):
+            while pending.get(worker) is not None and pipe.poll():
+                message, payload = pipe.recv()
+                if message == "progress":
+                    latest[worker] = payload
+                elif message == "done":
+                    results.extend(payload)
+                    del pending[worker]
+                else:
+                    raise RuntimeError(payload)
+        if show_progress and latest:
+            parts = list(zip(*latest.values(), strict=True))
+            lags = [lag for chunk in parts[4] for lag in chunk]
+            line = summary.progress_line(sum(parts[0]), sum(parts[1]), sum(parts[2]), sum(parts[3]), lags)
+            print("\r" + line, end="", file=sys.stderr, flush=True)
+    return results
