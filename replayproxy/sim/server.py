@@ -182,9 +182,6 @@ class _Answer:
         seq = self.sim.engine.add(self.req.prompt_ids, self.plan.length,
                                   self._notify_stream if self.req.stream else self._notify_done)
         try:
-            if self.faults.first_byte_delay_s:
-                await asyncio.sleep(self.faults.first_byte_delay_s)
-            await self.resp.prepare(self.request)
             await (self._stream(seq) if self.req.stream else self._whole(seq))
         except _Reset:
             pass
@@ -211,11 +208,22 @@ class _Answer:
                          seq.cached_tokens, config.reasoning_tokens, self.req.continuous_usage)
 
     async def _whole(self, seq: Seq) -> None:
+        """Like vLLM's JSONResponse: nothing is sent until the whole body is ready."""
         await self.wake.wait()
-        await self._write([(self._formatter(seq).body(self.plan), "b")])
+        body = self._formatter(seq).body(self.plan)
+        await self._delay_first_byte()
+        self.resp.content_length = len(body)
+        await self._write([(body, "b")])
+
+    async def _delay_first_byte(self) -> None:
+        if self.faults.first_byte_delay_s:
+            await asyncio.sleep(self.faults.first_byte_delay_s)
 
     async def _stream(self, seq: Seq) -> None:
+        """Headers at once, then each step's tokens as SSE events (role chunk with the first token)."""
         config = self.sim.config
+        await self._delay_first_byte()
+        await self.resp.prepare(self.request)
         fmt: Formatter | None = None
         sent = 0
         while True:
@@ -245,7 +253,7 @@ class _Answer:
         record, faults = self.record, self.faults
         split = self.sim.config.split_writes
         if not (split or faults.reset_after is not None or faults.stall_after is not None):
-            await self.resp.write(b"".join(data for data, _ in events))
+            await self._send(b"".join(data for data, _ in events))
             now = wall_ns()
             record.chunk_ns.extend([now] * len(events))
             record.kinds += "".join(kind for _, kind in events)
@@ -257,12 +265,17 @@ class _Answer:
                 self._reset()
             if split:
                 middle = len(data) // 2
-                await self.resp.write(data[:middle])
+                await self._send(data[:middle])
                 await asyncio.sleep(0)
                 data = data[middle:]
-            await self.resp.write(data)
+            await self._send(data)
             record.chunk_ns.append(wall_ns())
             record.kinds += kind
+
+    async def _send(self, data: bytes) -> None:
+        if not self.resp.prepared:
+            await self.resp.prepare(self.request)
+        await self.resp.write(data)
 
     def _reset(self) -> None:
         """Abort the connection with a TCP RST (SO_LINGER 0), as a crashed upstream would."""

@@ -25,6 +25,8 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
 
 def _finished(task: asyncio.Task[Any]) -> None:
     _running.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        exc = task.exception()
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
         _log.error("task %s crashed: %s: %s", task.get_name(), type(exc).__name__, exc)
