@@ -66,14 +66,15 @@ def parse(endpoint: str, raw: bytes, model: str, max_model_len: int) -> GenReque
     if options is not None and not stream:
         raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
     options = options or {}
-    sampling = _sampling(body, len(prompt_ids), max_model_len)
+    include_usage = _boolean(options, "include_usage", False)
     return GenRequest(
         endpoint=endpoint,
         prompt_ids=prompt_ids,
-        sampling=sampling,
+        sampling=_sampling(body, len(prompt_ids), max_model_len),
         stream=stream,
-        include_usage=_boolean(options, "include_usage", False),
-        continuous_usage=_boolean(options, "continuous_usage_stats", False),
+        include_usage=include_usage,
+        # As in vLLM, per-chunk usage is sent only when usage was asked for at all.
+        continuous_usage=include_usage and _boolean(options, "continuous_usage_stats", False),
     )
 
 

@@ -34,6 +34,8 @@ def test_max_completion_tokens_wins_and_stream_options_are_read() -> None:
     req = _parse(CHAT, {**CHAT_OK, "max_tokens": 9, "max_completion_tokens": 4, "stream": True,
                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     assert req.sampling.max_tokens == 4 and req.include_usage and req.continuous_usage
+    alone = _parse(CHAT, {**CHAT_OK, "stream": True, "stream_options": {"continuous_usage_stats": True}})
+    assert not alone.include_usage and not alone.continuous_usage
 
 
 def test_text_parts_are_joined() -> None:
