@@ -1,0 +1,47 @@
+"""The admin listener: `/metrics` for Prometheus and `/healthz` for probes, apart from client traffic.
+
+aiohttp is fine here (DESIGN.md: it is the right tool off the forwarding path); it runs on the
+proxy's event loop and serves the proxy's own registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from replayproxy.proxy.metrics import ProxyMetrics
+
+METRICS = web.AppKey("metrics", ProxyMetrics)
+HEALTHY = web.AppKey("healthy", Callable[[], bool])
+
+
+def make_admin_app(metrics: ProxyMetrics, healthy: Callable[[], bool]) -> web.Application:
+    app = web.Application()
+    app[METRICS] = metrics
+    app[HEALTHY] = healthy
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    return app
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    """200 while accepting traffic; 503 once draining, so load balancers stop sending."""
+    if request.app[HEALTHY]():
+        return web.Response(text="ok\n")
+    return web.Response(status=503, text="draining\n")
+
+
+async def start_admin(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve `app`; returns the runner (for cleanup) and the bound port."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, runner.addresses[0][1]

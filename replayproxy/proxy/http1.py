@@ -1,0 +1,74 @@
+"""HTTP/1.1 message heads for the forwarding path: hop-by-hop filtering, framing, proxy errors.
+
+Header names and values pass through as received (case and order kept); only hop-by-hop fields
+(RFC 9110 §7.6.1: Connection and the names it lists, Keep-Alive, Proxy-Connection, TE, Trailer,
+Transfer-Encoding, Upgrade) and the framing fields this proxy re-decides are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from http import HTTPStatus
+
+Headers = list[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
+)
+CHUNKED_END = b"0\r\n\r\n"
+
+
+def connection_options(headers: Headers) -> frozenset[bytes]:
+    """Lower-cased tokens of every Connection field."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b","))
+    return frozenset(tokens)
+
+
+def end_to_end(headers: Headers, drop: frozenset[bytes] = frozenset()) -> Headers:
+    """Headers minus hop-by-hop ones, minus those named in Connection, minus `drop` (lower-case)."""
+    listed = connection_options(headers)
+    removed = HOP_BY_HOP | listed | drop
+    return [(n, v) for n, v in headers if n.lower() not in removed]
+
+
+def header_value(headers: Headers, lower_name: bytes) -> bytes | None:
+    for name, value in headers:
+        if name.lower() == lower_name:
+            return value
+    return None
+
+
+def is_chunked(headers: Headers) -> bool:
+    value = header_value(headers, b"transfer-encoding")
+    return value is not None and value.rstrip().lower().endswith(b"chunked")
+
+
+def serialize(start_line: bytes, headers: Headers, extra: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
+    lines = [start_line]
+    lines.extend(n + b": " + v for n, v in headers)
+    lines.extend(n + b": " + v for n, v in extra)
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)
+
+
+def chunk(piece: bytes) -> bytes:
+    """One chunk of the chunked transfer coding (RFC 9112 §7.1)."""
+    return b"%x\r\n%b\r\n" % (len(piece), piece)
+
+
+def error_response(status: int, *, close: bool, version: bytes = b"1.1") -> bytes:
+    """A small plain-text answer the proxy itself gives (502, 504, 400, ...), like nginx's pages."""
+    phrase = HTTPStatus(status).phrase.encode()
+    body = b"%d %b\n" % (status, phrase)
+    extra: Headers = [(b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", b"%d" % len(body))]
+    if close:
+        extra.append((b"Connection", b"close"))
+    return serialize(b"HTTP/%b %d %b" % (version, status, phrase), [], extra) + body
+
+
+def status_has_no_body(status: int, method: bytes) -> bool:
+    """RFC 9110 §6.4.1: no content for HEAD, 1xx, 204 and 304 (2xx to CONNECT is refused earlier)."""
+    return method == b"HEAD" or status < 200 or status in (204, 304)

@@ -1,0 +1,261 @@
+"""The recorder: an observer whose work happens on its own thread, behind a bounded queue.
+
+The event loop only samples, enqueues and counts (`wants`, `finished`). The thread builds shapes
+(JSON, SSE, hashing), writes them through `TraceWriter`, applies retention, and survives any
+failure: a full disk, an unwritable directory or a bug drops records (counted, logged once per
+interval) while traffic flows, and writing resumes by itself after `retry_s`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from replayproxy import __version__
+from replayproxy.clock import Anchor, now_ns, wall_ns
+from replayproxy.proxy.extract import build_shape
+from replayproxy.proxy.metrics import ProxyMetrics
+from replayproxy.proxy.observe import Capture, RateLimitedLog
+from replayproxy.proxy.prompt import PromptHasher
+from replayproxy.proxy.settings import ENDPOINT_CLASSES, ProxySettings
+from replayproxy.shape import RequestShape, key_fingerprint
+from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
+
+_log = logging.getLogger("replayproxy.proxy")
+_IDLE_POLL_S = 0.1
+
+
+class Recorder:
+    """Implements observe.Observer; `start` before traffic, `close` after the last exchange ended."""
+
+    def __init__(self, settings: ProxySettings, metrics: ProxyMetrics, hasher: PromptHasher,
+                 *, sample: Callable[[], float] = random.random) -> None:
+        assert settings.trace_dir is not None
+        self._settings = settings
+        self._metrics = metrics
+        self._hasher = hasher
+        self._sample = sample
+        self._endpoints = settings.endpoints_recorded
+        self._rate = settings.sample_rate
+        self._queue: queue.Queue[Capture] = queue.Queue(settings.queue_records)
+        self._queued_bytes = 0
+        self._bytes_lock = threading.Lock()
+        self._anchor = Anchor.take()
+        self._header = TraceHeader(
+            start_wall_ns=self._anchor.wall_ns,
+            source="proxy",
+            block_size=hasher.block_size,
+            block_unit=hasher.unit,
+            key_fingerprint=key_fingerprint(hasher.key),
+            upstream=_without_credentials(settings.upstream),
+            tokenizer=hasher.tokenizer_name,
+            recorder=f"replayproxy {__version__}",
+        )
+        self._writer: TraceWriter | None = None
+        self._given = 0  # records handed to the current writer
+        self._written = 0  # of those, flushed to disk
+        self._bytes = 0
+        self._retry_at_ns = 0
+        self._log = RateLimitedLog(settings.log_interval_s)
+        self._rotate = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
+        for endpoint in ENDPOINT_CLASSES:
+            for family in (metrics.ttft, metrics.tpot, metrics.e2e, metrics.input_tokens, metrics.output_tokens):
+                family.labels(endpoint)
+
+    @property
+    def files(self) -> list[Path]:
+        return sorted(self._settings.trace_dir.glob(f"{self._settings.file_prefix}-*{SUFFIX}"))  # type: ignore[union-attr]
+
+    def start(self) -> None:
+        self._thread.start()
+        self._apply_retention()
+
+    # ------------------------------------------------------------------ event loop side
+
+    def wants(self, endpoint: str) -> bool:
+        return endpoint in self._endpoints and (self._rate >= 1.0 or self._sample() < self._rate)
+
+    def finished(self, capture: Capture) -> None:
+        size = capture.request_bytes + capture.response_bytes
+        with self._bytes_lock:
+            if self._queued_bytes + size > self._settings.queue_bytes:
+                self._metrics.records_dropped.labels("queue_full").inc()
+                return
+            self._queued_bytes += size
+        try:
+            self._queue.put_nowait(capture)
+        except queue.Full:
+            with self._bytes_lock:
+                self._queued_bytes -= size
+            self._metrics.records_dropped.labels("queue_full").inc()
+
+    def rotate(self) -> None:
+        """Close the current file now (SIGHUP); the next record opens a new one."""
+        self._rotate.set()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Write what is queued, then close the file with its footer."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    # ------------------------------------------------------------------ recorder thread
+
+    def _run(self) -> None:
+        while True:
+            try:
+                capture = self._queue.get(timeout=_IDLE_POLL_S)
+            except queue.Empty:
+                if self._stop.is_set():
+                    break
+                self._guard(self._idle)
+                continue
+            with self._bytes_lock:
+                self._queued_bytes -= capture.request_bytes + capture.response_bytes
+            self._metrics.queue_depth.set(self._queue.qsize())
+            self._guard(lambda c=capture: self._record(c))  # type: ignore[misc]
+            if self._rotate.is_set():
+                self._guard(self._idle)
+        self._guard(self._close_writer)
+
+    def _record(self, capture: Capture) -> None:
+        try:
+            shape = build_shape(capture, self._hasher, self._anchor.mono_ns)
+        except Exception as e:  # noqa: BLE001 — a malformed exchange must not stop recording
+            self._metrics.records_dropped.labels("shape_error").inc()
+            self._log("shape", f"could not build a request shape: {type(e).__name__}")
+            return
+        self._observe(shape)
+        writer = self._open_writer()
+        if writer is None:
+            self._metrics.records_dropped.labels("writer_error").inc()
+            return
+        self._given += 1
+        writer.write(shape)
+        self._account(writer)
+
+    def _idle(self) -> None:
+        self._metrics.queue_depth.set(self._queue.qsize())
+        rotate = self._rotate.is_set()
+        self._rotate.clear()
+        if self._writer is None:
+            return
+        if rotate:
+            self._writer.rotate()
+            self._apply_retention()
+        else:
+            files = len(self._writer.files)
+            self._writer.poll()
+            if len(self._writer.files) != files or self._writer.current_path is None:
+                self._apply_retention()
+        self._account(self._writer)
+
+    def _open_writer(self) -> TraceWriter | None:
+        if self._writer is None and now_ns() >= self._retry_at_ns:
+            s = self._settings
+            self._writer = TraceWriter(
+                self._header,
+                mono_ns=now_ns,
+                wall_ns=wall_ns,
+                directory=s.trace_dir,
+                prefix=s.file_prefix,
+                flush_interval_s=s.flush_interval_s,
+                rotate_bytes=s.rotate_bytes or None,
+                rotate_seconds=s.rotate_s or None,
+            )
+            self._given = self._written = self._bytes = 0
+        return self._writer
+
+    def _account(self, writer: TraceWriter) -> None:
+        if writer.records_written > self._written:
+            self._metrics.records_written.inc(writer.records_written - self._written)
+            self._written = writer.records_written
+        if writer.bytes_written > self._bytes:
+            self._metrics.trace_bytes.inc(writer.bytes_written - self._bytes)
+            self._bytes = writer.bytes_written
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._account(self._writer)
+            self._writer = None
+        self._apply_retention()
+
+    def _guard(self, step: Callable[[], None]) -> None:
+        """Run a thread step; on failure drop the writer, count, log, and retry after `retry_s`."""
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 — fail open: recording failures never reach traffic
+            kind = _error_kind(e)
+            self._metrics.count_recorder_error(kind)
+            self._log(kind, f"trace writing failed ({kind}: {type(e).__name__}"
+                            f"{': ' + e.strerror if isinstance(e, OSError) and e.strerror else ''}); "
+                            f"traffic unaffected, retrying in {self._settings.retry_s:g} s")
+            lost = self._given - self._written
+            if lost > 0:
+                self._metrics.records_dropped.labels("writer_error").inc(lost)
+            self._writer, self._given, self._written = None, 0, 0
+            self._retry_at_ns = now_ns() + int(self._settings.retry_s * 1e9)
+
+    def _apply_retention(self) -> None:
+        s = self._settings
+        files = self.files
+        current = self._writer.current_path if self._writer is not None else None
+        if s.retain_files or s.retain_bytes:
+            sizes = {f: _size(f) for f in files}
+            while len(files) > 1:
+                total = sum(sizes[f] for f in files)
+                over = (s.retain_files and len(files) > s.retain_files) or (s.retain_bytes and total > s.retain_bytes)
+                if not over or files[0] == current:
+                    break
+                files[0].unlink(missing_ok=True)
+                files.pop(0)
+        self._metrics.trace_files.set(len(files))
+
+    def _observe(self, shape: RequestShape) -> None:
+        m, ep = self._metrics, shape.endpoint
+        if shape.input_tokens > 0:
+            m.input_tokens.labels(ep).inc(shape.input_tokens)
+        if shape.output_tokens > 0:
+            m.output_tokens.labels(ep).inc(shape.output_tokens)
+        if shape.error:
+            return
+        if shape.ttft_ns >= 0:
+            m.ttft.labels(ep).observe(shape.ttft_ns / 1e9)
+        if shape.e2e_ns >= 0:
+            m.e2e.labels(ep).observe(shape.e2e_ns / 1e9)
+            if shape.ttft_ns >= 0 and shape.output_tokens > 1:
+                m.tpot.labels(ep).observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
+
+
+def _error_kind(e: Exception) -> str:
+    if isinstance(e, OSError):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "disk_full"
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "permission"
+        return "io"
+    return "crash"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return f"{parts.scheme}://{netloc}{parts.path}"

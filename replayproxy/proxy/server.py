@@ -1,0 +1,145 @@
+"""Listeners and lifecycle: the forwarding listener, the admin listener, the recorder, and signals.
+
+SIGTERM (and SIGINT) stop accepting, let in-flight requests finish for up to `drain_timeout_s`,
+cancel the rest, then flush and close the trace with its footer. SIGHUP rotates the trace file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from replayproxy.proxy.admin import make_admin_app, start_admin
+from replayproxy.proxy.forward import TICK_S, Forwarder
+from replayproxy.proxy.keys import load_key
+from replayproxy.proxy.metrics import ProxyMetrics
+from replayproxy.proxy.prompt import PromptHasher
+from replayproxy.proxy.recorder import Recorder
+from replayproxy.proxy.settings import ProxySettings, parse_hostport
+from replayproxy.tasks import spawn
+
+_log = logging.getLogger("replayproxy.proxy")
+# The recorder thread holds the GIL while it builds shapes; a 1 ms switch interval (default 5 ms)
+# bounds how long the forwarding loop can wait for it.
+SWITCH_INTERVAL_S = 0.001
+
+
+class ProxyServer:
+    """One running proxy: `await start()`, then `await stop()`; `url` and `admin_url` once started."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.metrics = ProxyMetrics()
+        self.recorder: Recorder | None = None
+        if settings.record:
+            hasher = PromptHasher(load_key(settings.hash_key_file), settings.tokenizer, settings.block_size)
+            self.recorder = Recorder(settings, self.metrics, hasher)
+        self.forwarder = Forwarder(settings, self.metrics.hot, self.recorder,
+                                   count_error=self.metrics.count_recorder_error)
+        self.url = ""
+        self.admin_url = ""
+        self._server: asyncio.AbstractServer | None = None
+        self._admin: web.AppRunner | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = parse_hostport(self.settings.listen, "listen")
+        self._server = await loop.create_server(
+            self.forwarder.protocol, host, port, backlog=self.settings.backlog, reuse_address=True
+        )
+        self.url = _url(host, self._server.sockets[0].getsockname()[1])
+        if self.settings.admin_listen:
+            admin_host, admin_port = parse_hostport(self.settings.admin_listen, "admin_listen")
+            app = make_admin_app(self.metrics, lambda: not self.forwarder.draining)
+            try:
+                self._admin, bound = await start_admin(app, admin_host, admin_port)
+            except BaseException:
+                self._server.close()
+                raise
+            self.admin_url = _url(admin_host, bound)
+        if self.recorder is not None:
+            self.recorder.start()
+        self._ticker = spawn(self._tick(), name="proxy-timeouts")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.forwarder.run_tick()
+
+    def rotate(self) -> None:
+        if self.recorder is not None:
+            self.recorder.rotate()
+
+    async def stop(self, drain_timeout_s: float | None = None) -> None:
+        """Stop accepting, drain, cancel what is left, close the trace."""
+        timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        forwarder = self.forwarder
+        if self._server is not None:
+            self._server.close()
+        forwarder.drain()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while forwarder.exchanges:
+                    await asyncio.sleep(0.02)
+        for client in list(forwarder.clients):
+            if client.transport is not None:
+                client.transport.abort()
+        await asyncio.sleep(0)  # let connection_lost cancel what was aborted
+        if self._ticker is not None:
+            self._ticker.cancel()
+        forwarder.pool.close_idle()
+        if self.recorder is not None:
+            await asyncio.to_thread(self.recorder.close)
+        if self._admin is not None:
+            await self._admin.cleanup()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: ProxySettings) -> AsyncIterator[ProxyServer]:
+    """Run a proxy on the current loop for the duration of the block (used by tests)."""
+    server = ProxyServer(settings)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(drain_timeout_s=1.0)
+
+
+async def _serve(settings: ProxySettings) -> int:
+    server = ProxyServer(settings)
+    await server.start()
+    print(f"proxy listening on {server.url}", flush=True)
+    if server.admin_url:
+        print(f"admin listening on {server.admin_url}", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.rotate)
+    await stop.wait()
+    _log.info("draining: %d requests in flight", len(server.forwarder.exchanges))
+    await server.stop()
+    _log.info("stopped")
+    return 0
+
+
+def run(settings: ProxySettings) -> int:
+    """Serve until SIGTERM/SIGINT on uvloop (plain asyncio where uvloop is unavailable)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_serve(settings))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_serve(settings))

@@ -1,0 +1,136 @@
+"""The proxy's settings: one frozen dataclass filled from `[proxy]` in TOML, `REPLAYPROXY_PROXY_*`, and flags.
+
+Command-line options are generated from the fields, so the file, the environment and the flags
+can never disagree about names; `config.example.toml` documents every field in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from replayproxy.config import ConfigError, build, read_toml
+
+ENDPOINT_CLASSES = ("chat", "completions", "embeddings", "other")
+FORWARDED_MODES = ("none", "x-forwarded-for", "forwarded", "both")
+
+
+def _opt(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """Everything `replayproxy proxy` can be told; times in seconds, sizes in bytes."""
+
+    upstream: str = _opt("", "base URL of the inference server, e.g. http://127.0.0.1:8000 (required)")
+    listen: str = _opt("0.0.0.0:8080", "HOST:PORT the proxy accepts clients on (port 0: any free port)")
+    admin_listen: str = _opt("127.0.0.1:9464", "HOST:PORT of /metrics and /healthz ('' to disable)")
+    trace_dir: Path | None = _opt(None, "directory for trace files (required when record is on)")
+    record: bool = _opt(True, "record request shapes; off makes a plain transparent proxy")
+    sample_rate: float = _opt(1.0, "fraction of eligible requests recorded, 0..1")
+    include_endpoints: tuple[str, ...] = _opt(
+        ("chat", "completions", "embeddings"), "endpoint classes recorded: chat, completions, embeddings, other"
+    )
+    exclude_endpoints: tuple[str, ...] = _opt((), "endpoint classes never recorded (applied after include)")
+    inject_usage: bool = _opt(True, "ask streaming upstreams for usage, hiding the extra chunk from clients")
+    hash_key_file: Path | None = _opt(None, "file with the prefix-hash key (created 0600 if missing)")
+    tokenizer: Path | None = _opt(None, "tokenizer.json: hash token blocks instead of character blocks")
+    block_size: int = _opt(0, "prefix-hash block size in the unit used (0: 16 tokens or 64 characters)")
+    forwarded_headers: str = _opt("none", "add client address headers: none, x-forwarded-for, forwarded, both")
+    connect_timeout_s: float = _opt(5.0, "upstream connect timeout; past it the client gets 504")
+    first_byte_timeout_s: float = _opt(600.0, "request sent -> response headers; past it 504")
+    idle_timeout_s: float = _opt(600.0, "longest silence between response chunks before the stream is cut")
+    total_timeout_s: float = _opt(0.0, "whole-exchange limit (0: none)")
+    max_upstream_connections: int = _opt(1024, "open upstream connections at most; more requests wait")
+    max_idle_upstream_connections: int = _opt(256, "idle keep-alive upstream connections kept")
+    upstream_keepalive_s: float = _opt(4.0, "idle upstream connections are closed after this")
+    client_keepalive_s: float = _opt(75.0, "idle client connections are closed after this")
+    client_header_timeout_s: float = _opt(60.0, "a client must send a whole request head within this")
+    max_request_head_bytes: int = _opt(65536, "larger request heads get 431")
+    max_buffered_body_bytes: int = _opt(16 << 20, "request bodies up to this are parsed for recording")
+    max_captured_response_bytes: int = _opt(16 << 20, "response bytes kept per request for recording")
+    queue_records: int = _opt(4096, "requests waiting for the recorder at most; more are dropped")
+    queue_bytes: int = _opt(256 << 20, "bytes waiting for the recorder at most; more are dropped")
+    flush_interval_s: float = _opt(1.0, "a trace frame is cut at least this often")
+    rotate_bytes: int = _opt(256 << 20, "start a new trace file past this size (0: never)")
+    rotate_s: float = _opt(3600.0, "start a new trace file after this age (0: never)")
+    retain_files: int = _opt(0, "keep at most this many trace files, deleting the oldest (0: all)")
+    retain_bytes: int = _opt(0, "keep at most this many bytes of trace files (0: no limit)")
+    file_prefix: str = _opt("trace", "trace file names are PREFIX-<UTC time>-<seq>.rpt")
+    drain_timeout_s: float = _opt(30.0, "on SIGTERM, wait this long for in-flight requests")
+    retry_s: float = _opt(5.0, "after a recording failure, try writing again after this")
+    log_interval_s: float = _opt(60.0, "a repeated failure is logged at most once per interval")
+    backlog: int = _opt(2048, "listen backlog")
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            raise ValueError("upstream is required (--upstream URL)")
+        parts = urlsplit(self.upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream must be an http:// or https:// URL, got {self.upstream!r}")
+        if self.record and self.trace_dir is None:
+            raise ValueError("trace_dir is required when recording (--trace-dir DIR, or --no-record)")
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be within [0, 1], got {self.sample_rate}")
+        for name in ("include_endpoints", "exclude_endpoints"):
+            unknown = set(getattr(self, name)) - set(ENDPOINT_CLASSES)
+            if unknown:
+                raise ValueError(f"{name}: unknown {sorted(unknown)}; valid: {', '.join(ENDPOINT_CLASSES)}")
+        if self.forwarded_headers not in FORWARDED_MODES:
+            raise ValueError(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
+        parse_hostport(self.listen, "listen")
+        if self.admin_listen:
+            parse_hostport(self.admin_listen, "admin_listen")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+                raise ValueError(f"{f.name} must be >= 0, got {value}")
+        positive = ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "max_upstream_connections",
+                    "queue_records", "flush_interval_s", "drain_timeout_s", "max_request_head_bytes")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def endpoints_recorded(self) -> frozenset[str]:
+        return frozenset(self.include_endpoints) - frozenset(self.exclude_endpoints)
+
+
+def parse_hostport(text: str, name: str) -> tuple[str, int]:
+    """'HOST:PORT' or '[v6]:PORT' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host or int(port) > 65535:
+        raise ValueError(f"{name} must be HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; defaults stay None so the file and environment can fill the gaps."""
+    parser.add_argument("--config", metavar="FILE", help="TOML file; settings under [proxy]")
+    hints = typing.get_type_hints(ProxySettings)
+    for f in dataclasses.fields(ProxySettings):
+        flag = "--" + f.name.replace("_", "-")
+        text = f"{f.metadata['help']} (default: {_show(f.default)})"
+        if hints[f.name] is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            parser.add_argument(flag, default=None, metavar=f.name.split("_")[-1].upper(), help=text)
+
+
+def _show(value: Any) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ProxySettings:
+    """Defaults < `[proxy]` of --config < REPLAYPROXY_PROXY_* < flags."""
+    file_values = read_toml(args.config).get("proxy", {}) if args.config else {}
+    if not isinstance(file_values, dict):
+        raise ConfigError(f"{args.config}: [proxy] must be a table")
+    overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ProxySettings)}
+    return build(ProxySettings, section="proxy", file_values=file_values, environ=environ, overrides=overrides)

@@ -1,0 +1,183 @@
+"""Upstream side of the forwarding path: keep-alive connections and the pool that lends them out.
+
+An `UpstreamConnection` only moves bytes; the exchange that borrowed it parses the response. The
+pool keeps idle connections most-recently-used first (the freshest is least likely to have been
+closed by the server's own keep-alive timer) and bounds the number of open connections; requests
+beyond the bound wait for a release, a loss, or their connect timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections import deque
+from typing import Protocol
+
+from replayproxy.tasks import spawn
+
+
+class Borrower(Protocol):
+    """The side of an exchange the pool and the connection talk to."""
+
+    def upstream_ready(self, conn: UpstreamConnection) -> None: ...
+    def upstream_failed(self, error: str) -> None: ...
+    def upstream_data(self, data: bytes) -> None: ...
+    def upstream_lost(self) -> None: ...
+    def upstream_pause(self, paused: bool) -> None: ...
+
+
+class UpstreamConnection(asyncio.Protocol):
+    __slots__ = ("pool", "transport", "borrower", "activity", "idle_tick", "requests", "lost")
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.borrower: Borrower | None = None
+        self.activity = 0  # reads so far; the timeout ticker compares it between ticks
+        self.idle_tick = 0
+        self.requests = 0  # requests sent on this connection; >0 means a reused connection
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.activity += 1
+        borrower = self.borrower
+        if borrower is None:  # an idle connection must stay silent; anything else is a broken peer
+            self.abort()
+            return
+        borrower.upstream_data(data)
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost tells the borrower
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        borrower, self.borrower = self.borrower, None
+        self.pool.lost(self)
+        if borrower is not None:
+            borrower.upstream_lost()
+
+    def pause_writing(self) -> None:
+        if self.borrower is not None:
+            self.borrower.upstream_pause(True)
+
+    def resume_writing(self) -> None:
+        if self.borrower is not None:
+            self.borrower.upstream_pause(False)
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def abort(self) -> None:
+        self.borrower = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamPool:
+    """Lends connections to one upstream (host, port); every method runs on the event loop."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None,
+        connect_timeout_s: float,
+        max_connections: int,
+        max_idle: int,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._tls = tls
+        self._connect_timeout_s = connect_timeout_s
+        self._max_connections = max_connections
+        self._max_idle = max_idle
+        self.idle: list[UpstreamConnection] = []
+        self.open = 0  # connected or connecting
+        self.waiting: deque[Borrower] = deque()
+
+    def acquire(self, borrower: Borrower) -> None:
+        """Lend a connection now if one is idle, else connect, else queue the borrower."""
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.lost:
+                self._lend(conn, borrower)
+                return
+        if self.open < self._max_connections:
+            self.open += 1
+            spawn(self._connect(borrower), name="upstream-connect")
+        else:
+            self.waiting.append(borrower)
+
+    def forget(self, borrower: Borrower) -> None:
+        """A waiting borrower gave up (client gone, timeout)."""
+        with contextlib.suppress(ValueError):
+            self.waiting.remove(borrower)
+
+    def release(self, conn: UpstreamConnection, reusable: bool, tick: int) -> None:
+        conn.borrower = None
+        if not reusable or conn.lost:
+            conn.abort()
+            return
+        if self.waiting:
+            self._lend(conn, self.waiting.popleft())
+        elif len(self.idle) < self._max_idle:
+            conn.idle_tick = tick
+            self.idle.append(conn)
+        else:
+            conn.abort()
+
+    def lost(self, conn: UpstreamConnection) -> None:
+        self.open -= 1
+        if conn in self.idle:
+            self.idle.remove(conn)
+        if self.waiting and self.open < self._max_connections:
+            self.open += 1
+            spawn(self._connect(self.waiting.popleft()), name="upstream-connect")
+
+    def close_idle(self, older_than_tick: int | None = None) -> None:
+        """Close idle connections last used before `older_than_tick` (all when None)."""
+        keep = [c for c in self.idle if older_than_tick is not None and c.idle_tick >= older_than_tick]
+        for conn in self.idle:
+            if conn not in keep:
+                conn.abort()
+        self.idle = keep
+
+    def _lend(self, conn: UpstreamConnection, borrower: Borrower) -> None:
+        conn.borrower = borrower
+        borrower.upstream_ready(conn)
+
+    async def _connect(self, borrower: Borrower) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: UpstreamConnection(self),
+                    self.host,
+                    self.port,
+                    ssl=self._tls,
+                    server_hostname=self.host if self._tls else None,
+                )
+        except TimeoutError:
+            self._failed(borrower, "timeout")
+        except (OSError, ssl.SSLError):
+            self._failed(borrower, "connect")
+        else:
+            self._lend(conn, borrower)
+
+    def _failed(self, borrower: Borrower, error: str) -> None:
+        self.open -= 1
+        borrower.upstream_failed(error)
+        if self.waiting and self.open < self._max_connections:
+            self.open += 1
+            spawn(self._connect(self.waiting.popleft()), name="upstream-connect")

@@ -1,0 +1,73 @@
+"""Usage injection: the one place the proxy rewrites bytes, and only for requests that need it.
+
+Streaming engines report token counts only when asked (`stream_options.include_usage`). For a
+recorded streaming request that did not set `stream_options`, the proxy splices that option into
+the body (every other byte unchanged) and removes the extra `choices: []` usage event from what
+the client receives, so the client's byte stream is what it would have been without the proxy.
+Requests that already carry `stream_options` are never touched (continuous usage would change
+every chunk).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from replayproxy.sse import USAGE, SSEDecoder, classify
+
+_OPTION = b'"stream_options":{"include_usage":true}'
+
+
+def inject(body: bytes) -> tuple[bytes | None, Any]:
+    """(new body or None if not needed, the parsed JSON or None) for a chat/completions request body."""
+    if b'"stream"' not in body:
+        return None, None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(obj, dict) or obj.get("stream") is not True or "stream_options" in obj:
+        return None, obj
+    brace = body.index(b"{") + 1
+    return body[:brace] + _OPTION + b"," + body[brace:], obj
+
+
+class UsageStripper:
+    """Passes an SSE body through, minus usage-only events; holds back only an incomplete event."""
+
+    __slots__ = ("_decoder", "_held", "_held_at", "_drop_lf")
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self._held = b""
+        self._held_at = 0  # stream offset of _held[0]
+        self._drop_lf = False
+
+    def feed(self, piece: bytes) -> bytes:
+        events = self._decoder.feed(piece)
+        held = self._held + piece if self._held else piece
+        if not events:
+            self._held = held
+            return b""
+        out: list[bytes] = []
+        cut = 0
+        for event in events:
+            end = event.end - self._held_at
+            raw = held[cut:end]
+            cut = end
+            if b'"usage"' in event.data and classify(event.data).kind == USAGE:
+                self._drop_lf = raw.endswith(b"\r")
+                continue
+            if self._drop_lf and raw[:1] == b"\n":
+                raw = raw[1:]
+            self._drop_lf = False
+            out.append(raw)
+        self._held = held[cut:]
+        self._held_at += cut
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """Bytes of an unterminated last event, passed on unchanged at the end of the body."""
+        rest, self._held = self._held, b""
+        return rest
