@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 GIB = 1 << 30
@@ -22,6 +22,7 @@ INT4_GROUP_SIZE = 128
 INT4_GROUP_META_BYTES = 2.5
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp16": 2, "fp8": 1}
 UNQUANTIZED_BYTES = 2  # the model's 16-bit dtype
+
 
 class ModelConfigError(ValueError):
     """A model config the calculator cannot use (missing or inconsistent keys)."""
@@ -118,9 +119,13 @@ class ModelSpec:
             v_head_dim=int(config.get("v_head_dim") or 0),
         )
         if spec.num_kv_heads <= 0 or spec.num_heads % spec.num_kv_heads:
-            raise ModelConfigError(f"{spec.num_heads} attention heads are not a multiple of {spec.num_kv_heads} kv heads")
+            raise ModelConfigError(
+                f"{spec.num_heads} attention heads are not a multiple of {spec.num_kv_heads} kv heads"
+            )
         if spec.is_mla and not (spec.qk_rope_head_dim and spec.v_head_dim and spec.qk_nope_head_dim):
-            raise ModelConfigError("MLA config (kv_lora_rank) lacks qk_rope_head_dim, qk_nope_head_dim or v_head_dim")
+            raise ModelConfigError(
+                "MLA config (kv_lora_rank) lacks qk_rope_head_dim, qk_nope_head_dim or v_head_dim"
+            )
         if spec.is_moe and spec.experts_per_token <= 0:
             raise ModelConfigError("MoE config lacks num_experts_per_tok")
         return spec
@@ -371,7 +376,9 @@ def _notes(spec: ModelSpec, setup: Setup, weight_dtype: str) -> list[str]:
     if spec.quantized_as and weight_dtype != spec.quantized_as:
         notes.append(f"the checkpoint is published as {spec.quantized_as}; computed as {weight_dtype}")
     if setup.gpus > setup.tp:
-        notes.append(f"{setup.gpus // setup.tp} replicas of tp {setup.tp} (data parallel), each with its own KV cache")
+        notes.append(
+            f"{setup.gpus // setup.tp} replicas of tp {setup.tp} (data parallel), each with its own KV cache"
+        )
     return notes
 
 
@@ -380,12 +387,8 @@ def smallest_tp(spec: ModelSpec, setup: Setup) -> int | None:
     tp = 1
     while tp <= spec.num_heads:
         if spec.num_heads % tp == 0:
-            trial = plan(spec, Setup(**{**_fields(setup), "tp": tp, "gpus": tp}))
+            trial = plan(spec, replace(setup, tp=tp, gpus=tp))
             if trial.kv_blocks > 0:
                 return tp
         tp *= 2
     return None
-
-
-def _fields(setup: Setup) -> dict[str, Any]:
-    return {name: getattr(setup, name) for name in Setup.__dataclass_fields__}

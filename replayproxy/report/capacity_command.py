@@ -36,27 +36,45 @@ from replayproxy.trace import expand_paths, load
 CONTEXTS_TOKENS = (2048, 8192, 32768, 131072)
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
-PREFIX_NOTE = "prefix-cache sharing is not counted (a shared prefix is stored once): residency is an upper bound"
+PREFIX_NOTE = (
+    "prefix-cache sharing is not counted (a shared prefix is stored once): residency is an upper bound"
+)
 QUEUE_NOTE = "a request holds its input from arrival (send) on, queueing included: an upper bound"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", metavar="TRACE_OR_RESULT", help="trace (.rpt) or result (.rpr) files")
-    parser.add_argument("--model", required=True, help=f"config.json (or its folder), or a preset: {', '.join(PRESETS)}")
-    parser.add_argument("--gpu-memory", required=True, help="memory of one GPU: 80GiB, 81559MiB, 24GB (G = GiB)")
+    parser.add_argument(
+        "paths", nargs="*", metavar="TRACE_OR_RESULT", help="trace (.rpt) or result (.rpr) files"
+    )
+    parser.add_argument(
+        "--model", required=True, help=f"config.json (or its folder), or a preset: {', '.join(PRESETS)}"
+    )
+    parser.add_argument(
+        "--gpu-memory", required=True, help="memory of one GPU: 80GiB, 81559MiB, 24GB (G = GiB)"
+    )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs in all (default: --tp); more = replicas")
     parser.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: --gpus, else 1)")
     parser.add_argument("--weight-dtype", choices=tuple(WEIGHT_BITS), help="default: the checkpoint's format")
-    parser.add_argument("--kv-dtype", choices=tuple(KV_DTYPE_BYTES), default="auto", help="auto = the model's 16 bit")
+    parser.add_argument(
+        "--kv-dtype", choices=tuple(KV_DTYPE_BYTES), default="auto", help="auto = the model's 16 bit"
+    )
     parser.add_argument("--util", type=float, default=0.90, help="fraction of GPU memory the engine may use")
     parser.add_argument("--max-model-len", type=int, help="longest sequence (default: the model's maximum)")
     parser.add_argument("--block-size", type=int, default=16, help="KV-cache block size in tokens")
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192, help="tokens per forward pass")
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="sequences per batch (sizes the logits)")
-    parser.add_argument("--runtime-gib", type=float, default=1.5, help="CUDA context, workspaces, CUDA graphs")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="sequences per batch (sizes the logits)"
+    )
+    parser.add_argument(
+        "--runtime-gib", type=float, default=1.5, help="CUDA context, workspaces, CUDA graphs"
+    )
     parser.add_argument("--activations-gib", type=float, help="override the activation estimate")
-    parser.add_argument("--assume-ttft-ms", type=float, default=200.0, help="for requests without recorded timings")
-    parser.add_argument("--assume-tpot-ms", type=float, default=30.0, help="for requests without recorded timings")
+    parser.add_argument(
+        "--assume-ttft-ms", type=float, default=200.0, help="for requests without recorded timings"
+    )
+    parser.add_argument(
+        "--assume-tpot-ms", type=float, default=30.0, help="for requests without recorded timings"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -127,7 +145,9 @@ def load_model(text: str) -> tuple[ModelSpec, str]:
         return ModelSpec.from_hf_config(config, name=name), f"preset, from {repo} config.json"
     if path.suffix == ".json" or path.parent != Path("."):
         raise FileNotFoundError(f"no such model config: {text}")
-    raise LookupError(f"unknown model preset {text!r}; valid: {', '.join(PRESETS)} (or a path to a config.json)")
+    raise LookupError(
+        f"unknown model preset {text!r}; valid: {', '.join(PRESETS)} (or a path to a config.json)"
+    )
 
 
 def analyse(args: argparse.Namespace, result: Plan) -> residency.TraceFit:
@@ -206,7 +226,9 @@ def to_json(result: Plan, source: str, max_model_len: int, fit: residency.TraceF
         "kv_tokens_total": result.kv_tokens * result.replicas,
         "weights_fit": result.weights_fit,
         "max_model_len_fits": result.kv_tokens >= max_model_len,
-        "contexts": [{"context_tokens": c, "sequences": result.sequences_at(c)} for c in _contexts(max_model_len)],
+        "contexts": [
+            {"context_tokens": c, "sequences": result.sequences_at(c)} for c in _contexts(max_model_len)
+        ],
         "notes": list(result.notes),
         "trace": None,
     }
@@ -259,19 +281,20 @@ def render(result: Plan, source: str, max_model_len: int, fit: residency.TraceFi
         f"KV cache   {result.kv_bytes_per_token:,} B per token ({kv_formula}, {kv_name}); "
         f"{result.kv_bytes_per_token_per_gpu:,} B per GPU",
         "",
-        f"{_gib(setup.gpu_memory_bytes)} GiB x {setup.util:.2f} = {_gib(result.budget_per_gpu_bytes)} GiB per GPU: "
-        f"weights {_gib(result.weights_per_gpu_bytes)} / activations {_gib(result.activation_per_gpu_bytes)} / "
-        f"runtime {_gib(setup.runtime_bytes)} / KV {_gib(result.kv_per_gpu_bytes)}",
+        _split_line(result),
     ]
     if not result.weights_fit:
         tp = smallest_tp(spec, setup)
         hint = f"--tp {tp}" if tp else "more GPUs"
+        need, budget = _gib(result.weights_per_gpu_bytes), _gib(result.budget_per_gpu_bytes)
         lines.append(
-            f"DOES NOT FIT: the weights alone need {_gib(result.weights_per_gpu_bytes)} GiB per GPU, more than "
-            f"the {_gib(result.budget_per_gpu_bytes)} GiB budget; try {hint} or a smaller --weight-dtype"
+            f"DOES NOT FIT: the weights alone need {need} GiB per GPU, more than the {budget} GiB budget; "
+            f"try {hint} or a smaller --weight-dtype"
         )
     elif result.kv_blocks == 0:
-        lines.append("DOES NOT FIT: no memory is left for the KV cache after weights, activations and runtime")
+        lines.append(
+            "DOES NOT FIT: no memory is left for the KV cache after weights, activations and runtime"
+        )
     lines.append(
         f"KV tokens  {result.kv_tokens:,} per replica ({result.kv_blocks:,} blocks of {setup.block_size})"
         + (f" x {result.replicas} replicas" if result.replicas > 1 else "")
@@ -292,6 +315,19 @@ def render(result: Plan, source: str, max_model_len: int, fit: residency.TraceFi
     return lines
 
 
+def _split_line(result: Plan) -> str:
+    """The seed's form: '80.00 GiB x 0.90 = 72.00 GiB per GPU: weights 14.96 / activations 1.00 / ...'."""
+    shares = (
+        ("weights", result.weights_per_gpu_bytes),
+        ("activations", result.activation_per_gpu_bytes),
+        ("runtime", result.setup.runtime_bytes),
+        ("KV", result.kv_per_gpu_bytes),
+    )
+    split = " / ".join(f"{name} {_gib(value)}" for name, value in shares)
+    memory, util = _gib(result.setup.gpu_memory_bytes), result.setup.util
+    return f"{memory} GiB x {util:.2f} = {_gib(result.budget_per_gpu_bytes)} GiB per GPU: {split}"
+
+
 def _render_fit(result: Plan, fit: residency.TraceFit) -> list[str]:
     timing = f"{fit.chunk_timed:,} followed through chunk times"
     if fit.estimated:
@@ -300,8 +336,9 @@ def _render_fit(result: Plan, fit: residency.TraceFit) -> list[str]:
         timing += f", {fit.skipped:,} without token counts left out"
     lines = [
         f"workload   {fit.requests:,} requests over {fit.duration_s:,.1f} s ({timing})",
-        f"resident   peak {fit.peak_tokens:,.0f} tokens at {fit.peak_at_s:,.1f} s, p95 {fit.p95_tokens:,.0f}, "
-        f"mean {fit.mean_tokens:,.0f}; peak {fit.peak_concurrency:,} requests in flight",
+        f"resident   peak {fit.peak_tokens:,.0f} tokens at {fit.peak_at_s:,.1f} s, "
+        f"p95 {fit.p95_tokens:,.0f}, mean {fit.mean_tokens:,.0f}; "
+        f"peak {fit.peak_concurrency:,} requests in flight",
     ]
     share = fit.peak_tokens / fit.capacity_tokens if fit.capacity_tokens else float("inf")
     if fit.fits:
@@ -309,7 +346,10 @@ def _render_fit(result: Plan, fit: residency.TraceFit) -> list[str]:
     else:
         over = f"{fit.time_over_s:,.1f} s ({fit.time_over_s / max(fit.duration_s, 1e-9):.1%} of the time)"
         first = f", first at {fit.first_over_s:,.1f} s" if fit.first_over_s is not None else ""
-        lines.append(f"fits       NO: the peak is {share:.0%} of {fit.capacity_tokens:,} KV tokens; over it for {over}{first}")
+        lines.append(
+            f"fits       NO: the peak is {share:.0%} of {fit.capacity_tokens:,} KV tokens; "
+            f"over it for {over}{first}"
+        )
     util, longest = trace_limits(result, fit)
     util_text = f"{util:.3f}" if util <= 1 else f"{util:.3f} (more than the whole GPU)"
     lines += [

@@ -49,31 +49,49 @@ def from_results(files: list[ResultFile]) -> Timings:
     """Runs' requests on one axis (files aligned by their start time: shards of one run)."""
     base = min(f.header.start_wall_ns for f in files)
     parts = [_result_timings(f, f.header.start_wall_ns - base) for f in files]
-    gaps = [p[5] for p in parts]
-    tokens = [p[7] for p in parts]
     return Timings(
-        *(np.concatenate([p[i] for p in parts]) for i in range(5)),
-        chunk_gaps_us=np.concatenate(gaps),
-        chunk_index=_join_index([p[6] for p in parts]),
-        chunk_tokens=np.concatenate(tokens),
-        chunk_tokens_index=_join_index([p[8] for p in parts]),
+        arrival_ns=np.concatenate([p.arrival_ns for p in parts]),
+        ttft_ns=np.concatenate([p.ttft_ns for p in parts]),
+        e2e_ns=np.concatenate([p.e2e_ns for p in parts]),
+        input_tokens=np.concatenate([p.input_tokens for p in parts]),
+        output_tokens=np.concatenate([p.output_tokens for p in parts]),
+        chunk_gaps_us=np.concatenate([p.chunk_gaps_us for p in parts]),
+        chunk_index=_join_index([p.chunk_index for p in parts]),
+        chunk_tokens=np.concatenate([p.chunk_tokens for p in parts if p.chunk_tokens is not None]),
+        chunk_tokens_index=_join_index(
+            [p.chunk_tokens_index for p in parts if p.chunk_tokens_index is not None]
+        ),
     )
 
 
-def _result_timings(f: ResultFile, shift_ns: int) -> tuple[np.ndarray, ...]:
+def _result_timings(f: ResultFile, shift_ns: int) -> Timings:
+    """Usage counts where the target reported them, else the trace's; failures keep what streamed."""
     col = f.column
-    inputs = np.where(col("prompt_tokens") >= 0, col("prompt_tokens"), col("expected_input_tokens"))
     gaps, gaps_index = f.ragged("chunk_gaps_us")
     tokens, tokens_index = f.ragged("chunk_tokens")
-    streamed = np.add.reduceat(np.append(tokens, 0).astype(np.int64), tokens_index[:-1]) * (np.diff(tokens_index) > 0)
+    cum = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)])
+    streamed = cum[tokens_index[1:]] - cum[tokens_index[:-1]]
     failed_output = np.where(streamed > 0, streamed, col("content_chunks"))
     expected = np.where(col("error") == "", col("expected_output_tokens"), failed_output)
-    outputs = np.where(col("completion_tokens") >= 0, col("completion_tokens"), expected)
-    arrays = (col("sent_ns") + shift_ns, col("ttft_ns"), col("e2e_ns"), inputs, outputs)
-    return (*(a.astype(np.int64) for a in arrays), gaps.astype(np.int64), gaps_index, tokens, tokens_index)
+    return Timings(
+        arrival_ns=(col("sent_ns") + shift_ns).astype(np.int64),
+        ttft_ns=col("ttft_ns").astype(np.int64),
+        e2e_ns=col("e2e_ns").astype(np.int64),
+        input_tokens=np.where(
+            col("prompt_tokens") >= 0, col("prompt_tokens"), col("expected_input_tokens")
+        ).astype(np.int64),
+        output_tokens=np.where(col("completion_tokens") >= 0, col("completion_tokens"), expected).astype(
+            np.int64
+        ),
+        chunk_gaps_us=gaps.astype(np.int64),
+        chunk_index=gaps_index,
+        chunk_tokens=tokens.astype(np.int64),
+        chunk_tokens_index=tokens_index,
+    )
 
 
 def _join_index(indexes: list[np.ndarray]) -> np.ndarray:
+    """Concatenate ragged index arrays (each starting at 0) into one over the concatenated values."""
     offsets = np.cumsum([0] + [int(ix[-1]) for ix in indexes[:-1]])
     return np.concatenate([indexes[0][:1]] + [ix[1:] + off for ix, off in zip(indexes, offsets, strict=True)])
 
@@ -119,14 +137,16 @@ def _progress(t: Timings, points: int) -> list[tuple[np.ndarray, np.ndarray]]:
         j = (np.arange(points + 1) * g) // points  # chunk numbers 0..g of each row's moments
         cum_us = np.concatenate([[0], np.cumsum(t.chunk_gaps_us)])
         base = t.chunk_index[rows][:, None]
-        times = np.minimum(first[rows][:, None] + (cum_us[base + j] - cum_us[base]) * 1000, end[rows][:, None])
+        times = np.minimum(
+            first[rows][:, None] + (cum_us[base + j] - cum_us[base]) * 1000, end[rows][:, None]
+        )
         groups.append((times, _chunk_fraction(t, rows, j, g) * out[rows][:, None]))
     return groups
 
 
 def _chunk_fraction(t: Timings, rows: np.ndarray, j: np.ndarray, g: np.ndarray) -> np.ndarray:
     """Fraction of the output present after chunk j: reported chunk sizes where they add up, else equal."""
-    equal = (j + 1) / (g + 1)
+    equal: np.ndarray = (j + 1) / (g + 1)
     if t.chunk_tokens is None or t.chunk_tokens_index is None or not len(t.chunk_tokens):
         return equal
     index = t.chunk_tokens_index
@@ -136,7 +156,8 @@ def _chunk_fraction(t: Timings, rows: np.ndarray, j: np.ndarray, g: np.ndarray) 
     total = cum[base + counts] - cum[base]
     usable = (counts == g + 1) & (total > 0)
     reported = (cum[base + np.minimum(j + 1, counts)] - cum[base]) / np.maximum(total, 1)
-    return np.where(usable, reported, equal)
+    fraction: np.ndarray = np.where(usable, reported, equal)
+    return fraction
 
 
 def _point_events(times: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -240,7 +261,9 @@ def residency(t: Timings, points: int = CHUNK_POINTS) -> Curve:
     for times, tokens in _progress(t, points):
         ev_times, ev_jumps, ev_slopes = _point_events(times, tokens)
         events.append((ev_times, ev_jumps, ev_slopes, np.zeros(len(ev_times))))
-    ev_times, ev_jumps, ev_slopes, ev_counts = (np.concatenate(column) for column in zip(*events, strict=True))
+    ev_times, ev_jumps, ev_slopes, ev_counts = (
+        np.concatenate(column) for column in zip(*events, strict=True)
+    )
     order = np.argsort(ev_times, kind="stable")
     ev_times = ev_times[order]
     starts = np.flatnonzero(np.concatenate([[True], ev_times[1:] != ev_times[:-1]]))
@@ -278,7 +301,9 @@ class TraceFit:
         return self.peak_tokens <= self.capacity_tokens
 
 
-def fit(t: Timings, estimated: int, skipped: int, capacity_tokens: int, points: int = CHUNK_POINTS) -> TraceFit:
+def fit(
+    t: Timings, estimated: int, skipped: int, capacity_tokens: int, points: int = CHUNK_POINTS
+) -> TraceFit:
     """Sweep the timings and compare the resident tokens with `capacity_tokens`."""
     curve = residency(t, points)
     peak, peak_at = curve.peak()

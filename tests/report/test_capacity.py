@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from replayproxy.report.capacity import (
@@ -63,7 +65,9 @@ def test_qwen_counts_its_qkv_bias() -> None:
     spec = preset("Qwen2.5-7B")
     assert spec.qkv_bias
     without = ModelSpec.from_hf_config({**PRESETS["Qwen2.5-7B"][1], "attention_bias": False})
-    difference = sum(p.params for p in parameter_parts(spec)) - sum(p.params for p in parameter_parts(without))
+    difference = sum(p.params for p in parameter_parts(spec)) - sum(
+        p.params for p in parameter_parts(without)
+    )
     assert difference == 28 * (3584 + 2 * 4 * 128)
 
 
@@ -108,7 +112,12 @@ def test_int4_weights_by_hand() -> None:
 def test_plan_splits_the_budget_by_hand_with_fp8_kv() -> None:
     spec = preset("Llama-3.1-8B")
     setup = Setup(
-        gpu_memory_bytes=24 * GIB, util=0.9, kv_dtype="fp8", runtime_bytes=GIB, activation_bytes=GIB, block_size=16
+        gpu_memory_bytes=24 * GIB,
+        util=0.9,
+        kv_dtype="fp8",
+        runtime_bytes=GIB,
+        activation_bytes=GIB,
+        block_size=16,
     )
     result = plan(spec, setup)
     budget = int(0.9 * 24 * GIB)
@@ -117,7 +126,7 @@ def test_plan_splits_the_budget_by_hand_with_fp8_kv() -> None:
     assert result.kv_per_gpu_bytes == kv
     assert result.kv_blocks == kv // (16 * 65536)
     assert result.kv_tokens == result.kv_blocks * 16
-    bf16 = plan(spec, Setup(**{**_fields(setup), "kv_dtype": "auto"}))
+    bf16 = plan(spec, replace(setup, kv_dtype="auto"))
     assert bf16.kv_blocks == kv // (16 * 131072)
     assert result.kv_tokens == pytest.approx(2 * bf16.kv_tokens, abs=16)
 
@@ -125,7 +134,9 @@ def test_plan_splits_the_budget_by_hand_with_fp8_kv() -> None:
 def test_seed_arithmetic_kv_is_what_weights_and_activations_leave() -> None:
     """'24 GB: weights 16.2 / KV 6.5 / activations 1.3': KV = memory - weights - activations."""
     spec = preset("Llama-3.1-8B")
-    result = plan(spec, Setup(gpu_memory_bytes=24 * 10**9, util=1.0, runtime_bytes=0, activation_bytes=1_300_000_000))
+    result = plan(
+        spec, Setup(gpu_memory_bytes=24 * 10**9, util=1.0, runtime_bytes=0, activation_bytes=1_300_000_000)
+    )
     assert result.weights_per_gpu_bytes == 16_060_522_496  # 8.03 B x 2 B
     assert result.kv_per_gpu_bytes == 24 * 10**9 - 16_060_522_496 - 1_300_000_000  # 6.64 GB
     split = result.weights_per_gpu_bytes + result.activation_per_gpu_bytes + result.kv_per_gpu_bytes
@@ -136,7 +147,10 @@ def test_doubling_the_context_halves_the_sequences() -> None:
     result = plan(preset("Llama-3.1-8B"), Setup(gpu_memory_bytes=80 * GIB))
     assert result.sequences_at(16384) == result.kv_blocks // 1024
     assert result.sequences_at(32768) == result.kv_blocks // 2048
-    assert result.sequences_at(32768) in (result.sequences_at(16384) // 2, (result.sequences_at(16384) + 1) // 2)
+    assert result.sequences_at(32768) in (
+        result.sequences_at(16384) // 2,
+        (result.sequences_at(16384) + 1) // 2,
+    )
     assert result.sequences_at(8000) == result.kv_blocks // 500  # rounded up to whole blocks
 
 
@@ -144,7 +158,9 @@ def test_tensor_parallel_shards_weights_and_replicas_multiply_sequences() -> Non
     spec = preset("Llama-3.1-70B")
     one = plan(spec, Setup(gpu_memory_bytes=80 * GIB, gpus=4, tp=4))
     norms_bytes = (2 * 80 + 1) * 8192 * 2
-    assert one.weights_per_gpu_bytes == pytest.approx((one.weights_bytes - norms_bytes) / 4 + norms_bytes, abs=8)
+    assert one.weights_per_gpu_bytes == pytest.approx(
+        (one.weights_bytes - norms_bytes) / 4 + norms_bytes, abs=8
+    )
     two = plan(spec, Setup(gpu_memory_bytes=80 * GIB, gpus=8, tp=4))
     assert two.replicas == 2 and two.kv_blocks == one.kv_blocks
     assert two.sequences_at(8192) == 2 * one.sequences_at(8192)
@@ -174,7 +190,9 @@ def test_checkpoint_format_is_the_default_weight_dtype() -> None:
 
 def test_config_reading() -> None:
     base = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16, "vocab_size": 1000}
-    spec = ModelSpec.from_hf_config({**base, "intermediate_size": 4096, "num_key_value_heads": 1, "head_dim": 256})
+    spec = ModelSpec.from_hf_config(
+        {**base, "intermediate_size": 4096, "num_key_value_heads": 1, "head_dim": 256}
+    )
     assert spec.attention_kind == "MQA" and spec.head_dim == 256
     assert kv_bytes_per_token(spec) == 2 * 4 * 1 * 256 * 2
     assert ModelSpec.from_hf_config({**base, "intermediate_size": 8}).head_dim == 128  # hidden / heads
@@ -203,7 +221,3 @@ def test_presets_are_found_by_name_or_repository() -> None:
     found = find_preset("meta-llama/Llama-3.1-8B")
     assert found is not None and found[0] == "Llama-3.1-8B"
     assert find_preset("gpt-5") is None
-
-
-def _fields(setup: Setup) -> dict[str, object]:
-    return {name: getattr(setup, name) for name in Setup.__dataclass_fields__}

@@ -34,8 +34,17 @@ def test_text_report_for_a_preset() -> None:
 
 
 def test_json_report_has_stable_keys_and_units() -> None:
-    done = cli("--model", "Qwen2.5-7B", "--gpu-memory", "24GiB", "--kv-dtype", "fp8", "--max-model-len", "32768",
-               "--json")
+    done = cli(
+        "--model",
+        "Qwen2.5-7B",
+        "--gpu-memory",
+        "24GiB",
+        "--kv-dtype",
+        "fp8",
+        "--max-model-len",
+        "32768",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["model"]["params_total"] == pytest.approx(7.62e9, rel=0.01)
@@ -45,7 +54,12 @@ def test_json_report_has_stable_keys_and_units() -> None:
     contexts = {c["context_tokens"]: c["sequences"] for c in report["contexts"]}
     assert contexts[32768] == report["kv_blocks_per_replica"] // 2048
     per_gpu = report["per_gpu"]
-    used = per_gpu["weights_bytes"] + per_gpu["activations_bytes"] + per_gpu["runtime_bytes"] + per_gpu["kv_bytes"]
+    used = (
+        per_gpu["weights_bytes"]
+        + per_gpu["activations_bytes"]
+        + per_gpu["runtime_bytes"]
+        + per_gpu["kv_bytes"]
+    )
     assert used == per_gpu["budget_bytes"]
     assert report["trace"] is None
 
@@ -60,7 +74,9 @@ def test_weights_that_do_not_fit_exit_1_with_a_hint() -> None:
 def test_workload_that_overflows_the_cache(tmp_path: Path) -> None:
     # 40 requests of 120k input tokens at once: ~4.8M tokens, far beyond one 80 GiB GPU's cache.
     shapes = [
-        RequestShape(offset_ns=i * MS, input_tokens=120_000, output_tokens=100, ttft_ns=2000 * MS, e2e_ns=5000 * MS)
+        RequestShape(
+            offset_ns=i * MS, input_tokens=120_000, output_tokens=100, ttft_ns=2000 * MS, e2e_ns=5000 * MS
+        )
         for i in range(40)
     ]
     path = tmp_path / "big.rpt"
@@ -83,7 +99,9 @@ def test_workload_that_fits(tmp_path: Path) -> None:
     shapes = [RequestShape(offset_ns=i * 100 * MS, input_tokens=1000, output_tokens=200) for i in range(40)]
     path = tmp_path / "small.rpt"
     write_trace(path, TraceHeader(start_wall_ns=1), shapes, mono_ns=lambda: 0, wall_ns=lambda: 1)
-    done = cli("--model", "Mistral-7B-v0.3", "--gpu-memory", "24GiB", "--assume-tpot-ms", "10", "--json", str(path))
+    done = cli(
+        "--model", "Mistral-7B-v0.3", "--gpu-memory", "24GiB", "--assume-tpot-ms", "10", "--json", str(path)
+    )
     assert done.returncode == 0, done.stderr
     trace = json.loads(done.stdout)["trace"]
     assert trace["fits"] and trace["estimated_requests"] == 40
@@ -119,8 +137,15 @@ def test_config_missing_keys_is_one_line(tmp_path: Path) -> None:
 
 
 def test_local_config_is_read(tmp_path: Path) -> None:
-    config = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-              "intermediate_size": 2048, "vocab_size": 1000, "tie_word_embeddings": True}
+    config = {
+        "hidden_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 2048,
+        "vocab_size": 1000,
+        "tie_word_embeddings": True,
+    }
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(config))
     spec, source = load_model(str(tmp_path / "tiny"))
@@ -129,7 +154,13 @@ def test_local_config_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("80GiB", 80 * GIB), ("80G", 80 * GIB), ("24GB", 24 * 10**9), ("81559MiB", 81559 << 20), ("1.5 TiB", 3 << 39)],
+    [
+        ("80GiB", 80 * GIB),
+        ("80G", 80 * GIB),
+        ("24GB", 24 * 10**9),
+        ("81559MiB", 81559 << 20),
+        ("1.5 TiB", 3 << 39),
+    ],
 )
 def test_parse_memory_size(text: str, size: int) -> None:
     assert parse_memory_size(text) == size

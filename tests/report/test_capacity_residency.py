@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +26,11 @@ MS = 1_000_000
 
 def timings(rows: list[tuple[int, int, int, int, int]], gaps: list[list[int]] | None = None) -> Timings:
     """rows: (arrival, ttft, e2e, input tokens, output tokens); gaps: chunk gaps (us) per request."""
-    columns = np.array(rows, dtype=np.int64).T
+    arrival, ttft, e2e, inputs, outputs = np.array(rows, dtype=np.int64).T
     gaps = gaps or [[] for _ in rows]
     index = np.concatenate([[0], np.cumsum([len(g) for g in gaps])]).astype(np.int64)
     flat = np.array([x for g in gaps for x in g], dtype=np.int64)
-    return Timings(*columns, chunk_gaps_us=flat, chunk_index=index)
+    return Timings(arrival, ttft, e2e, inputs, outputs, chunk_gaps_us=flat, chunk_index=index)
 
 
 def test_hand_worked_two_requests() -> None:
@@ -38,7 +39,7 @@ def test_hand_worked_two_requests() -> None:
     # At 20 ms (just before A ends): 100 + 11 + 50 = 161 tokens, the peak.
     t = timings([(0, 10 * MS, 20 * MS, 100, 11), (15 * MS, 5 * MS, 25 * MS, 50, 21)])
     curve = residency(t)
-    assert curve.peak() == (pytest.approx(161.0), 20 * MS)
+    assert curve.peak()[0] == pytest.approx(161.0) and curve.peak()[1] == 20 * MS
     # Areas: A 100 x 10 + 106 x 10 (1..11 mean 6); B 50 x 5 + 61 x 20 (51..71) -> 3530 over 40 ms.
     assert curve.mean() == pytest.approx(3530 / 40)
     # Above 155 only on 15..20 ms (156 -> 161): 5 ms; the top 5% (2 ms) is above 159.
@@ -106,13 +107,7 @@ def test_chunk_times_drive_progress() -> None:
 def test_reported_chunk_sizes_are_followed() -> None:
     rows = [(0, 100 * MS, 1000 * MS, 10, 100)]
     t = timings(rows, [[100_000, 100_000]])  # chunks at 100, 200, 300 ms
-    sized = Timings(
-        *(getattr(t, f) for f in ("arrival_ns", "ttft_ns", "e2e_ns", "input_tokens", "output_tokens")),
-        chunk_gaps_us=t.chunk_gaps_us,
-        chunk_index=t.chunk_index,
-        chunk_tokens=np.array([90, 5, 5]),
-        chunk_tokens_index=np.array([0, 3]),
-    )
+    sized = replace(t, chunk_tokens=np.array([90, 5, 5]), chunk_tokens_index=np.array([0, 3]))
     curve = residency(sized, points=2)
     assert _value_at(curve, 100 * MS) == pytest.approx(10 + 90)
     assert _value_at(curve, 300 * MS) == pytest.approx(10 + 100)
@@ -127,7 +122,8 @@ def test_estimate_fills_unknown_ends_and_skips_unknown_sizes() -> None:
     assert filled.input_tokens[2] == 0 and filled.output_tokens[2] == 0
     assert filled.ttft_ns[3] == -1  # failed before its first token: holds its input until the end
     # Just before 80 ms: #0 prefilling (100), #1 at 100 + 1 + 2 x 30/60 tokens, #3 holding 7.
-    assert residency(filled).peak() == (pytest.approx(100 + 102 + 7), 80 * MS)
+    peak, when = residency(filled).peak()
+    assert peak == pytest.approx(100 + 102 + 7) and when == 80 * MS
 
 
 def test_fit_reports_time_over_capacity() -> None:
@@ -144,7 +140,9 @@ def test_from_trace(tmp_path: Path) -> None:
     shapes = [
         RequestShape(offset_ns=0, input_tokens=100, output_tokens=11, ttft_ns=10 * MS, e2e_ns=20 * MS),
         RequestShape(offset_ns=15 * MS, input_tokens=50, output_tokens=21, ttft_ns=5 * MS, e2e_ns=25 * MS),
-        RequestShape(offset_ns=30 * MS, input_tokens=5, output_tokens=-1, max_tokens=9),  # imported: no timings
+        RequestShape(
+            offset_ns=30 * MS, input_tokens=5, output_tokens=-1, max_tokens=9
+        ),  # imported: no timings
     ]
     path = tmp_path / "t.rpt"
     write_trace(path, TraceHeader(start_wall_ns=1), shapes, mono_ns=lambda: 0, wall_ns=lambda: 1)
@@ -157,25 +155,50 @@ def test_from_trace(tmp_path: Path) -> None:
 
 def test_from_results_aligns_shards(tmp_path: Path) -> None:
     def write(name: str, start_wall_ns: int, results: list[ReplayResult]) -> None:
-        with ResultWriter(tmp_path / name, RunHeader(label="x", target="t", start_wall_ns=start_wall_ns)) as w:
+        with ResultWriter(
+            tmp_path / name, RunHeader(label="x", target="t", start_wall_ns=start_wall_ns)
+        ) as w:
             for result in results:
                 w.write(result)
 
-    write("a.rpr", 1_000 * MS, [
-        ReplayResult(0, 0, 0, ttft_ns=10 * MS, e2e_ns=20 * MS, prompt_tokens=100, completion_tokens=11),
-    ])
-    write("b.rpr", 1_010 * MS, [
-        ReplayResult(1, 0, 5 * MS, ttft_ns=5 * MS, e2e_ns=25 * MS, expected_input_tokens=50,
-                     expected_output_tokens=21),
-        ReplayResult(2, 0, 6 * MS, e2e_ns=1 * MS, error="http_5xx", expected_input_tokens=9,
-                     expected_output_tokens=99),
-    ])
+    write(
+        "a.rpr",
+        1_000 * MS,
+        [
+            ReplayResult(0, 0, 0, ttft_ns=10 * MS, e2e_ns=20 * MS, prompt_tokens=100, completion_tokens=11),
+        ],
+    )
+    write(
+        "b.rpr",
+        1_010 * MS,
+        [
+            ReplayResult(
+                1,
+                0,
+                5 * MS,
+                ttft_ns=5 * MS,
+                e2e_ns=25 * MS,
+                expected_input_tokens=50,
+                expected_output_tokens=21,
+            ),
+            ReplayResult(
+                2,
+                0,
+                6 * MS,
+                e2e_ns=1 * MS,
+                error="http_5xx",
+                expected_input_tokens=9,
+                expected_output_tokens=99,
+            ),
+        ],
+    )
     t = from_results(load_results([tmp_path]))
     assert t.arrival_ns.tolist() == [0, 15 * MS, 16 * MS]
     assert t.input_tokens.tolist() == [100, 50, 9]
     assert t.output_tokens.tolist() == [11, 21, 0]  # a failure without chunks generated nothing
     # Just before 17 ms: A at 100 + 1 + 7, B prefilling 50, the failure holding 9.
-    assert residency(t).peak() == (pytest.approx(108 + 50 + 9), 17 * MS)
+    peak, when = residency(t).peak()
+    assert peak == pytest.approx(108 + 50 + 9) and when == 17 * MS
 
 
 def _value_at(curve: Curve, when_ns: int) -> float:
