@@ -19,6 +19,7 @@ from replayproxy.proxy.admin import make_admin_app, start_admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
 from replayproxy.proxy.metrics import ProxyMetrics
+from replayproxy.proxy.observe import Observer
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.proxy.settings import ProxySettings, parse_hostport
@@ -33,14 +34,15 @@ SWITCH_INTERVAL_S = 0.001
 class ProxyServer:
     """One running proxy: `await start()`, then `await stop()`; `url` and `admin_url` once started."""
 
-    def __init__(self, settings: ProxySettings) -> None:
+    def __init__(self, settings: ProxySettings, observer: Observer | None = None) -> None:
+        """`observer` replaces the recorder (tests observe captures directly)."""
         self.settings = settings
         self.metrics = ProxyMetrics()
         self.recorder: Recorder | None = None
-        if settings.record:
+        if settings.record and observer is None:
             hasher = PromptHasher(load_key(settings.hash_key_file), settings.tokenizer, settings.block_size)
             self.recorder = Recorder(settings, self.metrics, hasher)
-        self.forwarder = Forwarder(settings, self.metrics.hot, self.recorder,
+        self.forwarder = Forwarder(settings, self.metrics.hot, observer or self.recorder,
                                    count_error=self.metrics.count_recorder_error)
         self.url = ""
         self.admin_url = ""
@@ -106,9 +108,9 @@ def _url(host: str, port: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: ProxySettings) -> AsyncIterator[ProxyServer]:
+async def serving(settings: ProxySettings, observer: Observer | None = None) -> AsyncIterator[ProxyServer]:
     """Run a proxy on the current loop for the duration of the block (used by tests)."""
-    server = ProxyServer(settings)
+    server = ProxyServer(settings, observer)
     await server.start()
     try:
         yield server
