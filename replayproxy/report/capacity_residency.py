@@ -232,21 +232,21 @@ class Curve:
             mid = (low + high) / 2
             if settled + _time_at_or_below(dt, v0, v1, mid) >= target:
                 high = mid
+                keep = v0 < high  # v0 <= v1: a segment starting at or above the bracket never counts
             else:
                 low = mid
-            below, straddle = np.maximum(v0, v1) <= low, np.minimum(v0, v1) < high
-            settled += float(dt[below].sum())
-            keep = straddle & ~below
+                below = v1 <= low
+                settled += float(dt[below].sum())
+                keep = ~below
             dt, v0, v1 = dt[keep], v0[keep], v1[keep]
         return high
 
 
 def _time_at_or_below(dt: np.ndarray, v0: np.ndarray, v1: np.ndarray, level: float) -> float:
     rise = v1 - v0  # never negative beyond rounding: generation only adds tokens
-    frac = (v0 <= level).astype(np.float64)
-    ramp = rise > 1e-9
-    frac[ramp] = np.clip((level - v0[ramp]) / rise[ramp], 0.0, 1.0)
-    return float(np.sum(dt * frac))
+    ramp = np.clip((level - v0) / np.maximum(rise, 1e-9), 0.0, 1.0)
+    frac = np.where(rise > 1e-9, ramp, v0 <= level)
+    return float(np.dot(dt, frac))
 
 
 def residency(t: Timings, points: int = CHUNK_POINTS) -> Curve:
@@ -264,7 +264,7 @@ def residency(t: Timings, points: int = CHUNK_POINTS) -> Curve:
     ev_times, ev_jumps, ev_slopes, ev_counts = (
         np.concatenate(column) for column in zip(*events, strict=True)
     )
-    order = np.argsort(ev_times, kind="stable")
+    order = np.argsort(ev_times)  # events at one time are summed, so their order does not matter
     ev_times = ev_times[order]
     starts = np.flatnonzero(np.concatenate([[True], ev_times[1:] != ev_times[:-1]]))
     unique = ev_times[starts]
