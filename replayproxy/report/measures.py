@@ -132,10 +132,9 @@ def _itl(req: Requests, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """
     gap_lengths = np.diff(req.gap_index)
     token_lengths = np.diff(req.token_index)
-    owner = np.repeat(np.arange(len(req), dtype=np.int64), gap_lengths)
-    keep = ok[owner]
-    gaps_ms = req.gaps_us[keep].astype(np.float64) / 1e3
-    owner = owner[keep]
+    keep = np.repeat(ok, gap_lengths)
+    gaps_ms = req.gaps_us[keep] / 1e3
+    owner = np.repeat(np.arange(len(req), dtype=np.int64)[ok], gap_lengths[ok])
     per_token_rows = (token_lengths == gap_lengths + 1) & (gap_lengths > 0)
     if not per_token_rows.any():
         return gaps_ms, owner, False
