@@ -33,7 +33,7 @@ from replayproxy.results import SUFFIX as RESULT_SUFFIX
 from replayproxy.results import load_results
 from replayproxy.trace import expand_paths, load
 
-CONTEXTS_TOKENS = (2048, 8192, 32768, 131072)
+CONTEXTS_TOKENS = (2048, 8192, 16384, 32768, 131072)
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 PREFIX_NOTE = (
@@ -259,7 +259,8 @@ def to_json(result: Plan, source: str, max_model_len: int, fit: residency.TraceF
 
 
 def _contexts(max_model_len: int) -> list[int]:
-    return sorted({*CONTEXTS_TOKENS, max_model_len})
+    """The table's context lengths: the usual ones up to max-model-len, and max-model-len itself."""
+    return sorted({*(c for c in CONTEXTS_TOKENS if c <= max_model_len), max_model_len})
 
 
 def render(result: Plan, source: str, max_model_len: int, fit: residency.TraceFit | None) -> list[str]:
