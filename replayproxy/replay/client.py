@@ -96,6 +96,8 @@ class Exchange:
                     self.reported = usage.completion_tokens
 
     def on_complete(self, at_ns: int) -> None:
+        if self.done:
+            return
         if self.status >= 400:
             self.error = "http_4xx" if self.status < 500 else "http_5xx"
             self.message = _error_message(b"".join(self.body))

@@ -20,6 +20,7 @@ from replayproxy.trace import Columns
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 256
+_ENDPOINT_SALT = {"chat": 0, "completions": 0x5A17_C0DE_5A17_C0DE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,9 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     sub_hashes = (
         np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
     )
-    owners = synth.first_owners(sub_hashes, sub_index)
+    # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
+    salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
+    owners = synth.first_owners(sub_hashes ^ np.repeat(salts, np.diff(sub_index)), sub_index)
     words = synth.Words(options.seed, block_tokens(cols))
     layouts: list[synth.Layout | None] = []
     prepared = []

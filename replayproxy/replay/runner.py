@@ -42,6 +42,12 @@ class Counters:
         return self.sent - self.done
 
 
+def settle_memory() -> None:
+    """Collect now and freeze what exists (the prepared bodies), so no long collection runs mid-send."""
+    gc.collect()
+    gc.freeze()
+
+
 class Runner:
     """Sends `prepared` (sorted by `scheduled_ns`) over `pool` and collects one result per request."""
 
@@ -76,8 +82,6 @@ class Runner:
         """Send everything relative to the absolute monotonic `start_ns`; returns when all ended."""
         self.start_ns = start_ns
         housekeeping = spawn(self._housekeeping(), name="replay-housekeeping")
-        gc.collect()
-        gc.freeze()  # prepared bodies are long-lived: keep them out of every later collection
         try:
             await self._send_all()
             if self._flying:
@@ -88,7 +92,6 @@ class Runner:
             now = self.clock()
             for exchange in list(self._flying):
                 exchange.fail(now, "client_cancel", "replay stopped before the response ended")
-            gc.unfreeze()
         return self.results
 
     async def _send_all(self) -> None:

@@ -8,6 +8,7 @@ and warm connections. With `workers > 1` the prepared requests are dealt to work
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import logging
 import socket
@@ -25,7 +26,7 @@ from replayproxy import __version__, clock, trace
 from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
-from replayproxy.replay.runner import Runner
+from replayproxy.replay.runner import Runner, settle_memory
 from replayproxy.replay.target import TargetInfo, describe, pre_run
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
@@ -219,6 +220,7 @@ async def run_local(
         await pool.fill(pool_size)
         runner = Runner(prepared, wires, pool, clock=clock.now_ns, timeout_s=options.timeout,
                         max_concurrency=options.max_concurrency, worker=worker)
+        settle_memory()
         start_ns = start if isinstance(start, int) else start()
         reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
         try:
@@ -228,6 +230,7 @@ async def run_local(
                 reporter.cancel()
     finally:
         pool.close()
+        gc.unfreeze()
     return results, start_ns
 
 

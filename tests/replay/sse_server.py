@@ -1,0 +1,67 @@
+"""A tiny raw-asyncio HTTP/1.1 server for replay client tests: scripted chunked SSE answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+Handler = Callable[[bytes, asyncio.StreamWriter], "asyncio.Future[None] | object"]
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def sse_answer(events: int = 3, tokens: bool = True) -> bytes:
+    parts = [b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n']
+    for i in range(events):
+        usage = f',"usage":{{"prompt_tokens":5,"completion_tokens":{i + 1}}}' if tokens else ""
+        parts.append(f'data: {{"choices":[{{"index":0,"delta":{{"content":"w{i}"}}}}]{usage}}}\n\n'.encode())
+    parts.append(b"data: [DONE]\n\n")
+    return SSE_HEAD + b"".join(chunk(p) for p in parts) + b"0\r\n\r\n"
+
+
+class Server:
+    """Reads one request at a time per connection and lets `respond` answer it."""
+
+    def __init__(self, respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> None:
+        self.respond = respond
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.url = ""
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        connection = self.connections
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                self.requests.append(head + body)
+                outcome = self.respond(head + body, writer, connection)
+                if asyncio.iscoroutine(outcome):
+                    await outcome
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client went away, or the test is over
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> AsyncIterator[Server]:
+    server = Server(respond)
+    listener = await asyncio.start_server(server._client, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    server.url = f"http://127.0.0.1:{port}"
+    try:
+        yield server
+    finally:
+        listener.close()

@@ -1,0 +1,87 @@
+"""The lean HTTP/1.1 client against a raw loopback server: keep-alive, chunked SSE, failures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from replayproxy import clock
+from replayproxy.replay.client import Exchange
+from replayproxy.replay.connection import Pool, Target
+from replayproxy.replay.plan import Prepared
+from replayproxy.results import ReplayResult
+from tests.replay.sse_server import SSE_HEAD, chunk, serving, sse_answer
+
+PREPARED = Prepared(0, 0, "chat", "/v1/chat/completions", b'{"x":1}', True, 5, 3)
+
+
+def test_target_parse_and_request_bytes() -> None:
+    target = Target.parse("http://example.com:8080/api/v1/")
+    assert (target.host, target.port, target.base_path, target.tls) == ("example.com", 8080, "/api", False)
+    wire = target.request_bytes("POST", "/v1/completions", b"{}", {"Authorization": "Bearer k"})
+    assert wire.startswith(b"POST /api/v1/completions HTTP/1.1\r\nHost: example.com:8080\r\n")
+    assert b"Content-Length: 2\r\n" in wire and wire.endswith(b"\r\n\r\n{}")
+    assert Target.parse("https://h").port == 443 and Target.parse("https://h").host_header == "h"
+    with pytest.raises(ValueError, match="http"):
+        Target.parse("ftp://h")
+
+
+async def exchange_over(pool: Pool, wire: bytes) -> ReplayResult:
+    finished: asyncio.Future[Exchange] = asyncio.get_running_loop().create_future()
+    ex = Exchange(PREPARED, clock.now_ns(), finished.set_result)
+    connection = pool.acquire()
+    assert connection is not None
+    ex.sent(connection.send(ex, wire))
+    return (await asyncio.wait_for(finished, 5)).result(0)
+
+
+def test_keep_alive_pool_reuses_warm_connections() -> None:
+    async def main() -> None:
+        def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+            if request.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            else:
+                writer.write(sse_answer(4))
+
+        async with serving(respond) as server:
+            target = Target.parse(server.url)
+            pool = Pool(target, clock.now_ns)
+            await pool.fill(2)
+            assert server.connections == 2 and len(pool.idle) == 2
+            wire = target.request_bytes("POST", PREPARED.path, PREPARED.body)
+            for _ in range(3):
+                result = await exchange_over(pool, wire)
+                assert result.error == "" and result.content_chunks == 4 and result.chunk_tokens == (1, 1, 1, 1)
+                assert 0 < result.headers_ns <= result.ttft_ns <= result.e2e_ns
+            assert server.connections == 2  # no new connection was needed
+            assert server.requests[-1].endswith(b'{"x":1}')
+            pool.close()
+
+    asyncio.run(main())
+
+
+def test_reset_mid_stream_and_malformed_answers_are_errors() -> None:
+    async def main() -> None:
+        def respond(request: bytes, writer: asyncio.StreamWriter, connection: int) -> None:
+            if request.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            elif connection == 1:
+                writer.write(SSE_HEAD + chunk(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'))
+                writer.transport.abort()
+            else:
+                writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+
+        async with serving(respond) as server:
+            target = Target.parse(server.url)
+            pool = Pool(target, clock.now_ns)
+            await pool.fill(1)
+            wire = target.request_bytes("POST", PREPARED.path, PREPARED.body)
+            reset = await exchange_over(pool, wire)
+            assert reset.error == "reset" and reset.content_chunks == 1
+            assert pool.acquire() is None  # the broken connection is gone
+            await pool.fill(1)
+            bad = await exchange_over(pool, wire)
+            assert bad.error == "bad_stream" and "malformed" in bad.error_message
+
+    asyncio.run(main())

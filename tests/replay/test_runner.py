@@ -1,0 +1,80 @@
+"""The send loop against a raw loopback server: open loop, new connections, caps and timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from replayproxy import clock
+from replayproxy.replay.connection import Pool, Target
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.runner import Runner, settle_memory
+from replayproxy.results import ReplayResult
+from tests.replay.sse_server import serving, sse_answer
+
+MODELS = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+
+def plan(count: int, gap_ns: int) -> list[Prepared]:
+    return [Prepared(i, i * gap_ns, "chat", "/v1/chat/completions", b"{}", True, 5, 3) for i in range(count)]
+
+
+async def replay(respond, prepared: list[Prepared], pool_size: int, **kwargs: object) -> list[ReplayResult]:  # type: ignore[no-untyped-def]
+    async with serving(respond) as server:
+        target = Target.parse(server.url)
+        pool = Pool(target, clock.now_ns)
+        await pool.fill(pool_size)
+        wires = [target.request_bytes("POST", p.path, p.body) for p in prepared]
+        runner = Runner(prepared, wires, pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
+        settle_memory()
+        results = await runner.run(clock.now_ns() + 20_000_000)
+        pool.close()
+        return sorted(results, key=lambda r: r.index)
+
+
+def answer(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+    writer.write(MODELS if request.startswith(b"GET") else sse_answer(3))
+
+
+def test_open_loop_sends_on_schedule_over_warm_connections() -> None:
+    results = asyncio.run(replay(answer, plan(40, 5_000_000), 10, timeout_s=5))
+    assert [r.index for r in results] == list(range(40))
+    assert all(r.error == "" and r.content_chunks == 3 for r in results)
+    assert not any(r.new_connection for r in results)
+    lags = sorted(r.sent_ns - r.scheduled_ns for r in results)
+    assert lags[0] >= 0 and lags[-2] < 20_000_000  # generous: shared CI machines
+    assert [r.scheduled_ns for r in results] == [i * 5_000_000 for i in range(40)]
+
+
+def test_without_an_idle_connection_the_result_says_so() -> None:
+    results = asyncio.run(replay(answer, plan(3, 0), 0, timeout_s=5))  # all at once: none can reuse
+    assert all(r.new_connection and r.error == "" for r in results)
+
+
+def test_max_concurrency_delays_sends() -> None:
+    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+            return
+        await asyncio.sleep(0.05)
+        writer.write(sse_answer(1))
+
+    results = asyncio.run(replay(slow, plan(4, 0), 4, timeout_s=5, max_concurrency=1))
+    lags = [r.sent_ns - r.scheduled_ns for r in results]
+    assert all(r.error == "" for r in results)
+    assert lags[-1] >= 3 * 45_000_000  # each waited for the previous one to finish
+
+
+def test_timeouts_are_recorded_and_the_run_continues() -> None:
+    async def silent_for_first(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+        elif b'"hang"' in request:
+            await asyncio.sleep(3)
+        else:
+            writer.write(sse_answer(2))
+
+    prepared = plan(3, 10_000_000)
+    prepared[0] = Prepared(0, 0, "chat", "/v1/chat/completions", b'{"hang"}', True, 5, 3)
+    results = asyncio.run(replay(silent_for_first, prepared, 3, timeout_s=0.3))
+    assert results[0].error == "timeout" and 0.3e9 <= results[0].e2e_ns < 2e9
+    assert [r.error for r in results[1:]] == ["", ""]
