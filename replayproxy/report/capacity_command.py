@@ -79,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     spec, source = load_model(args.model)
     tp = args.tp or args.gpus or 1
     setup = Setup(
@@ -104,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(render(result, source, max_model_len, fit)))
     fits = result.kv_tokens >= max_model_len and (fit is None or fit.fits)
     return 0 if fits else 1
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    positive = ("gpus", "tp", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
+    for name in positive:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+    for name in ("runtime_gib", "activations_gib", "assume_ttft_ms", "assume_tpot_ms"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must not be negative, not {value}")
 
 
 def parse_memory_size(text: str) -> int:

@@ -11,6 +11,7 @@ import pytest
 
 from replayproxy.report.capacity import GIB
 from replayproxy.report.capacity_command import load_model, parse_memory_size
+from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
 
@@ -111,6 +112,32 @@ def test_workload_that_fits(tmp_path: Path) -> None:
     assert trace["largest_max_model_len_tokens"] > 1200
 
 
+def test_result_files_are_read(tmp_path: Path) -> None:
+    header = RunHeader(label="run", target="http://127.0.0.1:1", start_wall_ns=1)
+    with ResultWriter(tmp_path / "run.rpr", header) as writer:
+        for i in range(10):
+            writer.write(
+                ReplayResult(
+                    i,
+                    i * 10 * MS,
+                    i * 10 * MS,
+                    ttft_ns=50 * MS,
+                    e2e_ns=500 * MS,
+                    prompt_tokens=3000,
+                    completion_tokens=100,
+                    chunk_gaps_us=(5000,) * 99,
+                )
+            )
+    done = cli("--model", "Qwen2.5-7B", "--gpu-memory", "80GiB", "--json", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(done.stdout)["trace"]
+    assert (
+        trace["requests"] == 10 and trace["chunk_timed_requests"] == 10 and trace["estimated_requests"] == 0
+    )
+    assert trace["peak_concurrent_requests"] == 10
+    assert trace["peak_resident_tokens"] == pytest.approx(10 * 3100, rel=0.01)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -119,6 +146,8 @@ def test_workload_that_fits(tmp_path: Path) -> None:
         (["--model", "Llama-3.1-8B", "--gpu-memory", "80"], "needs a unit"),
         (["--model", "Llama-3.1-8B", "--gpu-memory", "80GiB", "--tp", "3"], "does not divide"),
         (["--model", "/nonexistent/config.json", "--gpu-memory", "80GiB"], "no such model config"),
+        (["--model", "Llama-3.1-8B", "--gpu-memory", "80GiB", "--max-model-len", "0"], "at least 1"),
+        (["--model", "Llama-3.1-8B", "--gpu-memory", "80GiB", "/nonexistent.rpt"], "no such file"),
     ],
 )
 def test_errors_are_one_line(args: list[str], message: str) -> None:
