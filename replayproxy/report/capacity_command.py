@@ -354,8 +354,10 @@ def _render_fit(result: Plan, fit: residency.TraceFit) -> list[str]:
         f"p95 {fit.p95_tokens:,.0f}, mean {fit.mean_tokens:,.0f}; "
         f"peak {fit.peak_concurrency:,} requests in flight",
     ]
-    share = fit.peak_tokens / fit.capacity_tokens if fit.capacity_tokens else float("inf")
-    if fit.fits:
+    share = fit.peak_tokens / max(fit.capacity_tokens, 1)
+    if not fit.capacity_tokens:
+        lines.append("fits       NO: there is no KV cache")
+    elif fit.fits:
         lines.append(f"fits       yes: the peak uses {share:.0%} of {fit.capacity_tokens:,} KV tokens")
     else:
         over = f"{fit.time_over_s:,.1f} s ({fit.time_over_s / max(fit.duration_s, 1e-9):.1%} of the time)"

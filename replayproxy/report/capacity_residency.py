@@ -287,7 +287,7 @@ class TraceFit:
     chunk_timed: int  # followed through recorded chunk times
     duration_s: float
     peak_tokens: float
-    peak_at_s: float
+    peak_at_s: float  # times are seconds after the first request's arrival (send)
     p95_tokens: float
     mean_tokens: float
     peak_concurrency: int
