@@ -76,7 +76,5 @@ def compare(a: Run, b: Run, *, resamples: int = 1000, seed: int = 0) -> Comparis
 
 
 def comparable(a: Run, b: Run) -> bool:
-    """Runs pair when they replayed the same trace (same digest), or one is that trace's baseline."""
-    if a.kind == "baseline" or b.kind == "baseline":
-        return True
+    """Requests pair only between runs of the same trace (same digest; the baseline is the trace itself)."""
     return bool(a.trace_digest and a.trace_digest == b.trace_digest)

@@ -146,18 +146,19 @@ def group_doc(g: breakdown.Group, window: bool = False) -> dict[str, Any]:
 
 
 def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int) -> list[Comparison]:
-    """Each run against the first run at the same speed, and the baseline against runs at speed 1.
-
-    Runs at different speeds (sweep steps) are not paired: that compares loads, not engines.
+    """Each run against the first run of the same trace at the same speed; the baseline against runs
+    of its trace at speed 1. Runs at different speeds (sweep steps) are not paired: that compares
+    loads, not engines.
     """
     out = []
-    first_at: dict[float | None, Run] = {}
+    first_at: dict[tuple[str, float | None], Run] = {}
     for run in runs:
-        reference = first_at.setdefault(run.speed, run)
+        reference = first_at.setdefault((run.trace_digest, run.speed), run)
         if reference is not run and comparable(reference, run):
             out.append(compare(reference, run, resamples=resamples, seed=seed))
     if baseline is not None:
-        out.extend(compare(baseline, r, resamples=resamples, seed=seed) for r in runs if r.speed in (None, 1.0))
+        out.extend(compare(baseline, r, resamples=resamples, seed=seed) for r in runs
+                   if r.speed in (None, 1.0) and comparable(baseline, r))
     return out
 
 

@@ -7,6 +7,7 @@ It has no schedule, so schedule lag and latency-from-schedule are left empty.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from replayproxy.report.measures import Requests, measure
 from replayproxy.report.runs import Run
-from replayproxy.trace import load
+from replayproxy.trace import expand_paths, load
 
 BASELINE_LABEL = "baseline (production)"
 
@@ -47,11 +48,15 @@ def baseline_run(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     )
     upstreams = sorted({h.upstream for h in cols.headers if h.upstream})
     paths_list = [str(paths)] if isinstance(paths, str | os.PathLike) else [str(p) for p in paths]
+    digest = hashlib.sha256()  # as the replayer computes RunHeader.trace_digest, so runs of it pair
+    for path in expand_paths(paths_list):
+        digest.update(path.read_bytes())
     return Run(
         label=BASELINE_LABEL,
         kind="baseline",
         measures=measure(requests),
         paths=tuple(paths_list),
+        trace_digest=digest.hexdigest(),
         target=", ".join(upstreams),
         model=", ".join(sorted({str(m) for m in np.unique(cols.model) if m})) if n else "",
     )

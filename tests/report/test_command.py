@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -64,14 +65,17 @@ def test_text_is_side_by_side_and_markdown_is_tables(two_runs: list[str], capsys
 
 def test_baseline_column_and_errors_by_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = write_baseline_trace(tmp_path / "t.rpt")
+    digest = hashlib.sha256(trace.read_bytes()).hexdigest()
     run = write_run(tmp_path / "r.rpr", [result(0), result(1, error="timeout"), result(2, error="http_5xx")],
-                    label="cand")
-    assert main(["report", str(run), "--baseline", str(trace), "--json"]) == 0
+                    label="cand", digest=digest)
+    other = write_run(tmp_path / "s.rpr", [result(0)], label="other trace", digest="elsewhere")
+    assert main(["report", str(run), str(other), "--baseline", str(trace), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["label"] for r in doc["runs"]] == ["cand", "baseline (production)"]
+    assert [r["label"] for r in doc["runs"]] == ["cand", "other trace", "baseline (production)"]
     assert doc["runs"][0]["errors"]["by_class"] == {"http_5xx": 1, "timeout": 1}
     assert doc["runs"][0]["errors"]["rate"] == pytest.approx(2 / 3)
     assert doc["runs"][0]["ttft_ms"]["count"] == 1  # says how many requests the statistic covers
+    # only runs of the same trace pair: "other trace" replayed something else
     assert [(c["a"], c["b"]) for c in doc["comparisons"]] == [("baseline (production)", "cand")]
 
 

@@ -18,7 +18,10 @@ pytest.importorskip("matplotlib", reason="the HTML report needs the [report] ext
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _report(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One report for both tests (drawing the plots is the slow part)."""
+    tmp_path = tmp_path_factory.mktemp("html")
     rng = np.random.default_rng(4)
     ttft = rng.lognormal(3.5, 0.5, 300)
     e2e = ttft + rng.lognormal(6, 0.3, 300)
@@ -35,8 +38,8 @@ def _report(tmp_path: Path) -> Path:
     return html
 
 
-def test_html_is_self_contained_with_plots_and_tables(tmp_path: Path) -> None:
-    text = _report(tmp_path).read_text(encoding="utf-8")
+def test_html_is_self_contained_with_plots_and_tables(report_html: Path) -> None:
+    text = report_html.read_text(encoding="utf-8")
     assert text.count("<svg") == 5  # CDFs, latency over time, in flight, TTFT by input length, sweep
     for title in ("Latency CDFs", "Latency over time", "In-flight requests", "TTFT by input length", "Sweep"):
         assert f"<h2>{title}</h2>" in text
@@ -48,10 +51,10 @@ def test_html_is_self_contained_with_plots_and_tables(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
-def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+def test_html_renders_in_headless_chromium(report_html: Path, tmp_path: Path) -> None:
     from PIL import Image
 
-    html = _report(tmp_path)
+    html = report_html
     shot = tmp_path / "shot.png"
     command = [
         str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
