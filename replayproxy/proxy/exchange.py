@@ -40,6 +40,11 @@ def endpoint_of(method: bytes, path: bytes) -> str:
     return "other"
 
 
+def _is_event_stream(headers: http1.Headers) -> bool:
+    content_type = http1.header_value(headers, b"content-type") or b""
+    return content_type.lower().startswith(b"text/event-stream")
+
+
 class Exchange:
     """Created by the client connection at a request's first byte; lives until the response ends."""
 
@@ -319,7 +324,8 @@ class Exchange:
         extra: http1.Headers = []
         length = http1.header_value(headers, b"content-length")
         no_body = http1.status_has_no_body(status, self.method)
-        if length is not None and not http1.is_chunked(headers):
+        stripping = self.cap is not None and self.cap.injected_usage and _is_event_stream(headers)
+        if length is not None and not http1.is_chunked(headers) and not stripping:
             extra.append((b"Content-Length", length))
         elif not no_body:
             if self.version == b"1.1":
@@ -340,9 +346,8 @@ class Exchange:
         if cap is not None:
             cap.status = status
             cap.head_ns = cap.now_ns
-            content_type = http1.header_value(headers, b"content-type") or b""
-            cap.event_stream = content_type.lower().startswith(b"text/event-stream")
-            if cap.injected_usage and cap.event_stream:
+            cap.event_stream = _is_event_stream(headers)
+            if stripping:  # the body shrinks by the usage event, so a Content-Length became chunked framing
                 self.strip = UsageStripper()
         if no_body:
             self.on_message_complete()

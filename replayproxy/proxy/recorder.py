@@ -8,6 +8,7 @@ interval) while traffic flows, and writing resumes by itself after `retry_s`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import queue
@@ -72,7 +73,9 @@ class Recorder:
 
     @property
     def files(self) -> list[Path]:
-        return sorted(self._settings.trace_dir.glob(f"{self._settings.file_prefix}-*{SUFFIX}"))  # type: ignore[union-attr]
+        """This recorder's trace files, oldest first (by modification time, then name)."""
+        found = self._settings.trace_dir.glob(f"{self._settings.file_prefix}-*{SUFFIX}")  # type: ignore[union-attr]
+        return [path for _, path in sorted((_mtime_ns(p), p) for p in found)]
 
     def start(self) -> None:
         self._thread.start()
@@ -202,6 +205,7 @@ class Recorder:
             lost = self._given - self._written
             if lost > 0:
                 self._metrics.records_dropped.labels("writer_error").inc(lost)
+            _abandon(self._writer)
             self._writer, self._given, self._written = None, 0, 0
             self._retry_at_ns = now_ns() + int(self._settings.retry_s * 1e9)
 
@@ -236,6 +240,15 @@ class Recorder:
                 m.tpot.labels(ep).observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
 
 
+def _abandon(writer: TraceWriter | None) -> None:
+    """Release a failed writer's file handle without writing more (the file just ends early;
+    readers report the missing footer). TraceWriter has no public abandon, so reach its stream."""
+    stream = getattr(getattr(writer, "_file", None), "_stream", None)
+    if stream is not None:
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
 def _error_kind(e: Exception) -> str:
     if isinstance(e, OSError):
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -244,6 +257,13 @@ def _error_kind(e: Exception) -> str:
             return "permission"
         return "io"
     return "crash"
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _size(path: Path) -> int:

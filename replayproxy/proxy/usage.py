@@ -36,13 +36,13 @@ def inject(body: bytes) -> tuple[bytes | None, Any]:
 class UsageStripper:
     """Passes an SSE body through, minus usage-only events; holds back only an incomplete event."""
 
-    __slots__ = ("_decoder", "_held", "_held_at", "_drop_lf")
+    __slots__ = ("_decoder", "_held", "_held_at", "_cr_end")
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
         self._held = b""
         self._held_at = 0  # stream offset of _held[0]
-        self._drop_lf = False
+        self._cr_end: bool | None = None  # last event ended on CR: True if it was kept, False if dropped
 
     def feed(self, piece: bytes) -> bytes:
         events = self._decoder.feed(piece)
@@ -56,13 +56,14 @@ class UsageStripper:
             end = event.end - self._held_at
             raw = held[cut:end]
             cut = end
-            if b'"usage"' in event.data and classify(event.data).kind == USAGE:
-                self._drop_lf = raw.endswith(b"\r")
-                continue
-            if self._drop_lf and raw[:1] == b"\n":
+            drop = b'"usage"' in event.data and classify(event.data).kind == USAGE
+            if self._cr_end is not None and raw[:1] == b"\n":  # the LF of the previous event's CRLF
+                if self._cr_end:
+                    out.append(b"\n")
                 raw = raw[1:]
-            self._drop_lf = False
-            out.append(raw)
+            self._cr_end = (not drop) if raw.endswith(b"\r") else None
+            if not drop:
+                out.append(raw)
         self._held = held[cut:]
         self._held_at += cut
         return b"".join(out)

@@ -1,0 +1,156 @@
+"""The recorder thread: writes, drops when full, survives failures and resumes, rotates and retains."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from replayproxy.clock import now_ns
+from replayproxy.proxy.metrics import ProxyMetrics
+from replayproxy.proxy.observe import Capture
+from replayproxy.proxy.prompt import PromptHasher
+from replayproxy.proxy.recorder import Recorder
+from replayproxy.shape import key_fingerprint
+from replayproxy.trace import ReadReport, TraceWriter, iter_shapes, read_tables
+from tests.proxy.helpers import settings
+
+KEY = b"r" * 32
+
+
+def make(tmp_path: Path, **overrides: Any) -> tuple[Recorder, ProxyMetrics]:
+    metrics = ProxyMetrics()
+    s = settings("http://user:pw@127.0.0.1:9/base", tmp_path / "traces", **overrides)
+    return Recorder(s, metrics, PromptHasher(KEY)), metrics
+
+
+def cap(i: int = 0) -> Capture:
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]})
+    answer = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 10 + i, "completion_tokens": i}})
+    c = Capture(arrival_ns=now_ns(), endpoint="chat", method="POST", path="/v1/chat/completions",
+                request_body=[body], request_bytes=len(body), status=200)
+    c.now_ns = now_ns()
+    c.add_piece(answer, 1 << 20)
+    c.end_ns = now_ns()
+    return c
+
+
+def sample(metrics: ProxyMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_records_are_written_with_header_and_footer(tmp_path: Path) -> None:
+    recorder, metrics = make(tmp_path)
+    recorder.start()
+    for i in range(5):
+        recorder.finished(cap(i))
+    recorder.close()
+    report = ReadReport()
+    [(header, table)] = read_tables([tmp_path / "traces"], report)
+    assert table.n == 5 and report.footers == 1
+    assert (header.block_unit, header.block_size, header.source) == ("char", 64, "proxy")
+    assert header.key_fingerprint == key_fingerprint(KEY)
+    assert header.upstream == "http://127.0.0.1:9/base"  # credentials never reach the trace
+    assert sorted(s.input_tokens for s in iter_shapes([tmp_path / "traces"])) == [10, 11, 12, 13, 14]
+    assert sample(metrics, "replayproxy_records_written_total") == 5
+    assert sample(metrics, "replayproxy_trace_bytes_written_total") == (tmp_path / "traces").glob("*.rpt").__next__().stat().st_size
+    assert sample(metrics, "replayproxy_input_tokens_total", endpoint="chat") == 60
+
+
+def test_a_full_queue_drops_and_counts(tmp_path: Path) -> None:
+    recorder, metrics = make(tmp_path, queue_records=3)
+    for i in range(5):  # the thread is not started, so nothing drains the queue
+        recorder.finished(cap(i))
+    assert sample(metrics, "replayproxy_records_dropped_total", reason="queue_full") == 2
+    small, small_metrics = make(tmp_path, queue_bytes=100)
+    small.finished(cap())
+    assert sample(small_metrics, "replayproxy_records_dropped_total", reason="queue_full") == 1
+
+
+def test_sampling_and_endpoint_filters(tmp_path: Path) -> None:
+    draws = iter([0.1, 0.9, 0.4])
+    metrics = ProxyMetrics()
+    s = settings("http://127.0.0.1:9", tmp_path, sample_rate=0.5, include_endpoints=("chat", "other"),
+                 exclude_endpoints=("other",))
+    recorder = Recorder(s, metrics, PromptHasher(KEY), sample=lambda: next(draws))
+    assert [recorder.wants("chat") for _ in range(3)] == [True, False, True]
+    assert not recorder.wants("other") and not recorder.wants("embeddings")
+
+
+def test_unwritable_directory_drops_counts_and_recovers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "traces"
+    blocker.write_text("a file where the directory should be")
+    recorder, metrics = make(tmp_path, retry_s=0.2)
+    recorder.start()
+    for i in range(3):
+        recorder.finished(cap(i))
+    wait_for(lambda: sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") >= 3)
+    assert sample(metrics, "replayproxy_recorder_errors_total", kind="io") == 1  # then it waits before retrying
+    assert sum("trace writing failed" in r.message for r in caplog.records) == 1
+    blocker.unlink()
+    time.sleep(0.3)
+    recorder.finished(cap(7))
+    recorder.close()
+    assert [s.input_tokens for s in iter_shapes([blocker])] == [17]
+
+
+def test_a_writer_crash_is_survived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = TraceWriter.write
+    calls: list[int] = []
+
+    def flaky(self: TraceWriter, shape: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("bug")
+        original(self, shape)
+
+    monkeypatch.setattr(TraceWriter, "write", flaky)
+    recorder, metrics = make(tmp_path, retry_s=0.05)
+    recorder.start()
+    recorder.finished(cap(0))
+    recorder.finished(cap(1))
+    wait_for(lambda: sample(metrics, "replayproxy_recorder_errors_total", kind="crash") == 1)
+    time.sleep(0.1)
+    recorder.finished(cap(2))
+    recorder.close()
+    assert sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") == 2  # 0 (unflushed) and 1
+    assert [s.input_tokens for s in iter_shapes([tmp_path / "traces"])] == [12]
+
+
+def test_a_bad_capture_is_a_shape_error(tmp_path: Path) -> None:
+    recorder, metrics = make(tmp_path)
+    recorder.start()
+    broken = cap()
+    broken.event_stream = True
+    broken.piece_ns.append(1)  # more times than pieces: extraction fails
+    recorder.finished(broken)
+    recorder.finished(cap(1))
+    recorder.close()
+    assert sample(metrics, "replayproxy_records_dropped_total", reason="shape_error") == 1
+    assert sample(metrics, "replayproxy_records_written_total") == 1
+
+
+def test_rotate_now_and_retention_by_count(tmp_path: Path) -> None:
+    recorder, metrics = make(tmp_path, retain_files=2)
+    recorder.start()
+    for i in range(4):
+        recorder.finished(cap(i))
+        wait_for(lambda: recorder._queue.empty())
+        recorder.rotate()
+        wait_for(lambda: not recorder._rotate.is_set())
+        time.sleep(0.01)
+    recorder.close()
+    files = recorder.files
+    assert len(files) == 2 and sample(metrics, "replayproxy_trace_files") == 2
+    assert sorted(s.input_tokens for s in iter_shapes(files)) == [12, 13]
