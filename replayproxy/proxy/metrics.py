@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -90,6 +90,7 @@ class ProxyMetrics:
     """The registry served on the admin listener; not the process-global default registry."""
 
     def __init__(self) -> None:
+        disable_created_metrics()  # process-wide in prometheus-client; `*_created` series only add noise here
         self.registry = CollectorRegistry(auto_describe=True)
         self.hot = HotCounters()
         self.registry.register(_HotCollector(self.hot))

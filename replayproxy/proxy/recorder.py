@@ -63,6 +63,7 @@ class Recorder:
         self._written = 0  # of those, flushed to disk
         self._bytes = 0
         self._retry_at_ns = 0
+        self._files_state: tuple[int, Path | None] = (0, None)
         self._log = RateLimitedLog(settings.log_interval_s)
         self._rotate = threading.Event()
         self._stop = threading.Event()
@@ -155,10 +156,7 @@ class Recorder:
             self._writer.rotate()
             self._apply_retention()
         else:
-            files = len(self._writer.files)
             self._writer.poll()
-            if len(self._writer.files) != files or self._writer.current_path is None:
-                self._apply_retention()
         self._account(self._writer)
 
     def _open_writer(self) -> TraceWriter | None:
@@ -175,9 +173,15 @@ class Recorder:
                 rotate_seconds=s.rotate_s or None,
             )
             self._given = self._written = self._bytes = 0
+            self._files_state = (0, None)
         return self._writer
 
     def _account(self, writer: TraceWriter) -> None:
+        """Export what the writer did; a file opened or closed since the last look triggers retention."""
+        state = (len(writer.files), writer.current_path)
+        if state != self._files_state:
+            self._files_state = state
+            self._apply_retention()
         if writer.records_written > self._written:
             self._metrics.records_written.inc(writer.records_written - self._written)
             self._written = writer.records_written

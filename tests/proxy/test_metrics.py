@@ -1,0 +1,57 @@
+"""/metrics exposes exactly the names of METRICS, with closed-vocabulary labels only."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import aiohttp
+
+from replayproxy.proxy.metrics import METRIC_NAMES, METRICS
+from tests.proxy.helpers import RawRequest, RawUpstream, proxy, run
+
+ALLOWED_LABELS = {"endpoint", "status_class", "error", "reason", "kind", "le"}
+
+
+def answer(request: RawRequest) -> None:
+    status = 500 if b"fail" in request.target else 200
+    body = b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}' if status == 200 else b"{}"
+    request.connection.write(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%b" % (status, len(body), body))
+
+
+def test_metrics_names_labels_and_health(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with RawUpstream(answer) as up, proxy(up.url, tmp_path) as px:
+            async with aiohttp.ClientSession() as session:
+                for path in ("/v1/chat/completions", "/v1/fail/chat/completions", "/other"):
+                    async with session.post(px.url + path, json={"messages": []}) as resp:
+                        await resp.read()
+                async with session.get(px.admin_url + "/healthz") as resp:
+                    assert resp.status == 200
+                await _wait_written(session, px.admin_url)
+                async with session.get(px.admin_url + "/metrics") as resp:
+                    text = await resp.text()
+                px.forwarder.drain()
+                async with session.get(px.admin_url + "/healthz") as resp:
+                    assert resp.status == 503
+        families = set(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+        assert {name for name, _ in families} == set(METRIC_NAMES)
+        assert families == {(name, kind) for name, kind, _, _ in METRICS}
+        labels = set(re.findall(r'[{,]([a-z_]+)="', text))
+        assert labels <= ALLOWED_LABELS
+        assert 'replayproxy_requests_total{endpoint="chat",status_class="2xx"} 1.0' in text
+        assert 'replayproxy_requests_total{endpoint="chat",status_class="5xx"} 1.0' in text
+        assert 'replayproxy_requests_total{endpoint="other",status_class="2xx"} 1.0' in text
+        assert 'replayproxy_input_tokens_total{endpoint="chat"} 3.0' in text
+        assert "replayproxy_trace_files 1.0" in text
+        assert "replayproxy_requests_in_flight 0.0" in text
+
+    run(main())
+
+
+async def _wait_written(session: aiohttp.ClientSession, admin_url: str) -> None:
+    for _ in range(200):
+        async with session.get(admin_url + "/metrics") as resp:
+            if "replayproxy_records_written_total 2.0" in await resp.text():
+                return
+        await __import__("asyncio").sleep(0.05)
