@@ -97,6 +97,7 @@ class RequestShape:
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
 
     def to_record(self) -> tuple[Any, ...]:
+        hashes, gaps = self.prefix_hashes, self.chunk_gaps_us
         return (
             self.offset_ns,
             self.endpoint,
@@ -110,13 +111,13 @@ class RequestShape:
             self.roles,
             self.has_tools,
             self.has_response_format,
-            pack_u64(self.prefix_hashes),
+            hashes.packed if type(hashes) is BlockHashes else pack_u64(hashes),
             self.prefix_units,
             self.status,
             self.error,
             self.ttft_ns,
             self.e2e_ns,
-            pack_u32(self.chunk_gaps_us),
+            pack_u32(gaps) if gaps else b"",
             self.cached_tokens,
             self.session,
             self.turn,
@@ -175,7 +176,25 @@ def _array_struct(code: str, count: int) -> struct.Struct:
     return struct.Struct(f"<{count}{code}")
 
 
+class BlockHashes(tuple[int, ...]):
+    """Block hashes as ints that also carry their little-endian u64 bytes (`packed`).
+
+    Hashes are born as digests and stored as bytes; keeping both views spares a trace writer
+    converting ~100 Python ints per request back to bytes (see benchmarks/trace_io.py).
+    """
+
+    packed: bytes
+
+    def __new__(cls, packed: bytes) -> BlockHashes:
+        self = super().__new__(cls, _array_struct("Q", len(packed) // 8).unpack(packed))
+        self.packed = packed
+        return self
+
+
 def pack_u64(values: Sequence[int]) -> bytes:
+    packed = getattr(values, "packed", None)
+    if packed is not None:
+        return packed  # type: ignore[no-any-return]
     return _array_struct("Q", len(values)).pack(*values)
 
 
@@ -201,7 +220,7 @@ def key_fingerprint(key: bytes) -> str:
 
 def prefix_block_hashes(
     units: Sequence[int] | str, block_size: int, key: bytes, known: Sequence[int] = ()
-) -> tuple[int, ...]:
+) -> BlockHashes:
     """Chained keyed hashes of each *full* block: h_i = blake2b_key(h_{i-1} || block_i), 64 bits.
 
     Equal h_i means "equal prefix up to and including block i", which is exactly what a
@@ -214,7 +233,7 @@ def prefix_block_hashes(
         raise ValueError(f"block size must be positive, got {block_size}")
     blocks = len(units) // block_size
     if len(known) >= blocks:
-        return tuple(known[:blocks])
+        return BlockHashes(pack_u64(known)[: 8 * blocks])
     first = len(known)
     if isinstance(units, str):
         payloads = [units[i * block_size : (i + 1) * block_size].encode("utf-8") for i in range(first, blocks)]
@@ -231,7 +250,7 @@ def prefix_block_hashes(
         h.update(payload)
         previous = h.digest()
         digests.append(previous)
-    return (*known, *_array_struct("Q", len(digests)).unpack(b"".join(digests)))
+    return BlockHashes(pack_u64(known) + b"".join(digests))
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,7 +11,7 @@ the last frame holds a footer map with counts. See docs/trace-format.md.
 from __future__ import annotations
 
 import glob
-import io
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -104,15 +104,17 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 def _encode_column(kind: str, values: Sequence[Any]) -> Any:
     if kind in NUMERIC_KINDS:
-        return np.array(values, dtype=NUMERIC_KINDS[kind]).tobytes()
+        if isinstance(values, np.ndarray):
+            return values.astype(NUMERIC_KINDS[kind], copy=False).tobytes()
+        return np.fromiter(values, NUMERIC_KINDS[kind], len(values)).tobytes()
     if kind in RAGGED_KINDS:
         return [b"".join(values), np.fromiter(map(len, values), "<u4", len(values)).tobytes()]
     if kind in CODED_KINDS:
         # Maps are keyed by their msgpack bytes: {"n": 1}, {"n": True} and {"n": 1.0} are equal
         # as Python values but must stay distinct.
         keys = list(map(_packb, values)) if kind == "obj" else values
-        codes: dict[Any, int] = {}
-        coded = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), "<u4", len(keys))
+        codes = {key: code for code, key in enumerate(dict.fromkeys(keys))}
+        coded = np.fromiter(map(codes.__getitem__, keys), "<u4", len(keys))
         distinct = [msgpack.unpackb(k, strict_map_key=False) for k in codes] if kind == "obj" else list(codes)
         return [distinct, coded.tobytes()]
     raise ValueError(f"unknown column kind {kind!r}")
@@ -181,7 +183,7 @@ class ReadReport:
     footers: int = 0
 
 
-def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[bytes]:
+def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[bytes]:
     """Decompressed payloads of every readable frame; damage is reported, never raised mid-file.
 
     A frame whose index points past the end is a truncated tail (a crash while writing) unless
@@ -189,9 +191,10 @@ def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[
     """
     if not data:
         raise TraceFormatError(f"{name}: empty file, not a replayproxy file")
-    if not (data.startswith(_MARKER) or _MARKER.startswith(data[:8])):
+    if not _MARKER.startswith(data[:8]):
         raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
     pos = 0
+    view = memoryview(data)
     decompressor = zstandard.ZstdDecompressor()
     while pos < len(data):
         if not _is_index(data, pos):
@@ -220,7 +223,7 @@ def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[
             )
             return
         try:
-            payload = decompressor.decompress(data[start : start + length])
+            payload = decompressor.decompress(view[start : start + length])
         except zstandard.ZstdError as e:
             report.skipped_frames += 1
             report.lost_records += records
@@ -234,11 +237,11 @@ def iter_frame_payloads(data: bytes, name: str, report: ReadReport) -> Iterator[
 _MARKER = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)
 
 
-def _is_index(data: bytes, pos: int) -> bool:
-    return len(data) - pos >= _INDEX.size and data.startswith(_MARKER, pos)
+def _is_index(data: bytes | mmap.mmap, pos: int) -> bool:
+    return len(data) - pos >= _INDEX.size and data[pos : pos + 8] == _MARKER
 
 
-def _find_index(data: bytes, start: int) -> int:
+def _find_index(data: bytes | mmap.mmap, start: int) -> int:
     """The next index at or after `start` that is complete (a partial one at the end is a tail)."""
     found = data.find(_MARKER, start)
     return found if 0 <= found <= len(data) - _INDEX.size else -1
@@ -270,13 +273,13 @@ class Table:
 
 
 def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """One field of a whole file from its per-batch parts: a single copy into a native array."""
     if kind in NUMERIC_KINDS:
-        dtype = NUMERIC_KINDS[kind]
-        return np.frombuffer(b"".join(parts), dtype=dtype).astype(dtype.newbyteorder("="))
+        return _concat(NUMERIC_KINDS[kind], parts)
     if kind in RAGGED_KINDS:
         dtype = RAGGED_KINDS[kind]
-        flat = np.frombuffer(b"".join(p[0] for p in parts), dtype=dtype).astype(dtype.newbyteorder("="))
-        lengths = np.frombuffer(b"".join(p[1] for p in parts), dtype="<u4").astype(np.int64) // dtype.itemsize
+        flat = _concat(dtype, [p[0] for p in parts])
+        lengths = _concat(np.dtype("<u4"), [p[1] for p in parts]).astype(np.int64) // dtype.itemsize
         return flat, lengths
     if kind in CODED_KINDS:
         out = np.empty(n, dtype=object)
@@ -289,6 +292,15 @@ def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np
             at += len(indices)
         return out
     raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+def _concat(dtype: np.dtype[Any], buffers: list[Any]) -> np.ndarray:
+    arrays = [np.frombuffer(b, dtype=dtype) for b in buffers]
+    joined = np.concatenate(arrays) if arrays else np.empty(0, dtype)
+    return joined.astype(dtype.newbyteorder("="), copy=False)
+
+
+_BUFFERS = (bytes, memoryview)
 
 
 def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: ReadReport) -> bool:
@@ -306,28 +318,78 @@ def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: Read
 
 def _column_fits(kind: str, column: Any, n: int) -> bool:
     if kind in NUMERIC_KINDS:
-        return isinstance(column, bytes) and len(column) == n * NUMERIC_KINDS[kind].itemsize
-    if not (isinstance(column, list) and len(column) == 2 and isinstance(column[1], bytes)):
+        return isinstance(column, _BUFFERS) and len(column) == n * NUMERIC_KINDS[kind].itemsize
+    if not (isinstance(column, list) and len(column) == 2 and isinstance(column[1], _BUFFERS)):
         return False
     if len(column[1]) != 4 * n:
         return False
     if kind in RAGGED_KINDS:
         lengths = np.frombuffer(column[1], "<u4")
-        return isinstance(column[0], bytes) and int(lengths.sum()) == len(column[0])
+        return isinstance(column[0], _BUFFERS) and int(lengths.sum()) == len(column[0])
     if kind in CODED_KINDS:
         codes = np.frombuffer(column[1], "<u4")
         return isinstance(column[0], list) and (n == 0 or int(codes.max()) < len(column[0]))
     raise TraceFormatError(f"unknown column kind {kind!r}")
 
 
+_BIN_HEADER = {0xC4: 2, 0xC5: 3, 0xC6: 5}  # msgpack bin 8/16/32: marker and length bytes
+_ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
+_MAP_MARKERS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+
+
 def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
-    """The msgpack records of one frame; a frame that does not decode is reported and dropped."""
+    """The msgpack records of one frame; a frame that does not decode is reported and dropped.
+
+    A batch's column blobs come back as memoryviews into `payload` rather than copies: loading
+    then copies each column once, into its final array.
+    """
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(payload), 1 << 20))
+    unpacker.feed(payload)
+    view = memoryview(payload)
+    records: list[Any] = []
     try:
-        return list(msgpack.Unpacker(io.BytesIO(payload), raw=False, strict_map_key=False))
-    except (ValueError, msgpack.UnpackException) as e:
+        while unpacker.tell() < len(payload):
+            if payload[unpacker.tell()] in _MAP_MARKERS:
+                records.append(_read_map(unpacker, view))
+            else:
+                records.append(unpacker.unpack())
+    except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as e:
         report.warnings.append(f"{name}: frame {report.frames} does not decode ({e}); skipped")
         report.skipped_frames += 1
         return []
+    return records
+
+
+def _read_map(unpacker: msgpack.Unpacker, view: memoryview) -> dict[Any, Any]:
+    record: dict[Any, Any] = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        if key == "columns" and record.get("type") == "batch" and view[unpacker.tell()] in _ARRAY_MARKERS:
+            record[key] = [_read_part(unpacker, view, nested=True) for _ in range(unpacker.read_array_header())]
+        else:
+            record[key] = unpacker.unpack()
+    return record
+
+
+def _read_part(unpacker: msgpack.Unpacker, view: memoryview, nested: bool) -> Any:
+    """A bin as a view into the payload, an array of parts one level deep, anything else decoded."""
+    at = unpacker.tell()
+    marker = view[at]
+    if marker in _BIN_HEADER:
+        unpacker.skip()
+        return view[at + _BIN_HEADER[marker] : unpacker.tell()]
+    if nested and marker in _ARRAY_MARKERS:
+        return [_read_part(unpacker, view, nested=False) for _ in range(unpacker.read_array_header())]
+    return unpacker.unpack()
+
+
+def _read_bytes(path: Path) -> bytes | mmap.mmap:
+    """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 1 << 20:
+            return f.read()
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def read_table(
@@ -348,7 +410,7 @@ def read_table(
     seen_warnings = len(report.warnings)
     header: dict[str, Any] | None = None
     batches: list[dict[str, Any]] = []
-    for payload in iter_frame_payloads(path.read_bytes(), name, report):
+    for payload in iter_frame_payloads(_read_bytes(path), name, report):
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "batch":
@@ -430,7 +492,7 @@ class TraceWriter:
         directory: str | os.PathLike[str] | None = None,
         prefix: str = "trace",
         flush_interval_s: float = 1.0,
-        frame_records: int = 4096,
+        frame_records: int = 16_384,
         rotate_bytes: int | None = None,
         rotate_seconds: float | None = None,
         level: int = 3,
@@ -451,7 +513,7 @@ class TraceWriter:
         self._seq = 0
         self._file: TableFile | None = None
         self._opened_ns = 0
-        self._last_flush_ns = mono_ns()
+        self._flush_due_ns = mono_ns() + self._flush_interval_ns
         self.files: list[Path] = []
         self.records_written = 0
         self.bytes_closed = 0  # bytes of files already closed
@@ -469,22 +531,20 @@ class TraceWriter:
     def write(self, shape: RequestShape) -> None:
         file = self._file or self._open()
         file.add(shape.to_record())
-        if file.pending >= self._frame_records:
+        if file.pending >= self._frame_records or self._mono() >= self._flush_due_ns:
             self.flush()
-        else:
-            self.poll()
 
     def poll(self) -> None:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
         if self._file is None:
             return
-        if self._file.pending and self._mono() - self._last_flush_ns >= self._flush_interval_ns:
+        if self._file.pending and self._mono() >= self._flush_due_ns:
             self.flush()
         elif self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
-        self._last_flush_ns = self._mono()
+        self._flush_due_ns = self._mono() + self._flush_interval_ns
         if self._file is None or not self._file.pending:
             return
         pending = self._file.pending
@@ -633,14 +693,14 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Co
     tables = [_with_defaults(table) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
         table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
-    scalar = {name: np.concatenate([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
+    scalar = {name: _joined([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
     order = np.argsort(scalar["offset_ns"], kind="stable")
     if not _is_identity(order):
         scalar = {name: column[order] for name, column in scalar.items()}
     ragged = {
         name: _reorder_ragged(
-            np.concatenate([t.ragged[name][0] for t in tables]),
-            np.concatenate([t.ragged[name][1] for t in tables]),
+            _joined([t.ragged[name][0] for t in tables]),
+            _joined([t.ragged[name][1] for t in tables]),
             order,
         )
         for name in RAGGED
@@ -682,6 +742,10 @@ def _reorder_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) ->
         return flat, index
     positions = np.arange(index[-1]) - np.repeat(index[:-1], new_lengths) + np.repeat(starts[order], new_lengths)
     return flat[positions], index
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _is_identity(order: np.ndarray) -> bool:
