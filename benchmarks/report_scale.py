@@ -41,14 +41,24 @@ def write_results(path: Path, n: int, seed: int, label: str) -> None:
     with ResultWriter(path, header, frame_records=65536) as writer:
         for i in range(n):
             failed = bool(errors[i])
-            writer.write(ReplayResult(
-                index=i, scheduled_ns=int(sent[i]) - 200_000, sent_ns=int(sent[i]), endpoint=str(endpoints[i]),
-                ttft_ns=-1 if failed else int(ttft[i]), e2e_ns=int(e2e[i]),
-                chunk_gaps_us=() if failed else tuple(gaps[i].tolist()), content_chunks=0 if failed else 17,
-                status=500 if failed else 200, error=str(errors[i]), expected_input_tokens=int(inputs[i]),
-                expected_output_tokens=17, prompt_tokens=-1 if failed else int(inputs[i]),
-                completion_tokens=-1 if failed else 17,
-            ))
+            writer.write(
+                ReplayResult(
+                    index=i,
+                    scheduled_ns=int(sent[i]) - 200_000,
+                    sent_ns=int(sent[i]),
+                    endpoint=str(endpoints[i]),
+                    ttft_ns=-1 if failed else int(ttft[i]),
+                    e2e_ns=int(e2e[i]),
+                    chunk_gaps_us=() if failed else tuple(gaps[i].tolist()),
+                    content_chunks=0 if failed else 17,
+                    status=500 if failed else 200,
+                    error=str(errors[i]),
+                    expected_input_tokens=int(inputs[i]),
+                    expected_output_tokens=17,
+                    prompt_tokens=-1 if failed else int(inputs[i]),
+                    completion_tokens=-1 if failed else 17,
+                )
+            )
 
 
 def cached(workdir: Path, n: int, seed: int, label: str) -> Path:
@@ -72,8 +82,13 @@ def timed_report(paths: list[Path]) -> dict[str, float]:
     t3 = now_ns()
     json_text = render_json(doc)
     t4 = now_ns()
-    stages.update(load_and_measure=(t1 - t0) / 1e9, document=(t2 - t1) / 1e9, text=(t3 - t2) / 1e9,
-                  json=(t4 - t3) / 1e9, total=(t4 - t0) / 1e9)
+    stages.update(
+        load_and_measure=(t1 - t0) / 1e9,
+        document=(t2 - t1) / 1e9,
+        text=(t3 - t2) / 1e9,
+        json=(t4 - t3) / 1e9,
+        total=(t4 - t0) / 1e9,
+    )
     assert text and json_text
     return stages
 
@@ -90,12 +105,17 @@ def main() -> None:
     n = args.requests
     one = cached(workdir, n, 1, "one")
     halves = [cached(workdir, n // 2, 2, "A"), cached(workdir, n // 2, 3, "B")]
-    for name, paths in ((f"one run of {n:,}", [one]), (f"two runs of {n // 2:,} (+ paired comparison)", halves)):
+    for name, paths in (
+        (f"one run of {n:,}", [one]),
+        (f"two runs of {n // 2:,} (+ paired comparison)", halves),
+    ):
         stages = timed_report(paths)
         breakdown = ", ".join(f"{k} {v:.2f} s" for k, v in stages.items() if k != "total")
         verdict = "OK" if stages["total"] <= 10.0 else "OVER BUDGET"
-        print(f"{name}: {stages['total']:.2f} s on one core (budget 10 s: {verdict}; "
-              f"{stages['total'] / 10.0:.2f}x of budget) [{breakdown}]")
+        print(
+            f"{name}: {stages['total']:.2f} s on one core (budget 10 s: {verdict}; "
+            f"{stages['total'] / 10.0:.2f}x of budget) [{breakdown}]"
+        )
 
 
 if __name__ == "__main__":

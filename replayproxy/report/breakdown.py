@@ -29,12 +29,27 @@ class Group:
     arrival_rate_per_s: float = 0.0  # windows only
 
 
-def _groups(m: Measures, ids: np.ndarray, names: list[str]) -> list[tuple[str, int, int, list[Summary]]]:
+def _groups(m: Measures, ids: np.ndarray, names: list[str], window_s: float = 0.0) -> list[Group]:
+    """One Group per name; ids[i] is request i's group (-1: in none). With window_s, groups are windows."""
     n_groups = len(names)
     requests = np.bincount(ids[ids >= 0], minlength=n_groups)
     errors = np.bincount(ids[(ids >= 0) & ~m.ok], minlength=n_groups)
-    figures = [grouped_summaries(ids, values, n_groups) for values in (m.ttft_ms, m.tpot_ms, m.e2e_ms)]
-    return [(names[g], int(requests[g]), int(errors[g]), [f[g] for f in figures]) for g in range(n_groups)]
+    ttft, tpot, e2e = (
+        grouped_summaries(ids, values, n_groups) for values in (m.ttft_ms, m.tpot_ms, m.e2e_ms)
+    )
+    return [
+        Group(
+            names[g],
+            int(requests[g]),
+            int(errors[g]),
+            ttft[g],
+            tpot[g],
+            e2e[g],
+            start_s=g * window_s,
+            arrival_rate_per_s=float(requests[g]) / window_s if window_s else 0.0,
+        )
+        for g in range(n_groups)
+    ]
 
 
 def by_input_length(m: Measures) -> list[Group]:
@@ -45,12 +60,12 @@ def by_input_length(m: Measures) -> list[Group]:
         inside = tokens >= low if high is None else (tokens >= low) & (tokens < high)
         ids[inside] = g
     names = [name for _, _, name in INPUT_BUCKETS]
-    return [Group(name, r, e, *s) for name, r, e, s in _groups(m, ids, names) if r]
+    return [g for g in _groups(m, ids, names) if g.requests]
 
 
 def by_endpoint(m: Measures) -> list[Group]:
     names, ids = np.unique(m.requests.endpoint.astype(str), return_inverse=True)
-    return [Group(str(name), r, e, *s) for name, r, e, s in _groups(m, ids.astype(np.int64), list(names))]
+    return _groups(m, ids.astype(np.int64), [str(name) for name in names])
 
 
 def by_window(m: Measures, window_s: float = WINDOW_S) -> list[Group]:
@@ -60,5 +75,4 @@ def by_window(m: Measures, window_s: float = WINDOW_S) -> list[Group]:
     ids = np.floor(m.start_s / window_s).astype(np.int64)
     n_windows = int(ids.max()) + 1
     names = [f"{i * window_s:g}s" for i in range(n_windows)]
-    return [Group(name, r, e, *s, start_s=g * window_s, arrival_rate_per_s=r / window_s)
-            for g, (name, r, e, s) in enumerate(_groups(m, ids, names))]
+    return _groups(m, ids, names, window_s)

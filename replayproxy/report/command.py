@@ -16,19 +16,31 @@ from replayproxy.report.sweep import MAX_ERROR_RATE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs")
-    parser.add_argument("--baseline", nargs="+", metavar="TRACE",
-                        help="trace(s) whose recorded production timings become a column of their own")
+    parser.add_argument(
+        "results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs"
+    )
+    parser.add_argument(
+        "--baseline",
+        nargs="+",
+        metavar="TRACE",
+        help="trace(s) whose recorded production timings become a column of their own",
+    )
     parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (goodput)")
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="every figure as one JSON object (docs/report.md)")
     fmt.add_argument("--markdown", action="store_true", help="tables in Markdown, for a PR or wiki page")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here, not stdout")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here, not stdout"
+    )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--max-error-rate", type=float, default=MAX_ERROR_RATE,
-                        help=f"error rate at which a sweep step counts as failing (default {MAX_ERROR_RATE})")
+    parser.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=MAX_ERROR_RATE,
+        help=f"error rate at which a sweep step counts as failing (default {MAX_ERROR_RATE})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,12 +49,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     runs = load_runs(args.results)
     baseline = baseline_run(args.baseline) if args.baseline else None
-    doc = build_document(runs, baseline=baseline, slos=slos, slo_spec=args.slo or "", resamples=args.resamples,
-                         seed=args.seed, max_error_rate=args.max_error_rate)
+    doc = build_document(
+        runs,
+        baseline=baseline,
+        slos=slos,
+        slo_spec=args.slo or "",
+        resamples=args.resamples,
+        seed=args.seed,
+        max_error_rate=args.max_error_rate,
+    )
     if args.html:
         from replayproxy.report.render_html import render_html  # matplotlib only when asked for
 
-        Path(args.html).write_text(render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8")
+        Path(args.html).write_text(
+            render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8"
+        )
     text = render_json(doc) if args.json else render_markdown(doc) if args.markdown else render_text(doc)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -71,8 +71,9 @@ def compare(a: Run, b: Run, *, resamples: int = 1000, seed: int = 0) -> Comparis
             )
         )
     common = len(pos_a)
-    return Comparison(a.label, b.label, common, len(np.unique(ia)) - common, len(np.unique(ib)) - common,
-                      tuple(metrics))
+    return Comparison(
+        a.label, b.label, common, len(np.unique(ia)) - common, len(np.unique(ib)) - common, tuple(metrics)
+    )
 
 
 def comparable(a: Run, b: Run) -> bool:

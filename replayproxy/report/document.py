@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.report import breakdown
-from replayproxy.report.compare import Comparison, compare, comparable
+from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
 from replayproxy.report.runs import Run
@@ -93,7 +93,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "concurrency": {"mean": num(mean_conc), "peak": peak_conc},
         "input_tokens": summarize(ok_in).to_dict(),
         "output_tokens": summarize(ok_out).to_dict(),
-        "output_tokens_from_usage_share": num(float(np.mean(m.output_from_usage[m.ok]))) if m.ok.any() else None,
+        "output_tokens_from_usage_share": num(float(np.mean(m.output_from_usage[m.ok])))
+        if m.ok.any()
+        else None,
         "ttft_ms": summarize(m.ttft_ms).to_dict(),
         "tpot_ms": summarize(m.tpot_ms).to_dict(),
         "itl_ms": summarize(m.itl_ms).to_dict(),
@@ -128,8 +130,13 @@ def goodput_doc(g: Goodput) -> dict[str, Any]:
         "good": g.good,
         "of": g.total,
         "percentile_checks": [
-            {"slo": c.slo.text, "value_ms": num(c.value_ms), "limit_ms": c.slo.limit_ms, "count": c.count,
-             "met": c.met}
+            {
+                "slo": c.slo.text,
+                "value_ms": num(c.value_ms),
+                "limit_ms": c.slo.limit_ms,
+                "count": c.count,
+                "met": c.met,
+            }
             for c in g.checks
         ],
         "percentiles_met": g.percentiles_met,
@@ -157,13 +164,22 @@ def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int
         if reference is not run and comparable(reference, run):
             out.append(compare(reference, run, resamples=resamples, seed=seed))
     if baseline is not None:
-        out.extend(compare(baseline, r, resamples=resamples, seed=seed) for r in runs
-                   if r.speed in (None, 1.0) and comparable(baseline, r))
+        out.extend(
+            compare(baseline, r, resamples=resamples, seed=seed)
+            for r in runs
+            if r.speed in (None, 1.0) and comparable(baseline, r)
+        )
     return out
 
 
 def comparison_doc(c: Comparison) -> dict[str, Any]:
-    doc: dict[str, Any] = {"a": c.a, "b": c.b, "common_requests": c.common, "only_a": c.only_a, "only_b": c.only_b}
+    doc: dict[str, Any] = {
+        "a": c.a,
+        "b": c.b,
+        "common_requests": c.common,
+        "only_a": c.only_a,
+        "only_b": c.only_b,
+    }
     for mc in c.metrics:
         doc[mc.metric] = {
             "pairs": mc.pairs,
@@ -181,11 +197,14 @@ def sweep_groups(runs: list[Run]) -> list[list[Run]]:
     for run in runs:
         if run.kind == "replay" and run.speed is not None:
             groups.setdefault((run.trace_digest, run.target, run.model), []).append(run)
-    return [sorted(g, key=lambda r: r.speed or 0.0) for g in groups.values() if len({r.speed for r in g}) >= 2]
+    return [
+        sorted(g, key=lambda r: r.speed or 0.0) for g in groups.values() if len({r.speed for r in g}) >= 2
+    ]
 
 
-def sweep_doc(group: list[Run], slos: tuple[Slo, ...], max_error_rate: float,
-              best_speed: float | None = None) -> dict[str, Any]:
+def sweep_doc(
+    group: list[Run], slos: tuple[Slo, ...], max_error_rate: float, best_speed: float | None = None
+) -> dict[str, Any]:
     steps = [step_of(r, slos) for r in group]
     knee = find_knee(steps, max_error_rate)
     return {
@@ -224,10 +243,14 @@ def run_warnings(run: Run) -> list[str]:
     out = []
     lag = summarize(run.measures.lag_ms)
     if lag.count and lag.p99 > LAG_WARN_MS:
-        out.append(f"{run.label}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
-                   "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms")
+        out.append(
+            f"{run.label}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
+            "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms"
+        )
     cap = run.options.get("max_concurrency")
     if cap:
-        out.append(f"{run.label}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
-                   f"(schedule lag p99 {lag.p99:.1f} ms)")
+        out.append(
+            f"{run.label}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
+            f"(schedule lag p99 {lag.p99:.1f} ms)"
+        )
     return out

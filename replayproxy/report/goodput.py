@@ -17,7 +17,9 @@ from replayproxy.report.measures import Measures
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-_CLAUSE = re.compile(r"^(?P<metric>[a-z0-9_]+)(?::p(?P<pct>\d+(?:\.\d+)?))?<=(?P<value>[0-9]*\.?[0-9]+)(?P<unit>[a-z]*)$")
+_CLAUSE = re.compile(
+    r"^(?P<metric>[a-z0-9_]+)(?::p(?P<pct>\d+(?:\.\d+)?))?<=(?P<value>[0-9]*\.?[0-9]+)(?P<unit>[a-z]*)$"
+)
 
 
 class SloError(ValueError):

@@ -52,7 +52,9 @@ def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.6)
     axes = fig.subplots(1, 3)
     levels = np.linspace(0, 1, CDF_POINTS)
-    for ax, (name, attr) in zip(axes, (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")), strict=True):
+    for ax, (name, attr) in zip(
+        axes, (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")), strict=True
+    ):
         for run in runs:
             values = getattr(run.measures, attr)
             values = values[np.isfinite(values) & (values > 0)]
@@ -90,7 +92,14 @@ def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         ax.set_title(f"{run.label}: latency by send time ({width:g} s bins) and arrival rate")
         ax.grid(alpha=0.3)
         rate = ax.twinx()
-        rate.step(t, np.bincount(ids, minlength=n) / width, where="post", color="grey", alpha=0.6, label="arrivals/s")
+        rate.step(
+            t,
+            np.bincount(ids, minlength=n) / width,
+            where="post",
+            color="grey",
+            alpha=0.6,
+            label="arrivals/s",
+        )
         rate.set_ylabel("arrivals/s")
         ax.legend(fontsize="small", loc="upper left")
     axes[-1].set_xlabel("s since the run's first send")
@@ -117,17 +126,23 @@ def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.8)
     ax = fig.subplots()
     rng = np.random.default_rng(0)
-    for run in runs:
+    for k, run in enumerate(runs):
         m = run.measures
+        color = f"C{k % 10}"
         keep = np.flatnonzero(np.isfinite(m.input_tokens) & np.isfinite(m.ttft_ms) & (m.input_tokens > 0))
         if not len(keep):
             continue
         sample = rng.choice(keep, size=min(len(keep), SCATTER_POINTS), replace=False)
-        dots = ax.scatter(m.input_tokens[sample], m.ttft_ms[sample], s=4, alpha=0.3)
+        ax.scatter(m.input_tokens[sample], m.ttft_ms[sample], s=4, alpha=0.3, color=color)
         edges = np.geomspace(m.input_tokens[keep].min(), m.input_tokens[keep].max() + 1, 16)
         ids = np.digitize(m.input_tokens[keep], edges) - 1
         medians = [s.p50 for s in grouped_summaries(ids, m.ttft_ms[keep], len(edges) - 1)]
-        ax.plot(np.sqrt(edges[:-1] * edges[1:]), medians, color=dots.get_facecolor()[0][:3], label=f"{run.label} median")
+        ax.plot(
+            np.sqrt(edges[:-1] * edges[1:]),
+            medians,
+            color=color,
+            label=f"{run.label} median",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("input tokens (log)")
@@ -148,7 +163,12 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         speeds = [s["speed"] for s in sweep["steps"]]
         left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
         if any(s["goodput"] for s in sweep["steps"]):
-            left.plot(speeds, [s["goodput"]["requests_per_s"] for s in sweep["steps"]], marker="s", label="goodput req/s")
+            left.plot(
+                speeds,
+                [s["goodput"]["requests_per_s"] for s in sweep["steps"]],
+                marker="s",
+                label="goodput req/s",
+            )
         right.plot(speeds, [s["ttft_ms"]["p95"] for s in sweep["steps"]], marker="o", label="TTFT p95")
         right.plot(speeds, [s["e2e_ms"]["p95"] for s in sweep["steps"]], marker="^", label="E2E p95")
         right.set_yscale("log")
@@ -156,7 +176,9 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         right.set_ylabel("ms (log)")
         for ax, title in ((left, "throughput and goodput vs load"), (right, "p95 latency vs load")):
             if sweep["knee_speed"] is not None:
-                ax.axvline(sweep["knee_speed"], color="red", linestyle=":", label=f"knee {sweep['knee_speed']:g}x")
+                ax.axvline(
+                    sweep["knee_speed"], color="red", linestyle=":", label=f"knee {sweep['knee_speed']:g}x"
+                )
             ax.set_xscale("log", base=2)
             ax.set_xlabel("speed (x the trace's rate, log)")
             ax.set_title(f"{sweep['target']}: {title}")

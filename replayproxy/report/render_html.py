@@ -25,7 +25,9 @@ def _table(t: Table) -> str:
     parts = [f'<h2 id="{html.escape(t.key)}">{html.escape(t.title)}</h2>']
     if t.header:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in t.header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows
+        )
         parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     parts.extend(f'<p class="note">{html.escape(n)}</p>' for n in t.notes)
     return "\n".join(parts)
@@ -39,14 +41,16 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
         if fig is not None:
             figures.append(f"<figure><h2>{html.escape(title)}</h2>{to_svg(fig)}</figure>")
     labels = ", ".join(r["label"] for r in doc["runs"])
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>replayproxy report: {html.escape(labels)}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f"<h1>replayproxy report</h1><p>{html.escape(labels)}</p>",
-        *figures,
-        *(_table(t) for t in tables(doc)),
-        "</body></html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>replayproxy report: {html.escape(labels)}</title>",
+            f"<style>{STYLE}</style></head><body>",
+            f"<h1>replayproxy report</h1><p>{html.escape(labels)}</p>",
+            *figures,
+            *(_table(t) for t in tables(doc)),
+            "</body></html>",
+            "",
+        ]
+    )

@@ -1,4 +1,4 @@
-"""The report document as JSON (schema in docs/report.md): stable keys, units in names, null = not measured."""
+"""The report document as JSON (schema in docs/report.md): stable keys, units in names, null = unmeasured."""
 
 from __future__ import annotations
 

@@ -68,8 +68,8 @@ def grouped_summaries(groups: np.ndarray, values: np.ndarray, n_groups: int) -> 
         if n == 0:
             out.append(Summary(0))
             continue
-        out.append(Summary(n, *(float(table[q][g]) for q in PERCENTILES), float(values[starts[g] + n - 1]),
-                           float(sums[g] / n)))
+        p50, p90, p95, p99 = (float(table[q][g]) for q in PERCENTILES)
+        out.append(Summary(n, p50, p90, p95, p99, float(values[starts[g] + n - 1]), float(sums[g] / n)))
     return out
 
 
@@ -100,8 +100,11 @@ class Interval:
         return bool(self.low > 0 or self.high < 0)
 
     def to_dict(self) -> dict[str, float | None]:
-        return {"estimate": _json_number(self.estimate), "ci95_low": _json_number(self.low),
-                "ci95_high": _json_number(self.high)}
+        return {
+            "estimate": _json_number(self.estimate),
+            "ci95_low": _json_number(self.low),
+            "ci95_high": _json_number(self.high),
+        }
 
 
 # Above this many pairs a paired bootstrap (n x resamples indices) gets slow; see bootstrap_quantile_diff.
@@ -142,7 +145,9 @@ def bootstrap_quantile_diff(
         for start in range(0, resamples, block):
             rows = min(block, resamples - start)
             idx = rng.integers(0, n, size=(rows, n))
-            diffs[start : start + rows] = (np.quantile(b[idx], qs, axis=1) - np.quantile(a[idx], qs, axis=1)).T
+            diffs[start : start + rows] = (
+                np.quantile(b[idx], qs, axis=1) - np.quantile(a[idx], qs, axis=1)
+            ).T
     else:
         diffs = _order_statistic_draws(np.sort(b), qs, resamples, rng) - _order_statistic_draws(
             np.sort(a), qs, resamples, rng
@@ -152,8 +157,9 @@ def bootstrap_quantile_diff(
     return [Interval(float(e), float(lo), float(hi)) for e, lo, hi in zip(estimate, low, high, strict=True)]
 
 
-def _order_statistic_draws(sorted_values: np.ndarray, qs: np.ndarray, resamples: int,
-                           rng: np.random.Generator) -> np.ndarray:
+def _order_statistic_draws(
+    sorted_values: np.ndarray, qs: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """Bootstrap draws of each quantile (nearest rank) of one sample, shape (resamples, len(qs))."""
     n = len(sorted_values)
     ranks = np.clip(np.rint(qs * (n - 1)).astype(np.int64) + 1, 1, n)

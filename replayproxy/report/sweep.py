@@ -72,7 +72,11 @@ class Knee:
 
     def describe(self, steps: list[Step]) -> str:
         if self.broke_at is None:
-            return f"no knee up to {steps[-1].speed:g}x (no step broke); try higher speeds" if steps else "no steps"
+            return (
+                f"no knee up to {steps[-1].speed:g}x (no step broke); try higher speeds"
+                if steps
+                else "no steps"
+            )
         why = ", ".join(self.reasons)
         if self.step is None:
             return f"already past the knee at the lowest speed {steps[0].speed:g}x ({why})"
@@ -165,4 +169,3 @@ def auto_search(
         attempt(mid)
     passed = [s for s, r in results.items() if r]
     return steps, (max(passed) if passed else None)
-

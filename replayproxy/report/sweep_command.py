@@ -29,19 +29,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--speeds", metavar="LIST", help="comma-separated speeds, e.g. 0.5,1,2,4")
     how.add_argument("--auto", action="store_true", help="search the highest speed meeting --slo")
     parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms' (required with --auto)")
-    parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go (default ./sweep)")
+    parser.add_argument(
+        "-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go (default ./sweep)"
+    )
     parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run (default 8)")
-    parser.add_argument("--start-speed", type=float, default=1.0, help="--auto: first speed tried (default 1)")
-    parser.add_argument("--max-error-rate", type=float, default=MAX_ERROR_RATE,
-                        help=f"a step with this error rate or more fails (default {MAX_ERROR_RATE})")
-    parser.add_argument("--attainment", type=float, default=0.9,
-                        help="--auto: share of requests that must meet per-request SLOs (default 0.9)")
+    parser.add_argument(
+        "--start-speed", type=float, default=1.0, help="--auto: first speed tried (default 1)"
+    )
+    parser.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=MAX_ERROR_RATE,
+        help=f"a step with this error rate or more fails (default {MAX_ERROR_RATE})",
+    )
+    parser.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        help="--auto: share of requests that must meet per-request SLOs (default 0.9)",
+    )
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[], metavar="OPTION",
-                        help="last on the line: everything after it goes to every `replayproxy replay` "
-                             "(e.g. --replay-args --model m --max-concurrency 64)")
+    parser.add_argument(
+        "--replay-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        metavar="OPTION",
+        help="last on the line: everything after it goes to every `replayproxy replay` "
+        "(e.g. --replay-args --model m --max-concurrency 64)",
+    )
 
 
 def parse_speeds(text: str) -> list[float]:
@@ -59,8 +76,21 @@ def step_path(directory: Path, speed: float) -> Path:
 
 
 def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[str]:
-    return [sys.executable, "-m", "replayproxy", "replay", *args.trace, "--target", args.target,
-            "--speed", f"{speed:g}", "-o", str(path), "--quiet", *args.replay_args]
+    return [
+        sys.executable,
+        "-m",
+        "replayproxy",
+        "replay",
+        *args.trace,
+        "--target",
+        args.target,
+        "--speed",
+        f"{speed:g}",
+        "-o",
+        str(path),
+        "--quiet",
+        *args.replay_args,
+    ]
 
 
 def run_replay(command: Sequence[str]) -> None:
@@ -87,14 +117,22 @@ def run(args: argparse.Namespace) -> int:
         run_replay(replay_command(args, speed, path))
         speeds[str(path)] = speed
         step = step_of(_with_speed(load_runs([path]), speeds)[0], slos)
-        print(f"sweep: {speed:g}x: {step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
-              f"errors {step.error_rate:.1%}", file=sys.stderr, flush=True)
+        print(
+            f"sweep: {speed:g}x: {step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
+            f"errors {step.error_rate:.1%}",
+            file=sys.stderr,
+            flush=True,
+        )
         return step
 
     best: float | None = None
     if args.auto:
-        _, best = auto_search(one_step, lambda s: meets(s, args.max_error_rate, args.attainment),
-                              start=args.start_speed, max_runs=args.max_runs)
+        _, best = auto_search(
+            one_step,
+            lambda s: meets(s, args.max_error_rate, args.attainment),
+            start=args.start_speed,
+            max_runs=args.max_runs,
+        )
     else:
         for speed in parse_speeds(args.speeds):
             one_step(speed)

@@ -89,9 +89,14 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
         row("input tok/s", lambda r: fmt(r["input_tokens_per_s"])),
         row("concurrency mean", lambda r: fmt(r["concurrency"]["mean"])),
         row("concurrency peak", lambda r: fmt(r["concurrency"]["peak"])),
-        row("input tokens p50 / mean", lambda r: f"{fmt(r['input_tokens']['p50'])} / {fmt(r['input_tokens']['mean'])}"),
-        row("output tokens p50 / mean",
-            lambda r: f"{fmt(r['output_tokens']['p50'])} / {fmt(r['output_tokens']['mean'])}"),
+        row(
+            "input tokens p50 / mean",
+            lambda r: f"{fmt(r['input_tokens']['p50'])} / {fmt(r['input_tokens']['mean'])}",
+        ),
+        row(
+            "output tokens p50 / mean",
+            lambda r: f"{fmt(r['output_tokens']['p50'])} / {fmt(r['output_tokens']['mean'])}",
+        ),
         row("output tokens from usage", lambda r: pct(r["output_tokens_from_usage_share"])),
         row("exact input length", lambda r: f"{pct(r['exact_input_share'])} of {r['exact_input_count']}"),
         row("exact output length", lambda r: f"{pct(r['exact_output_share'])} of {r['exact_output_count']}"),
@@ -113,8 +118,10 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
     runs = doc["runs"]
     rows = [
         ["goodput req/s", *(fmt(r["goodput"]["requests_per_s"]) for r in runs)],
-        ["meeting all SLOs", *(f"{pct(r['goodput']['fraction'])} ({r['goodput']['good']}/{r['goodput']['of']})"
-                               for r in runs)],
+        [
+            "meeting all SLOs",
+            *(f"{pct(r['goodput']['fraction'])} ({r['goodput']['good']}/{r['goodput']['of']})" for r in runs),
+        ],
     ]
     for i, clause in enumerate(c for c in doc["slo"]["clauses"] if c["percentile"] is not None):
         cells = []
@@ -131,12 +138,32 @@ def comparison_section(doc: dict[str, Any]) -> list[Table]:
         rows = []
         for metric in ("ttft", "e2e"):
             mc = c[metric]
-            rows.append([metric.upper(), fmt(mc["pairs"]), fmt(mc["median_ratio_b_over_a"]), pct(mc["share_faster_b"]),
-                         _ci(mc["p50_diff_ms"]), mc["p50_verdict"], _ci(mc["p99_diff_ms"]), mc["p99_verdict"]])
-        notes = [f"A = {c['a']}, B = {c['b']}; {c['common_requests']} requests in both "
-                 f"({c['only_a']} only in A, {c['only_b']} only in B); diffs are B - A with bootstrap 95% CI"]
-        header = ["metric", "pairs", "median B/A", "faster on B", "p50 diff ms [95% CI]", "p50",
-                  "p99 diff ms [95% CI]", "p99"]
+            rows.append(
+                [
+                    metric.upper(),
+                    fmt(mc["pairs"]),
+                    fmt(mc["median_ratio_b_over_a"]),
+                    pct(mc["share_faster_b"]),
+                    _ci(mc["p50_diff_ms"]),
+                    mc["p50_verdict"],
+                    _ci(mc["p99_diff_ms"]),
+                    mc["p99_verdict"],
+                ]
+            )
+        notes = [
+            f"A = {c['a']}, B = {c['b']}; {c['common_requests']} requests in both "
+            f"({c['only_a']} only in A, {c['only_b']} only in B); diffs are B - A with bootstrap 95% CI"
+        ]
+        header = [
+            "metric",
+            "pairs",
+            "median B/A",
+            "faster on B",
+            "p50 diff ms [95% CI]",
+            "p50",
+            "p99 diff ms [95% CI]",
+            "p99",
+        ]
         tables.append(Table(f"Paired: {c['b']} vs {c['a']}", header, rows, notes, "comparison"))
     return tables
 
@@ -149,8 +176,15 @@ GROUP_HEADER = ["requests", "errors", "TTFT p50", "TTFT p95", "TPOT p50", "E2E p
 
 
 def _group_cells(g: dict[str, Any]) -> list[str]:
-    return [fmt(g["requests"]), fmt(g["errors"]), fmt(g["ttft_ms"]["p50"]), fmt(g["ttft_ms"]["p95"]),
-            fmt(g["tpot_ms"]["p50"]), fmt(g["e2e_ms"]["p50"]), fmt(g["e2e_ms"]["p95"])]
+    return [
+        fmt(g["requests"]),
+        fmt(g["errors"]),
+        fmt(g["ttft_ms"]["p50"]),
+        fmt(g["ttft_ms"]["p95"]),
+        fmt(g["tpot_ms"]["p50"]),
+        fmt(g["e2e_ms"]["p50"]),
+        fmt(g["e2e_ms"]["p95"]),
+    ]
 
 
 def breakdown_section(doc: dict[str, Any]) -> list[Table]:
@@ -161,12 +195,24 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
         tables.append(Table(title, ["group", "run", *GROUP_HEADER], rows, ["latency in ms"], f"by_{key}"))
     windows = sum(len(r["breakdowns"]["window_10s"]) for r in runs)
     if windows <= MAX_TEXT_WINDOWS:
-        rows = [[g["name"], r["label"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
-                for r in runs for g in r["breakdowns"]["window_10s"]]
-        tables.append(Table("Per 10 s window", ["from", "run", "arrivals/s", *GROUP_HEADER], rows,
-                            ["latency in ms"], "by_window"))
+        rows = [
+            [g["name"], r["label"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
+            for r in runs
+            for g in r["breakdowns"]["window_10s"]
+        ]
+        tables.append(
+            Table(
+                "Per 10 s window",
+                ["from", "run", "arrivals/s", *GROUP_HEADER],
+                rows,
+                ["latency in ms"],
+                "by_window",
+            )
+        )
     else:
-        tables.append(Table("Per 10 s window", [], [], [f"{windows} windows: see --json or --html"], "by_window"))
+        tables.append(
+            Table("Per 10 s window", [], [], [f"{windows} windows: see --json or --html"], "by_window")
+        )
     return tables
 
 
@@ -176,18 +222,38 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
         rows = []
         for s in sweep["steps"]:
             g = s["goodput"]
-            rows.append([
-                f"{s['speed']:g}x", fmt(s["requests_per_s"]), fmt(s["output_tokens_per_s"]),
-                fmt(s["ttft_ms"]["p50"]), fmt(s["ttft_ms"]["p95"]), fmt(s["ttft_ms"]["p99"]),
-                fmt(s["tpot_ms"]["p50"]), fmt(s["tpot_ms"]["p95"]), f"{pct(s['error_rate'])} ({s['errors']})",
-                "-" if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
-            ])
-        header = ["speed", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TTFT p99", "TPOT p50", "TPOT p95",
-                  "errors", "goodput req/s"]
+            rows.append(
+                [
+                    f"{s['speed']:g}x",
+                    fmt(s["requests_per_s"]),
+                    fmt(s["output_tokens_per_s"]),
+                    fmt(s["ttft_ms"]["p50"]),
+                    fmt(s["ttft_ms"]["p95"]),
+                    fmt(s["ttft_ms"]["p99"]),
+                    fmt(s["tpot_ms"]["p50"]),
+                    fmt(s["tpot_ms"]["p95"]),
+                    f"{pct(s['error_rate'])} ({s['errors']})",
+                    "-" if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
+                ]
+            )
+        header = [
+            "speed",
+            "req/s",
+            "out tok/s",
+            "TTFT p50",
+            "TTFT p95",
+            "TTFT p99",
+            "TPOT p50",
+            "TPOT p95",
+            "errors",
+            "goodput req/s",
+        ]
         notes = [sweep["knee"]]
         if sweep["best_speed_meeting_slo"] is not None:
             notes.append(f"highest speed meeting the SLO: {sweep['best_speed_meeting_slo']:g}x")
-        tables.append(Table(f"Sweep: {sweep['target']} {sweep['model']}".strip(), header, rows, notes, "sweep"))
+        tables.append(
+            Table(f"Sweep: {sweep['target']} {sweep['model']}".strip(), header, rows, notes, "sweep")
+        )
     return tables
 
 

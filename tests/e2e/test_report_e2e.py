@@ -17,22 +17,33 @@ from tests.servers import sim
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("replayproxy.replay.command") is None,
-                       reason="the replayer (replayproxy.replay.command) has not landed yet"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("replayproxy.replay.command") is None,
+        reason="the replayer (replayproxy.replay.command) has not landed yet",
+    ),
 ]
 
 MODEL = "sim-llama-3.1-8b"
 KEY = b"report-e2e-key!!"
 
 
-def shapes(n: int, rate_rps: float, shared_tokens: int, own_tokens: int, output_tokens: int) -> Iterator[RequestShape]:
+def shapes(
+    n: int, rate_rps: float, shared_tokens: int, own_tokens: int, output_tokens: int
+) -> Iterator[RequestShape]:
     """n chat requests sharing their first `shared_tokens` (a long system prompt), evenly spaced."""
     common = list(range(1, shared_tokens + 1))
     for i in range(n):
         tokens = common + [50_000 + 1000 * i + j for j in range(own_tokens)]
-        yield RequestShape(offset_ns=int(i * 1e9 / rate_rps), model=MODEL, input_tokens=len(tokens),
-                           output_tokens=output_tokens, max_tokens=output_tokens, roles="su",
-                           prefix_hashes=prefix_block_hashes(tokens, 16, KEY), prefix_units=len(tokens))
+        yield RequestShape(
+            offset_ns=int(i * 1e9 / rate_rps),
+            model=MODEL,
+            input_tokens=len(tokens),
+            output_tokens=output_tokens,
+            max_tokens=output_tokens,
+            roles="su",
+            prefix_hashes=prefix_block_hashes(tokens, 16, KEY),
+            prefix_units=len(tokens),
+        )
 
 
 def write(path: Path, items: Iterator[RequestShape]) -> Path:
@@ -41,15 +52,30 @@ def write(path: Path, items: Iterator[RequestShape]) -> Path:
     return path
 
 
-def test_prefix_cache_on_is_faster_on_ttft_with_ci_excluding_zero(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_prefix_cache_on_is_faster_on_ttft_with_ci_excluding_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = write(tmp_path / "shared-prefix.rpt", shapes(24, 10.0, 2000, 48, 4))
     runs = []
     for label, options in (("cache-on", ()), ("cache-off", ("--no-prefix-cache",))):
         with sim(*options) as server:
             out = tmp_path / f"{label}.rpr"
-            assert main(["replay", str(trace), "--target", server.url, "-o", str(out), "--quiet",
-                         "--label", label]) == 0
+            assert (
+                main(
+                    [
+                        "replay",
+                        str(trace),
+                        "--target",
+                        server.url,
+                        "-o",
+                        str(out),
+                        "--quiet",
+                        "--label",
+                        label,
+                    ]
+                )
+                == 0
+            )
             runs.append(str(out))
     capsys.readouterr()
     html = tmp_path / "report.html"
@@ -70,10 +96,25 @@ def test_prefix_cache_on_is_faster_on_ttft_with_ci_excluding_zero(tmp_path: Path
     assert text.count("<svg") >= 4 and "cache-off" in text
 
 
-def sweep_knee(trace: Path, out: Path, sim_options: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> dict:
+def sweep_knee(
+    trace: Path, out: Path, sim_options: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> dict:
     with sim("--max-num-seqs", "2", *sim_options) as server:
-        code = main(["sweep", str(trace), "--target", server.url, "--speeds", "1,2,4", "-o", str(out), "--json",
-                     "--replay-args", "--no-calibrate"])
+        code = main(
+            [
+                "sweep",
+                str(trace),
+                "--target",
+                server.url,
+                "--speeds",
+                "1,2,4",
+                "-o",
+                str(out),
+                "--json",
+                "--replay-args",
+                "--no-calibrate",
+            ]
+        )
     assert code == 0
     (sweep,) = json.loads(capsys.readouterr().out)["sweeps"]
     assert [s["speed"] for s in sweep["steps"]] == [1, 2, 4]
@@ -81,7 +122,9 @@ def sweep_knee(trace: Path, out: Path, sim_options: tuple[str, ...], capsys: pyt
     return sweep  # type: ignore[no-any-return]
 
 
-def test_sweep_knee_moves_up_when_the_engine_is_faster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sweep_knee_moves_up_when_the_engine_is_faster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # 30 requests at 20 req/s, 16 output tokens each. With 2 sequences at a time the default sim serves
     # about 15 req/s, so it saturates by 2x; eight times faster it serves about 8x more.
     trace = write(tmp_path / "load.rpt", shapes(30, 20.0, 0, 200, 16))

@@ -13,10 +13,22 @@ from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 MS = 1_000_000
 
 
-def result(index: int, *, ttft_ms: float = 10.0, e2e_ms: float = 100.0, gaps_us: Sequence[int] = (),
-           sent_ms: float | None = None, scheduled_ms: float | None = None, error: str = "",
-           completion_tokens: int = -1, prompt_tokens: int = -1, chunk_tokens: Sequence[int] = (),
-           endpoint: str = "chat", expected_input: int = -1, expected_output: int = -1) -> ReplayResult:
+def result(
+    index: int,
+    *,
+    ttft_ms: float = 10.0,
+    e2e_ms: float = 100.0,
+    gaps_us: Sequence[int] = (),
+    sent_ms: float | None = None,
+    scheduled_ms: float | None = None,
+    error: str = "",
+    completion_tokens: int = -1,
+    prompt_tokens: int = -1,
+    chunk_tokens: Sequence[int] = (),
+    endpoint: str = "chat",
+    expected_input: int = -1,
+    expected_output: int = -1,
+) -> ReplayResult:
     sent = index * 100.0 if sent_ms is None else sent_ms
     scheduled = sent if scheduled_ms is None else scheduled_ms
     return ReplayResult(
@@ -38,11 +50,27 @@ def result(index: int, *, ttft_ms: float = 10.0, e2e_ms: float = 100.0, gaps_us:
     )
 
 
-def write_run(path: Path, results: Iterable[ReplayResult], *, label: str = "", target: str = "http://a",
-              digest: str = "d1", options: dict[str, Any] | None = None, shard: str = "",
-              start_wall_ns: int = 1_700_000_000 * 10**9, models: Any = None) -> Path:
-    header = RunHeader(label=label, target=target, start_wall_ns=start_wall_ns, trace_digest=digest,
-                       options=options or {}, shard=shard, models=models)
+def write_run(
+    path: Path,
+    results: Iterable[ReplayResult],
+    *,
+    label: str = "",
+    target: str = "http://a",
+    digest: str = "d1",
+    options: dict[str, Any] | None = None,
+    shard: str = "",
+    start_wall_ns: int = 1_700_000_000 * 10**9,
+    models: Any = None,
+) -> Path:
+    header = RunHeader(
+        label=label,
+        target=target,
+        start_wall_ns=start_wall_ns,
+        trace_digest=digest,
+        options=options or {},
+        shard=shard,
+        models=models,
+    )
     with ResultWriter(path, header) as writer:
         for r in results:
             writer.write(r)
@@ -51,7 +79,15 @@ def write_run(path: Path, results: Iterable[ReplayResult], *, label: str = "", t
 
 def synthetic_run(path: Path, ttft_ms: np.ndarray, e2e_ms: np.ndarray, **kw: Any) -> Path:
     """A run of len(ttft_ms) requests, 50 ms apart, 10 output tokens each."""
-    results = (result(i, ttft_ms=float(t), e2e_ms=float(e), sent_ms=50.0 * i, completion_tokens=10,
-                      gaps_us=[int((e - t) * 1000 / 9)] * 9)
-               for i, (t, e) in enumerate(zip(ttft_ms, e2e_ms, strict=True)))
+    results = (
+        result(
+            i,
+            ttft_ms=float(t),
+            e2e_ms=float(e),
+            sent_ms=50.0 * i,
+            completion_tokens=10,
+            gaps_us=[int((e - t) * 1000 / 9)] * 9,
+        )
+        for i, (t, e) in enumerate(zip(ttft_ms, e2e_ms, strict=True))
+    )
     return write_run(path, results, **kw)

@@ -25,7 +25,9 @@ def two_runs(tmp_path: Path) -> list[str]:
     return [str(a), str(b)]
 
 
-def test_json_has_documented_keys_and_numpy_figures(two_runs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_has_documented_keys_and_numpy_figures(
+    two_runs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", *two_runs, "--json", "--slo", "ttft<=40ms,e2e:p99<=2s"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "replayproxy-report/1"
@@ -36,20 +38,31 @@ def test_json_has_documented_keys_and_numpy_figures(two_runs: list[str], capsys:
     # stored as integer ns, so compare at ns precision
     assert a["ttft_ms"]["p99"] == pytest.approx(np.percentile(np.floor(ttft * 1e6) / 1e6, 99), abs=1e-6)
     assert a["ttft_ms"]["count"] == 300 and a["itl_unit"] == "chunk"
-    for key in ("tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms", "ttft_from_scheduled_ms", "e2e_from_scheduled_ms"):
+    for key in (
+        "tpot_ms",
+        "itl_ms",
+        "e2e_ms",
+        "schedule_lag_ms",
+        "ttft_from_scheduled_ms",
+        "e2e_from_scheduled_ms",
+    ):
         assert set(a[key]) == {"p50", "p90", "p95", "p99", "max", "mean", "count"}
     assert set(a["concurrency"]) == {"mean", "peak"} and a["errors"]["count"] == 0
     assert a["goodput"]["of"] == 300 and a["goodput"]["percentile_checks"][0]["slo"] == "e2e:p99<=2000ms"
     windows = a["breakdowns"]["window_10s"]  # 300 requests 50 ms apart: 0-10 s and 10-15 s
-    assert [(w["name"], w["requests"], w["arrival_rate_per_s"]) for w in windows] == [("0s", 200, 20.0),
-                                                                                       ("10s", 100, 10.0)]
+    assert [(w["name"], w["requests"], w["arrival_rate_per_s"]) for w in windows] == [
+        ("0s", 200, 20.0),
+        ("10s", 100, 10.0),
+    ]
     (cmp,) = doc["comparisons"]
     assert (cmp["a"], cmp["b"]) == ("engine-a", "engine-b")
     assert cmp["ttft"]["p50_verdict"] == "B is faster" and cmp["ttft"]["p50_diff_ms"]["ci95_high"] < 0
     assert cmp["ttft"]["median_ratio_b_over_a"] == pytest.approx(0.5, rel=0.01)
 
 
-def test_text_is_side_by_side_and_markdown_is_tables(two_runs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_is_side_by_side_and_markdown_is_tables(
+    two_runs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", *two_runs]) == 0
     text = capsys.readouterr().out
     header = next(line for line in text.splitlines() if line.startswith("metric"))
@@ -60,14 +73,22 @@ def test_text_is_side_by_side_and_markdown_is_tables(two_runs: list[str], capsys
     assert "Paired: engine-b vs engine-a" in text and "B is faster" in text
     assert main(["report", *two_runs, "--markdown"]) == 0
     md = capsys.readouterr().out
-    assert "### Latency" in md and "| metric | stat | engine-a | engine-b |" in md and "|---|---:|---:|---:|" in md
+    assert (
+        "### Latency" in md
+        and "| metric | stat | engine-a | engine-b |" in md
+        and "|---|---:|---:|---:|" in md
+    )
 
 
 def test_baseline_column_and_errors_by_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = write_baseline_trace(tmp_path / "t.rpt")
     digest = hashlib.sha256(trace.read_bytes()).hexdigest()
-    run = write_run(tmp_path / "r.rpr", [result(0), result(1, error="timeout"), result(2, error="http_5xx")],
-                    label="cand", digest=digest)
+    run = write_run(
+        tmp_path / "r.rpr",
+        [result(0), result(1, error="timeout"), result(2, error="http_5xx")],
+        label="cand",
+        digest=digest,
+    )
     other = write_run(tmp_path / "s.rpr", [result(0)], label="other trace", digest="elsewhere")
     assert main(["report", str(run), str(other), "--baseline", str(trace), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -79,9 +100,9 @@ def test_baseline_column_and_errors_by_class(tmp_path: Path, capsys: pytest.Capt
     assert [(c["a"], c["b"]) for c in doc["comparisons"]] == [("baseline (production)", "cand")]
 
 
-def test_text_and_json_work_without_matplotlib(two_runs: list[str], tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_and_json_work_without_matplotlib(
+    two_runs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # any import of it now fails
@@ -100,8 +121,9 @@ def test_text_and_json_work_without_matplotlib(two_runs: list[str], tmp_path: Pa
         (["--resamples", "5"], "--resamples must be at least 100"),
     ],
 )
-def test_bad_input_is_one_line(two_runs: list[str], argv: list[str], message: str,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line(
+    two_runs: list[str], argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", *two_runs, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

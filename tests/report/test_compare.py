@@ -48,8 +48,11 @@ def test_no_verdict_when_runs_only_differ_by_noise(tmp_path: Path) -> None:
 def test_pairs_by_trace_index_not_position_and_skips_failures(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a.rpr", [result(i, ttft_ms=10 * (i + 1)) for i in range(4)], label="A")
     # B holds indices 3, 1, 0 (no 2), in another order, each exactly half of A's TTFT; index 0 failed on B.
-    b = write_run(tmp_path / "b.rpr", [result(3, ttft_ms=20), result(1, ttft_ms=10), result(0, error="reset")],
-                  label="B")
+    b = write_run(
+        tmp_path / "b.rpr",
+        [result(3, ttft_ms=20), result(1, ttft_ms=10), result(0, error="reset")],
+        label="B",
+    )
     c = compare(*load_runs([a, b]))
     assert (c.common, c.only_a, c.only_b) == (3, 1, 0)
     ttft = c.metrics[0]

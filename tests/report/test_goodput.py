@@ -14,8 +14,15 @@ from tests.report.helpers import result, write_run
 
 def test_parse_units_and_percentiles() -> None:
     assert parse_slo("ttft<=500ms, tpot<=50ms,e2e<=20s,itl<=250us") == (
-        Slo("ttft", 500.0), Slo("tpot", 50.0), Slo("e2e", 20_000.0), Slo("itl", 0.25))
-    assert parse_slo("ttft:p95<=800ms,E2E:p99.9<=1.5s") == (Slo("ttft", 800.0, 95.0), Slo("e2e", 1500.0, 99.9))
+        Slo("ttft", 500.0),
+        Slo("tpot", 50.0),
+        Slo("e2e", 20_000.0),
+        Slo("itl", 0.25),
+    )
+    assert parse_slo("ttft:p95<=800ms,E2E:p99.9<=1.5s") == (
+        Slo("ttft", 800.0, 95.0),
+        Slo("e2e", 1500.0, 99.9),
+    )
     assert Slo("ttft", 800.0, 95.0).text == "ttft:p95<=800ms"
 
 
@@ -42,8 +49,12 @@ def test_hand_worked_goodput(tmp_path: Path) -> None:
     ten = [0] * 9  # 10 output tokens -> 9 gaps (values irrelevant for TPOT)
     results = [
         result(0, sent_ms=0, ttft_ms=100, e2e_ms=1000, completion_tokens=10, gaps_us=ten),  # TPOT 100: misses
-        result(1, sent_ms=1000, ttft_ms=100, e2e_ms=500, completion_tokens=10, gaps_us=ten),  # TPOT 44.4: good
-        result(2, sent_ms=2000, ttft_ms=600, e2e_ms=700, completion_tokens=10, gaps_us=ten),  # TTFT 600: misses
+        result(
+            1, sent_ms=1000, ttft_ms=100, e2e_ms=500, completion_tokens=10, gaps_us=ten
+        ),  # TPOT 44.4: good
+        result(
+            2, sent_ms=2000, ttft_ms=600, e2e_ms=700, completion_tokens=10, gaps_us=ten
+        ),  # TTFT 600: misses
         result(3, sent_ms=3000, error="timeout", e2e_ms=100),  # failed: not good, still counted
         result(4, sent_ms=4000, ttft_ms=200, e2e_ms=380, completion_tokens=10, gaps_us=ten),  # TPOT 20: good
     ]
@@ -59,7 +70,10 @@ def test_hand_worked_goodput(tmp_path: Path) -> None:
 
 
 def test_one_token_reply_meets_tpot_but_missing_ttft_misses(tmp_path: Path) -> None:
-    results = [result(0, completion_tokens=1, ttft_ms=5, e2e_ms=5), result(1, completion_tokens=3, gaps_us=[1, 1])]
+    results = [
+        result(0, completion_tokens=1, ttft_ms=5, e2e_ms=5),
+        result(1, completion_tokens=3, gaps_us=[1, 1]),
+    ]
     m = load_runs([write_run(tmp_path / "r.rpr", results)])[0].measures
     m.ttft_ms[1] = np.nan  # e.g. a server that never sent a content chunk
     g = goodput(m, parse_slo("ttft<=1s,tpot<=1ms,itl<=1ms"))

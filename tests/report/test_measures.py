@@ -20,7 +20,15 @@ def _measures(tmp_path: Path, *results):  # type: ignore[no-untyped-def]
 def test_ttft_tpot_e2e_lag_and_scheduled_latency(tmp_path: Path) -> None:
     m = _measures(
         tmp_path,
-        result(0, ttft_ms=10, e2e_ms=100, completion_tokens=10, sent_ms=105, scheduled_ms=100, gaps_us=[10_000] * 9),
+        result(
+            0,
+            ttft_ms=10,
+            e2e_ms=100,
+            completion_tokens=10,
+            sent_ms=105,
+            scheduled_ms=100,
+            gaps_us=[10_000] * 9,
+        ),
         result(1, error="http_5xx", e2e_ms=3, sent_ms=200),
     )
     assert m.ttft_ms[0] == 10 and m.e2e_ms[0] == 100

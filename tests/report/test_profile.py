@@ -16,15 +16,37 @@ MS = 1_000_000
 
 def write_baseline_trace(path: Path) -> Path:
     shapes = [
-        RequestShape(offset_ns=0, input_tokens=500, output_tokens=5, ttft_ns=40 * MS, e2e_ns=80 * MS,
-                     chunk_gaps_us=(10_000,) * 4, model="m"),
-        RequestShape(offset_ns=1000 * MS, input_tokens=5000, output_tokens=3, output_estimated=True, ttft_ns=90 * MS,
-                     e2e_ns=110 * MS, chunk_gaps_us=(10_000, 10_000), model="m"),
-        RequestShape(offset_ns=2000 * MS, input_tokens=100, status=503, error="http_5xx", e2e_ns=5 * MS, model="m"),
+        RequestShape(
+            offset_ns=0,
+            input_tokens=500,
+            output_tokens=5,
+            ttft_ns=40 * MS,
+            e2e_ns=80 * MS,
+            chunk_gaps_us=(10_000,) * 4,
+            model="m",
+        ),
+        RequestShape(
+            offset_ns=1000 * MS,
+            input_tokens=5000,
+            output_tokens=3,
+            output_estimated=True,
+            ttft_ns=90 * MS,
+            e2e_ns=110 * MS,
+            chunk_gaps_us=(10_000, 10_000),
+            model="m",
+        ),
+        RequestShape(
+            offset_ns=2000 * MS, input_tokens=100, status=503, error="http_5xx", e2e_ns=5 * MS, model="m"
+        ),
     ]
     clock = count(1)
-    write_trace(path, TraceHeader(start_wall_ns=1, upstream="http://prod"), shapes,
-                mono_ns=lambda: next(clock), wall_ns=lambda: 1)
+    write_trace(
+        path,
+        TraceHeader(start_wall_ns=1, upstream="http://prod"),
+        shapes,
+        mono_ns=lambda: next(clock),
+        wall_ns=lambda: 1,
+    )
     return path
 
 

@@ -25,16 +25,48 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(4)
     ttft = rng.lognormal(3.5, 0.5, 300)
     e2e = ttft + rng.lognormal(6, 0.3, 300)
-    paths = [synthetic_run(tmp_path / "a.rpr", ttft, e2e, label="A"),
-             synthetic_run(tmp_path / "b.rpr", ttft * 0.6, e2e * 0.9, label="B")]
+    paths = [
+        synthetic_run(tmp_path / "a.rpr", ttft, e2e, label="A"),
+        synthetic_run(tmp_path / "b.rpr", ttft * 0.6, e2e * 0.9, label="B"),
+    ]
     for speed in (1, 2, 4):  # a small sweep of another target
-        results = [result(i, sent_ms=100.0 * i / speed, ttft_ms=20 * speed, e2e_ms=200 * speed, prompt_tokens=100 * (i + 1),
-                          completion_tokens=5, gaps_us=[1000] * 4) for i in range(40)]
-        paths.append(write_run(tmp_path / f"speed-{speed}.rpr", results, target="http://sweep",
-                               options={"speed": speed}, digest="d2"))
+        results = [
+            result(
+                i,
+                sent_ms=100.0 * i / speed,
+                ttft_ms=20 * speed,
+                e2e_ms=200 * speed,
+                prompt_tokens=100 * (i + 1),
+                completion_tokens=5,
+                gaps_us=[1000] * 4,
+            )
+            for i in range(40)
+        ]
+        paths.append(
+            write_run(
+                tmp_path / f"speed-{speed}.rpr",
+                results,
+                target="http://sweep",
+                options={"speed": speed},
+                digest="d2",
+            )
+        )
     html = tmp_path / "report.html"
-    assert main(["report", *map(str, paths), "--slo", "ttft<=60ms", "--html", str(html), "-o",
-                 str(tmp_path / "report.txt")]) == 0
+    assert (
+        main(
+            [
+                "report",
+                *map(str, paths),
+                "--slo",
+                "ttft<=60ms",
+                "--html",
+                str(html),
+                "-o",
+                str(tmp_path / "report.txt"),
+            ]
+        )
+        == 0
+    )
     return html
 
 
@@ -57,9 +89,18 @@ def test_html_renders_in_headless_chromium(report_html: Path, tmp_path: Path) ->
     html = report_html
     shot = tmp_path / "shot.png"
     command = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        f"--screenshot={shot}", "--window-size=1200,3000", html.resolve().as_uri(),
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1200,3000",
+        html.resolve().as_uri(),
     ]
     subprocess.run(command, capture_output=True, timeout=90, check=False)
     assert shot.exists(), "chromium wrote no screenshot"

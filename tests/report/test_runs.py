@@ -21,7 +21,9 @@ def test_label_defaults_to_target_and_model(tmp_path: Path) -> None:
 
 
 def test_equal_labels_get_speed_or_counter(tmp_path: Path) -> None:
-    paths = [write_run(tmp_path / f"s{i}.rpr", [result(0)], options={"speed": s}) for i, s in enumerate((1, 2.5))]
+    paths = [
+        write_run(tmp_path / f"s{i}.rpr", [result(0)], options={"speed": s}) for i, s in enumerate((1, 2.5))
+    ]
     paths += [write_run(tmp_path / f"t{i}.rpr", [result(0)], target="http://b") for i in range(2)]
     labels = [r.label for r in load_runs(paths)]
     assert labels == ["http://a @1x", "http://a @2.5x", "http://b #1", "http://b #2"]
@@ -29,9 +31,16 @@ def test_equal_labels_get_speed_or_counter(tmp_path: Path) -> None:
 
 def test_shards_merge_into_one_run_on_one_time_line(tmp_path: Path) -> None:
     start = 1_700_000_000 * SEC
-    s1 = write_run(tmp_path / "r1.rpr", [result(0, sent_ms=0), result(2, sent_ms=200)], label="L", shard="1/2",
-                   start_wall_ns=start)
-    s2 = write_run(tmp_path / "r2.rpr", [result(1, sent_ms=0)], label="L", shard="2/2", start_wall_ns=start + SEC)
+    s1 = write_run(
+        tmp_path / "r1.rpr",
+        [result(0, sent_ms=0), result(2, sent_ms=200)],
+        label="L",
+        shard="1/2",
+        start_wall_ns=start,
+    )
+    s2 = write_run(
+        tmp_path / "r2.rpr", [result(1, sent_ms=0)], label="L", shard="2/2", start_wall_ns=start + SEC
+    )
     other = write_run(tmp_path / "x.rpr", [result(0)], label="M")
     runs = load_runs([s1, s2, other])
     assert [r.label for r in runs] == ["L", "M"]

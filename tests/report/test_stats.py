@@ -34,7 +34,15 @@ def test_summary_of_hand_worked_values() -> None:
 def test_empty_summary_is_null_with_zero_count() -> None:
     s = summarize(np.array([np.nan]))
     assert s.count == 0 and math.isnan(s.p99)
-    assert s.to_dict() == {"p50": None, "p90": None, "p95": None, "p99": None, "max": None, "mean": None, "count": 0}
+    assert s.to_dict() == {
+        "p50": None,
+        "p90": None,
+        "p95": None,
+        "p99": None,
+        "max": None,
+        "mean": None,
+        "count": 0,
+    }
 
 
 def test_grouped_summaries_equal_per_group_numpy() -> None:

@@ -9,8 +9,14 @@ from replayproxy.report.stats import Summary
 from replayproxy.report.sweep import Step, auto_search, find_knee, meets
 
 
-def step(speed: float, rps: float, ttft_p95: float = 50.0, errors: int = 0, requests: int = 1000,
-         good: Goodput | None = None) -> Step:
+def step(
+    speed: float,
+    rps: float,
+    ttft_p95: float = 50.0,
+    errors: int = 0,
+    requests: int = 1000,
+    good: Goodput | None = None,
+) -> Step:
     ttft = Summary(requests, 10.0, 20.0, ttft_p95, ttft_p95, ttft_p95, 15.0)
     return Step(speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, Summary(0), Summary(0), errors, good)
 

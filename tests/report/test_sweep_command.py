@@ -35,12 +35,26 @@ def fake_replay(capacity_per_s: float, calls: list[list[str]]):  # type: ignore[
     return run
 
 
-def test_sweep_runs_each_speed_and_names_the_knee(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_sweep_runs_each_speed_and_names_the_knee(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     calls: list[list[str]] = []
     monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
-    argv = ["sweep", "t.rpt", "--target", "http://engine", "--speeds", "4,1,2,8", "-o", str(tmp_path / "sw"),
-            "--slo", "ttft<=200ms", "--replay-args", "--model", "m"]
+    argv = [
+        "sweep",
+        "t.rpt",
+        "--target",
+        "http://engine",
+        "--speeds",
+        "4,1,2,8",
+        "-o",
+        str(tmp_path / "sw"),
+        "--slo",
+        "ttft<=200ms",
+        "--replay-args",
+        "--model",
+        "m",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert [c[c.index("--speed") + 1] for c in calls] == ["1", "2", "4", "8"]
@@ -57,12 +71,25 @@ def test_sweep_runs_each_speed_and_names_the_knee(tmp_path: Path, monkeypatch: p
     assert doc["comparisons"] == []  # different speeds are loads, not candidates
 
 
-def test_auto_finds_the_highest_speed_meeting_the_slo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_auto_finds_the_highest_speed_meeting_the_slo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     calls: list[list[str]] = []
     monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
-    argv = ["sweep", "t.rpt", "--target", "http://engine", "--auto", "--slo", "ttft:p95<=100ms", "--max-runs", "7",
-            "-o", str(tmp_path / "sw"), "--json"]
+    argv = [
+        "sweep",
+        "t.rpt",
+        "--target",
+        "http://engine",
+        "--auto",
+        "--slo",
+        "ttft:p95<=100ms",
+        "--max-runs",
+        "7",
+        "-o",
+        str(tmp_path / "sw"),
+        "--json",
+    ]
     assert main(argv) == 0
     sweep = json.loads(capsys.readouterr().out)["sweeps"][0]
     best = sweep["best_speed_meeting_slo"]
@@ -79,8 +106,9 @@ def test_auto_finds_the_highest_speed_meeting_the_slo(tmp_path: Path, monkeypatc
         (["--auto", "--slo", "ttft<=1ms", "--max-runs", "0"], "--max-runs must be at least 1"),
     ],
 )
-def test_bad_options_are_one_line(tmp_path: Path, argv: list[str], message: str,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_are_one_line(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["sweep", "t.rpt", "--target", "http://x", "-o", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
 
