@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
 _RETRY_KEEP_BYTES = 1 << 20  # request bytes kept to resend once if a reused connection was stale
 _INJECTABLE = ("chat", "completions")
-_DROP_REQUEST = frozenset({b"content-length", b"expect"})
-_DROP_RESPONSE = frozenset({b"content-length"})
+_DROP_REQUEST = frozenset({b"expect"})
 
 
 def endpoint_of(method: bytes, path: bytes) -> str:
@@ -139,12 +138,13 @@ class Exchange:
         extra = ctx.forwarded_fields(self.client)
         if http1.header_value(self.headers, b"host") is None:
             extra.append((b"Host", ctx.upstream_host))
+        framing: http1.Headers = []
         if length is not None:
-            extra.append((b"Content-Length", b"%d" % length))
+            framing.append((b"Content-Length", b"%d" % length))
         elif self.req_chunked:
-            extra.append((b"Transfer-Encoding", b"chunked"))
+            framing.append((b"Transfer-Encoding", b"chunked"))
         start = b"%b %b%b HTTP/1.1" % (self.method, ctx.upstream_prefix, target)
-        return http1.serialize(start, http1.end_to_end(self.headers, _DROP_REQUEST), extra)
+        return http1.serialize(start, http1.end_to_end(self.headers, framing, _DROP_REQUEST), extra)
 
     def request_body(self, piece: bytes) -> None:
         self.body_bytes += len(piece)
@@ -322,15 +322,16 @@ class Exchange:
         self.upstream_keep_alive = parser.should_keep_alive()
         headers = self.resp_headers
         extra: http1.Headers = []
+        framing: http1.Headers = []
         length = http1.header_value(headers, b"content-length")
         no_body = http1.status_has_no_body(status, self.method)
         stripping = self.cap is not None and self.cap.injected_usage and _is_event_stream(headers)
         if length is not None and not http1.is_chunked(headers) and not stripping:
-            extra.append((b"Content-Length", length))
+            framing.append((b"Content-Length", length))
         elif not no_body:
             if self.version == b"1.1":
                 self.chunked_out = True
-                extra.append((b"Transfer-Encoding", b"chunked"))
+                framing.append((b"Transfer-Encoding", b"chunked"))
             else:
                 self.close_after = True
         if not self.client_keep_alive or self.ctx.draining or not self.request_done:
@@ -340,7 +341,7 @@ class Exchange:
         elif self.version == b"1.0":
             extra.append((b"Connection", b"keep-alive"))
         start = b"HTTP/%b %d %b" % (self.version, status, self.reason)
-        self.out.append(http1.serialize(start, http1.end_to_end(headers, _DROP_RESPONSE), extra))
+        self.out.append(http1.serialize(start, http1.end_to_end(headers, framing), extra))
         self.head_sent = True
         cap = self.cap
         if cap is not None:

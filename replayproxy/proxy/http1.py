@@ -16,6 +16,7 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
 CHUNKED_END = b"0\r\n\r\n"
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 
 
 def connection_options(headers: Headers) -> frozenset[bytes]:
@@ -27,11 +28,27 @@ def connection_options(headers: Headers) -> frozenset[bytes]:
     return frozenset(tokens)
 
 
-def end_to_end(headers: Headers, drop: frozenset[bytes] = frozenset()) -> Headers:
-    """Headers minus hop-by-hop ones, minus those named in Connection, minus `drop` (lower-case)."""
-    listed = connection_options(headers)
-    removed = HOP_BY_HOP | listed | drop
-    return [(n, v) for n, v in headers if n.lower() not in removed]
+def end_to_end(headers: Headers, framing: Headers, drop: frozenset[bytes] = frozenset()) -> Headers:
+    """Headers minus hop-by-hop ones, those named in Connection and `drop` (lower-case names).
+
+    The proxy's own `framing` fields (Content-Length or Transfer-Encoding) take the place of the
+    message's framing field, with its name spelled as received when it is the same field, so a
+    client sees the head in the order and case it would have seen without the proxy.
+    """
+    removed = HOP_BY_HOP | connection_options(headers) | drop
+    out: Headers = []
+    placed = not framing
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _FRAMING:
+            if not placed:
+                out.extend((name if f.lower() == lower else f, v) for f, v in framing)
+                placed = True
+        elif lower not in removed:
+            out.append((name, value))
+    if not placed:
+        out.extend(framing)
+    return out
 
 
 def header_value(headers: Headers, lower_name: bytes) -> bytes | None:
