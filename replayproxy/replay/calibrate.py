@@ -8,6 +8,7 @@ overhead of the most common role sequences. The fit is then checked on real plan
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ SHORT_WORDS = 8
 LONG_WORDS = 72
 MAX_EXACT_KEYS = 12
 VERIFY_REQUESTS = 4
+PROBE_ATTEMPTS = 3
 
 
 class CalibrationError(ValueError):
@@ -42,22 +44,32 @@ class Prober:
     probes: int = 0
 
     async def prompt_tokens(self, path: str, body: dict[str, Any]) -> int:
-        self.probes += 1
-        async with self.session.post(f"{self.url}{path}", data=orjson.dumps(body), headers={
-            "Content-Type": "application/json", **self.headers,
-        }) as resp:
-            raw = await resp.read()
+        """The target's `usage.prompt_tokens` for `body`; transient failures (429, 5xx) are retried."""
+        for attempt in range(PROBE_ATTEMPTS):
+            self.probes += 1
+            status, raw = await self._post(path, body)
+            try:
+                usage = orjson.loads(raw).get("usage") or {}
+            except (orjson.JSONDecodeError, AttributeError):
+                usage = {}
+            tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+            if status == 200 and isinstance(tokens, int):
+                return tokens
+            if not (status == 429 or status >= 500) or attempt == PROBE_ATTEMPTS - 1:
+                break
+            await asyncio.sleep(0.2 * (attempt + 1))
+        raise CalibrationError(
+            f"calibration probe {path} got HTTP {status} without usage.prompt_tokens: "
+            f"{raw[:200].decode('utf-8', 'replace')} (--no-calibrate skips calibration)"
+        )
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json", **self.headers}
         try:
-            usage = orjson.loads(raw).get("usage") or {}
-        except (orjson.JSONDecodeError, AttributeError):
-            usage = {}
-        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if resp.status != 200 or not isinstance(tokens, int):
-            raise CalibrationError(
-                f"calibration probe {path} got HTTP {resp.status} without usage.prompt_tokens: "
-                f"{raw[:200].decode('utf-8', 'replace')}"
-            )
-        return tokens
+            async with self.session.post(f"{self.url}{path}", data=orjson.dumps(body), headers=headers) as resp:
+                return resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            return 599, f"{type(e).__name__}: {e}".encode()
 
     async def chat(self, roles: Sequence[str], tools: bool, last_words: int) -> int:
         messages = [

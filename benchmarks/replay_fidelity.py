@@ -1,0 +1,228 @@
+"""Replayer fidelity: schedule lag and chunk timestamp error against a fast local SSE server's truth.
+
+    python benchmarks/replay_fidelity.py [--rates 100,200,300,500,700,1000] [--seconds 5]
+                                         [--chunks 16] [--chunk-gap-ms 2] [--aiperf PATH/TO/aiperf]
+
+A uvloop server in another process (pinned to its own core) answers every POST with an SSE stream
+of `--chunks` content chunks `--chunk-gap-ms` apart and logs the wall time right after writing
+each one. `replayproxy replay` (pinned to one core) replays a Poisson trace at each rate; the
+script prints schedule lag (actual send - scheduled send) and the error of the replayer's chunk
+timestamps against the server's write times, and the highest rate whose lag p99 stays <= 1 ms.
+With `--aiperf`, NVIDIA AIPerf replays the same trace (mooncake JSONL, fixed schedule) against the
+same server in the same run and its lag and TTFT error are printed beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from replayproxy import clock  # noqa: E402
+from replayproxy.results import load_results  # noqa: E402
+from replayproxy.shape import RequestShape  # noqa: E402
+from replayproxy.trace import TraceHeader, write_trace  # noqa: E402
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "vllm"}]}).encode()
+
+
+# --------------------------------------------------------------------------- the fast SSE server
+
+
+def serve(port_file: str, truth_file: str, chunks: int, gap_ms: float) -> None:
+    import httptools
+    import uvloop
+
+    truth: list[tuple[int, list[int]]] = []  # (arrival wall ns, chunk write wall ns...)
+
+    def event(i: int) -> bytes:
+        data = f'{{"choices":[{{"index":0,"text":"w{i}"}}],"usage":{{"prompt_tokens":8,"completion_tokens":{i + 1}}}}}'
+        payload = f"data: {data}\n\n".encode()
+        return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
+
+    events = [event(i) for i in range(chunks)]
+    done = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    class Handler(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.parser = httptools.HttpRequestParser(self)
+            self.loop = asyncio.get_running_loop()
+
+        def data_received(self, data: bytes) -> None:
+            self.arrival = time.time_ns()
+            self.parser.feed_data(data)
+
+        def on_url(self, url: bytes) -> None:
+            self.url = url
+
+        def on_message_complete(self) -> None:
+            if self.parser.get_method() == b"GET":
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(MODELS) + MODELS)
+                return
+            if self.url != b"/v1/completions":
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                return
+            record: list[int] = []
+            truth.append((self.arrival, record))
+            self.transport.write(head + events[0])
+            record.append(time.time_ns())
+            if chunks > 1:
+                self.loop.call_later(gap_ms / 1000, self.more, record, 1)
+            else:
+                self.transport.write(done)
+
+        def more(self, record: list[int], i: int) -> None:
+            self.transport.write(events[i] + (done if i == chunks - 1 else b""))
+            record.append(time.time_ns())
+            if i < chunks - 1:
+                self.loop.call_later(gap_ms / 1000, self.more, record, i + 1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Handler, "127.0.0.1", 0, backlog=4096)
+        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        Path(truth_file).write_text(json.dumps(truth))
+
+    uvloop.run(main())
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+def write_poisson_trace(path: Path, rate: float, seconds: float, chunks: int, seed: int) -> int:
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum(rng.exponential(1e9 / rate, int(rate * seconds))).astype(np.int64)
+    shapes = [RequestShape(int(t), "completions", "bench", True, 8, chunks) for t in offsets]
+    write_trace(path, TraceHeader(start_wall_ns=0, source="synth"), shapes, mono_ns=clock.now_ns, wall_ns=clock.wall_ns)
+    return len(shapes)
+
+
+def pinned(cpu: int | None) -> dict[str, object]:
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return {}
+    return {"preexec_fn": lambda: os.sched_setaffinity(0, {cpu})}
+
+
+def percentiles(values: np.ndarray) -> str:
+    if not len(values):
+        return "-"
+    p50, p99, top = np.percentile(values, [50, 99, 100])
+    return f"p50 {p50:7.3f}  p99 {p99:7.3f}  max {top:8.3f}"
+
+
+def match_truth(sent_wall: np.ndarray, truth: list[tuple[int, list[int]]]) -> list[list[int] | None]:
+    """Pair each client send with the server arrival right after it (the nearest one after)."""
+    arrivals = np.array([a for a, _ in truth], np.int64)
+    order = np.argsort(arrivals)
+    arrivals = arrivals[order]
+    out: list[list[int] | None] = []
+    for sent in sent_wall:
+        i = int(np.searchsorted(arrivals, sent))
+        out.append(truth[order[i]][1] if i < len(arrivals) and arrivals[i] - sent < 50_000_000 else None)
+    return out
+
+
+def ours(trace: Path, url: str, work: Path, cpu: int | None, truth_of: callable) -> dict[str, np.ndarray]:  # type: ignore[valid-type]
+    out = work / "run.rpr"
+    cmd = [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out),
+           "--flavor", "vllm", "--no-calibrate", "--quiet"]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, **pinned(cpu))  # type: ignore[call-overload]
+    result = load_results([out])[0]
+    sent = result.column("sent_ns")
+    lag_ms = (sent - result.column("scheduled_ns")) / 1e6
+    sent_wall = result.header.start_wall_ns + sent
+    gaps, gap_index = result.ragged("chunk_gaps_us")
+    truth = truth_of()
+    matched = match_truth(sent_wall, truth)
+    errors = []
+    for i, record in enumerate(matched):
+        ttft = int(result.column("ttft_ns")[i])
+        if record is None or ttft < 0:
+            continue
+        first = sent_wall[i] + ttft
+        times = first + np.concatenate([[0], np.cumsum(gaps[gap_index[i] : gap_index[i + 1]]) * 1000])
+        n = min(len(times), len(record))
+        errors.extend((times[:n] - np.array(record[:n])) / 1e6)
+    return {"lag_ms": lag_ms, "ts_err_ms": np.array(errors), "errors": np.array(result.column("error") != "")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", default="100,200,300,500,700,1000")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--chunks", type=int, default=16)
+    parser.add_argument("--chunk-gap-ms", type=float, default=2.0)
+    parser.add_argument("--client-cpu", type=int, default=0)
+    parser.add_argument("--server-cpu", type=int, default=1)
+    parser.add_argument("--aiperf", help="path of an aiperf executable to measure on the same load")
+    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve[0], args.serve[1], args.chunks, args.chunk_gap_ms)
+        return
+    cpus = os.cpu_count() or 1
+    client_cpu = args.client_cpu if cpus > 1 else None
+    server_cpu = args.server_cpu if cpus > 1 else None
+    print(f"replay fidelity: {args.seconds:g} s Poisson per rate, {args.chunks} SSE chunks {args.chunk_gap_ms:g} ms "
+          f"apart, replayer on cpu {client_cpu}, server on cpu {server_cpu}; times in ms")
+    best = 0.0
+    for rate in [float(r) for r in args.rates.split(",")]:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            trace = work / "bench.rpt"
+            count = write_poisson_trace(trace, rate, args.seconds, args.chunks, seed=int(rate))
+            port_file, truth_file = work / "port", work / "truth.json"
+            server = subprocess.Popen(
+                [sys.executable, __file__, "--chunks", str(args.chunks), "--chunk-gap-ms", str(args.chunk_gap_ms),
+                 "--serve", str(port_file), str(truth_file)], **pinned(server_cpu))  # type: ignore[call-overload]
+            try:
+                while not port_file.exists() or not port_file.read_text():
+                    time.sleep(0.05)
+                url = f"http://127.0.0.1:{port_file.read_text()}"
+
+                def truth_of() -> list[tuple[int, list[int]]]:
+                    server.send_signal(signal.SIGTERM)
+                    server.wait(30)
+                    return [(a, r) for a, r in json.loads(truth_file.read_text())]
+
+                measured = ours(trace, url, work, client_cpu, truth_of)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+            lag = measured["lag_ms"]
+            p99 = float(np.percentile(lag, 99))
+            if p99 <= 1.0:
+                best = max(best, rate)
+            print(f"{rate:6.0f} req/s ({count} req, {int(measured['errors'].sum())} errors)  "
+                  f"lag {percentiles(lag)}  |  chunk timestamp error {percentiles(measured['ts_err_ms'])}")
+            if args.aiperf:
+                print("        aiperf: " + aiperf_line(args.aiperf, trace, rate, args, work, client_cpu, server_cpu))
+    print(f"max rate with lag p99 <= 1 ms on one core: {best:g} req/s")
+
+
+def aiperf_line(aiperf: str, trace: Path, rate: float, args: argparse.Namespace, work: Path,
+                client_cpu: int | None, server_cpu: int | None) -> str:
+    from benchmarks.replay_fidelity_aiperf import run_aiperf
+
+    return run_aiperf(aiperf, trace, args, work, client_cpu, server_cpu)
+
+
+if __name__ == "__main__":
+    main()

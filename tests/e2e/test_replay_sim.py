@@ -1,0 +1,157 @@
+"""`replayproxy replay` against the real simulated engine, checked against its ground-truth log."""
+
+from __future__ import annotations
+
+import heapq
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from replayproxy import clock
+from replayproxy.cli import main
+from replayproxy.replay import synth
+from replayproxy.results import ResultFile, load_results
+from replayproxy.trace import load
+from tests.replay import traces
+from tests.servers import sim
+
+pytestmark = pytest.mark.slow
+
+
+def truth(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def first_content_wall_ns(record: dict[str, Any]) -> int:
+    index = next(i for i, kind in enumerate(record["kinds"]) if kind in "cRb")
+    return int(record["chunk_ns"][index])
+
+
+def replay(trace: Path, url: str, out: Path, *extra: str) -> ResultFile:
+    code = main(["replay", str(trace), "--target", url, "-o", str(out), "--flavor", "vllm", "--quiet", *extra])
+    assert code == 0
+    return load_results([out])[0]
+
+
+def lags_ms(result: ResultFile) -> np.ndarray:
+    return (result.column("sent_ns") - result.column("scheduled_ns")) / 1e6
+
+
+@pytest.fixture(scope="module")
+def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Chat with shared system prompts and multi-turn sessions, plus token-id completions."""
+    chat = traces.synthetic_shapes(requests=120, rate_rps=15.0, prefix_groups=3, prefix_len_tokens=256,
+                                   sessions_share=0.4, think_s=1.0, input_len="lognormal:mean=300,sigma=0.5",
+                                   output_len="uniform:4,40")
+    completions = traces.synthetic_shapes(requests=60, rate_rps=7.5, endpoint="completions", prefix_groups=2,
+                                          prefix_len_tokens=128, input_len="uniform:64,400",
+                                          output_len="uniform:4,40", seed=2)
+    merged = list(heapq.merge(chat, completions, key=lambda s: s.offset_ns))
+    return traces.write(tmp_path_factory.mktemp("replay") / "mixed.rpt", merged)
+
+
+def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp_path: Path) -> None:
+    truth_log = tmp_path / "truth.jsonl"
+    with sim("--truth-log", str(truth_log), "--speed", "4") as server:
+        result = replay(mixed_trace, server.url, tmp_path / "run.rpr", "--label", "sim")
+    cols = load(mixed_trace)
+    assert len(result) == len(cols) and set(result.column("index").tolist()) == set(range(len(cols)))
+    assert not any(result.column("error"))
+    header = result.header
+    assert header.flavor == "vllm" and header.pre_run["reset_prefix_cache"] == "ok"
+    assert header.engine_version and header.models["data"][0]["id"] == traces.SIM_MODEL
+    assert header.token_timing == "token" and len(header.trace_digest) == 64
+    assert header.pre_run["calibration"]["check"]["exact"] == header.pre_run["calibration"]["check"]["checked"]
+
+    # schedule fidelity (the tight bound lives in benchmarks/replay_fidelity.py)
+    assert np.percentile(lags_ms(result), 99) <= 5.0
+    # lengths: the target counted exactly the trace's input and output tokens
+    index = result.column("index")
+    assert np.mean(result.column("prompt_tokens") == cols.input_tokens[index]) >= 0.99
+    assert np.mean(result.column("completion_tokens") == cols.output_tokens[index]) >= 0.99
+
+    # prefix sharing: the sim's cache hits are the trace's reuse (all requests of one endpoint
+    # share blocks with earlier ones of the same endpoint only here, so the trace says exactly what to expect)
+    owners = synth.first_owners(cols.prefix_hashes, cols.prefix_index)
+    expected = np.array([synth.shared_blocks(owners, cols.prefix_index, r) * 16 for r in range(len(cols))])
+    cached = result.column("cached_tokens")
+    assert np.all(cached <= expected[index])  # never more sharing than recorded
+    assert np.mean(cached == expected[index]) >= 0.9  # fewer only while a donor's prefill is still running
+    assert expected.sum() > 10_000
+
+    # timestamps against the sim's ground truth (wall clock; the result header anchors the run)
+    start_wall = header.start_wall_ns
+    records = [r for r in truth(truth_log) if r["status"] == 200 and r["id"]]
+    by_arrival = sorted(records, key=lambda r: r["arrival_ns"])
+    arrivals = np.array([r["arrival_ns"] for r in by_arrival])
+    errors_ms = []
+    for sent, ttft, prompt in zip(result.column("sent_ns"), result.column("ttft_ns"), result.column("prompt_tokens"),
+                                  strict=True):
+        sent_wall = start_wall + int(sent)
+        near = np.searchsorted(arrivals, sent_wall)
+        candidates = [by_arrival[i] for i in range(max(0, near - 5), min(len(by_arrival), near + 5))
+                      if by_arrival[i]["prompt_tokens"] == prompt]
+        record = min(candidates, key=lambda r: abs(r["arrival_ns"] - sent_wall))
+        errors_ms.append((sent_wall + int(ttft) - first_content_wall_ns(record)) / 1e6)
+    errors = np.array(errors_ms)
+    # the sim stamps a chunk after its write returns, so the client may see it a hair earlier
+    assert errors.min() >= -1.0 and np.percentile(errors, 50) >= 0
+    assert np.percentile(errors, 99) < 10.0
+
+
+def test_injected_faults_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    trace = traces.write_synthetic(tmp_path / "f.rpt", requests=80, rate_rps=40.0, input_len="uniform:20,80",
+                                   output_len="uniform:20,40")
+    faults = ("--fail-rate", "0.15", "--reset-rate", "0.15", "--stall-rate", "0.15", "--stall-seconds", "3",
+              "--seed", "5")
+    with sim("--speed", "10", *faults) as server:
+        result = replay(trace, server.url, tmp_path / "f.rpr", "--timeout", "1")
+    errors = result.column("error").tolist()
+    assert len(errors) == 80
+    assert {"http_5xx", "reset", "timeout"} <= set(errors)
+    assert errors.count("") >= 30
+    footer = result.footer["summary"]
+    assert footer["errors"] == 80 - errors.count("") and footer["errors_by_class"]["http_5xx"] >= 1
+
+
+def test_speed_two_halves_the_span(tmp_path: Path) -> None:
+    trace = traces.write_synthetic(tmp_path / "s.rpt", requests=40, rate_rps=20.0, input_len="uniform:20,60",
+                                   output_len="uniform:2,6")
+    with sim("--speed", "20") as server:
+        normal = replay(trace, server.url, tmp_path / "x1.rpr", "--no-calibrate")
+        fast = replay(trace, server.url, tmp_path / "x2.rpr", "--speed", "2", "--no-calibrate")
+    span_1 = np.ptp(normal.column("sent_ns"))
+    span_2 = np.ptp(fast.column("sent_ns"))
+    assert span_2 == pytest.approx(span_1 / 2, rel=0.05)
+    assert np.array_equal(fast.column("scheduled_ns") * 2, normal.column("scheduled_ns")) or np.allclose(
+        fast.column("scheduled_ns") * 2, normal.column("scheduled_ns"), atol=2)
+
+
+def test_workers_and_shards_split_the_trace(tmp_path: Path) -> None:
+    trace = traces.write_synthetic(tmp_path / "w.rpt", requests=40, rate_rps=40.0, input_len="uniform:20,60",
+                                   output_len="uniform:2,6")
+    with sim("--speed", "20") as server:
+        merged = replay(trace, server.url, tmp_path / "w.rpr", "--workers", "2")
+        start = f"{clock.wall_ns() / 1e9 + 5:.3f}"  # two "pods" started independently share this start
+        pods = [
+            subprocess.Popen([sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", server.url,
+                              "-o", str(tmp_path / f"s{i}.rpr"), "--flavor", "vllm", "--quiet", "--shard", f"{i}/2",
+                              "--start-at", start], stdout=subprocess.DEVNULL)
+            for i in range(2)
+        ]
+        assert [pod.wait(60) for pod in pods] == [0, 0]
+    shards = load_results([tmp_path / "s0.rpr", tmp_path / "s1.rpr"])
+    assert sorted(merged.column("index").tolist()) == list(range(40))
+    assert set(merged.column("worker").tolist()) == {0, 1}
+    assert not any(merged.column("error"))
+    assert [s.header.shard for s in shards] == ["0/2", "1/2"]
+    assert sorted(shards[0].column("index").tolist()) == list(range(0, 40, 2))
+    assert sorted(shards[1].column("index").tolist()) == list(range(1, 40, 2))
+    starts = [s.header.start_wall_ns for s in shards]
+    assert abs(starts[0] - starts[1]) < 5_000_000  # one start time for both pods
+    assert abs(starts[0] - float(start) * 1e9) < 5_000_000
