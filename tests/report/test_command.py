@@ -135,3 +135,13 @@ def test_missing_and_foreign_files_are_one_line(tmp_path: Path, capsys: pytest.C
     (tmp_path / "junk.rpr").write_bytes(b"hello")
     assert main(["report", str(tmp_path / "junk.rpr")]) == 2
     assert "not a replayproxy file" in capsys.readouterr().err
+
+
+def test_every_json_key_is_documented(two_runs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", *two_runs, "--json", "--slo", "ttft<=40ms,e2e:p99<=2s"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    schema = (Path(__file__).parents[2] / "docs" / "report.md").read_text(encoding="utf-8")
+    keys = set(doc) | set(doc["runs"][0]) | set(doc["runs"][0]["goodput"]) | set(doc["comparisons"][0])
+    keys |= set(doc["comparisons"][0]["ttft"]) | set(doc["runs"][0]["breakdowns"]["window_10s"][0])
+    undocumented = sorted(k for k in keys if k not in schema)
+    assert not undocumented
