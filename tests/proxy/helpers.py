@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from replayproxy.clock import now_ns
 from replayproxy.proxy.observe import Capture, Observer
 from replayproxy.proxy.server import ProxyServer, serving
 from replayproxy.proxy.settings import ProxySettings
+from tests.servers import Server
 
 T = TypeVar("T")
 
@@ -230,3 +232,14 @@ class CaptureSink:
 
     def finished(self, capture: Capture) -> None:
         self.captures.append(capture)
+
+
+def admin_url(server: Server, timeout_s: float = 10.0) -> str:
+    """The admin URL a proxy subprocess printed on the line after its listening line."""
+    deadline = now_ns() + int(timeout_s * 1e9)
+    while now_ns() < deadline:
+        for line in list(server.output):
+            if line.startswith("admin listening on "):
+                return line.removeprefix("admin listening on ")
+        time.sleep(0.01)
+    raise AssertionError("the proxy printed no admin line:\n" + "\n".join(server.output[-10:]))

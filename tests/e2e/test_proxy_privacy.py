@@ -1,0 +1,81 @@
+"""Privacy: after mixed traffic full of distinctive secrets, no 8-byte piece of any of them is in the
+trace files (decompressed), the proxy's log output, or /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from replayproxy.trace import ReadReport, iter_frame_payloads
+from tests.proxy.helpers import admin_url
+from tests.servers import run_server, sim
+
+WINDOW = 8
+
+
+def secret(label: str) -> str:
+    return f"{label}-{secrets.token_hex(12)}-ünï"
+
+
+def windows(text: str) -> set[bytes]:
+    data = text.encode()
+    return {data[i : i + WINDOW] for i in range(len(data) - WINDOW + 1)}
+
+
+def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
+    api_key, tenant, cookie = f"sk-{secrets.token_hex(20)}", secret("tenant"), secret("cookie")
+    prompts = [secret(f"prompt{i}") + " " + secret("more") for i in range(6)]
+    system, tool, stop, user_id = secret("system"), secret("toolname"), secret("stop"), secret("user")
+    path_secret, query_secret = secrets.token_hex(10), secrets.token_hex(10)
+    seen_text: list[str] = []
+    headers = {"Authorization": f"Bearer {api_key}", "X-Tenant": tenant, "Cookie": cookie}
+    trace_dir = tmp_path / "traces"
+
+    with sim("--speed", "50", "--fail-rate", "0.2", "--reset-rate", "0.1", "--seed", "3") as engine, run_server(
+        ["replayproxy", "proxy", "--upstream", engine.url, "--listen", "127.0.0.1:0", "--admin-listen",
+         "127.0.0.1:0", "--trace-dir", str(trace_dir), "--include-endpoints", "chat,completions,embeddings,other",
+         "--hash-key-file", str(tmp_path / "key")]
+    ) as proxy:
+        admin = admin_url(proxy)
+
+        async def traffic() -> str:
+            async with aiohttp.ClientSession(headers=headers) as session:
+                for i, prompt in enumerate(prompts):
+                    chat = {"model": "sim-llama-3.1-8b", "stream": i % 2 == 0, "max_tokens": 8, "user": user_id,
+                            "stop": [stop], "tools": [{"type": "function", "function": {"name": tool}}],
+                            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
+                    for url in (proxy.url + "/v1/chat/completions", proxy.url + "/v1/completions"):
+                        body = chat if "chat" in url else {"model": chat["model"], "prompt": prompt, "max_tokens": 5}
+                        try:
+                            async with session.post(url, json=body) as resp:
+                                seen_text.append((await resp.read()).decode("utf-8", "replace"))
+                        except aiohttp.ClientPayloadError:
+                            pass  # the sim's injected resets
+                async with session.get(f"{proxy.url}/{path_secret}/v1/models?token={query_secret}") as resp:
+                    await resp.read()
+                async with session.get(admin + "/metrics") as resp:
+                    return await resp.text()
+
+        metrics = asyncio.run(traffic())
+        assert proxy.stop() == 0
+
+    report = ReadReport()
+    payloads = b"".join(
+        payload for path in sorted(trace_dir.glob("*.rpt")) for payload in iter_frame_payloads(path.read_bytes(), str(path), report)
+    )
+    assert len(payloads) > 1000 and b"footer" in payloads
+    logs = "\n".join(proxy.output).encode()
+    secrets_all = [api_key, tenant, cookie, system, tool, stop, user_id, path_secret, query_secret, *prompts]
+    generated = [text for text in seen_text if '"choices"' in text]
+    assert len(generated) >= 6
+    completions = [orjson.loads(line[6:])["choices"][0].get("text", "") for t in generated for line in t.splitlines()
+                   if line.startswith("data: {") and '"text"' in line]
+    for value in secrets_all + [c for c in completions if len(c) >= WINDOW]:
+        for piece in windows(value):
+            assert piece not in payloads, f"{piece!r} of a secret is in a trace file"
+            assert piece not in logs, f"{piece!r} of a secret is in the proxy's output"
+            assert piece not in metrics.encode(), f"{piece!r} of a secret is in /metrics"
