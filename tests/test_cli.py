@@ -1,0 +1,83 @@
+"""`synth` and `inspect` through the real command line, in a fresh interpreter (python -m replayproxy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SYNTH = ["--requests", "300", "--rate", "20", "--arrival", "gamma:2", "--prefix-groups", "3", "--prefix-len", "64",
+         "--sessions-share", "0.3", "--input-len", "lognormal:mean=300,sigma=0.5", "--seed", "9"]  # fmt: skip
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replayproxy", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("replayproxy ") and "error:" in lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_synth_is_byte_identical_for_a_seed_and_inspect_reads_it(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.rpt", tmp_path / "b.rpt"
+    for path in (a, b):
+        result = cli("synth", "-o", str(path), *SYNTH)
+        assert result.returncode == 0 and result.stdout.strip() == f"wrote 300 requests to {path}"
+    assert a.read_bytes() == b.read_bytes()
+    text = cli("inspect", str(a))
+    assert text.returncode == 0 and text.stderr == ""
+    assert text.stdout.startswith("requests           300 in 1 file(s)") and "prefix reuse" in text.stdout
+    result = cli("inspect", "--json", str(a), str(b))
+    profile = json.loads(result.stdout)
+    assert profile["requests"] == 600 and profile["files"] == 2
+    assert set(profile["input_tokens"]) == {"count", "p50", "p90", "p99", "max", "mean"}
+    assert profile["prefix_reuse"] > 0.5  # the second file repeats the first one's hashes
+    assert profile["endpoints"] == {"chat": 600} and profile["peak_concurrency"] is None
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(b"", "empty file"), (b"\x00garbage\xff" * 50, "not a replayproxy file"), (b"col1,col2\n1,2\n", "bad magic")],
+)
+def test_inspect_refuses_files_that_are_not_traces(tmp_path: Path, content: bytes, needle: str) -> None:
+    path = tmp_path / "bad.rpt"
+    path.write_bytes(content)
+    assert_one_line_error(cli("inspect", str(path)), "replayproxy inspect: error:", str(path), needle)
+    assert_one_line_error(cli("inspect", "--json", str(path)), needle)
+
+
+def test_inspect_of_a_missing_file(tmp_path: Path) -> None:
+    assert_one_line_error(cli("inspect", str(tmp_path / "nope.rpt")), "no such file", "nope.rpt")
+
+
+def test_inspect_reports_what_a_damaged_trace_still_holds(tmp_path: Path) -> None:
+    path = tmp_path / "t.rpt"
+    assert cli("synth", "-o", str(path), *SYNTH).returncode == 0
+    data = path.read_bytes()
+    path.write_bytes(data[:-30])  # the footer frame is cut: every request is still there
+    result = cli("inspect", "--json", str(path))
+    assert result.returncode == 0 and json.loads(result.stdout)["requests"] == 300
+    assert result.stderr.startswith("replayproxy inspect: warning:") and "truncated" in result.stderr
+    header_end = 16 + int.from_bytes(data[8:12], "little")
+    path.write_bytes(data[: header_end + 100])  # only the header survives
+    result = cli("inspect", str(path))
+    assert result.returncode == 1 and result.stdout == ""
+    assert "warning:" in result.stderr and result.stderr.strip().endswith("error: no request could be read")
+
+
+def test_synth_option_errors_are_one_line(tmp_path: Path) -> None:
+    out = str(tmp_path / "x.rpt")
+    assert_one_line_error(cli("synth", "-o", out, "--input-len", "zipf:2"), "unknown distribution 'zipf'")
+    assert_one_line_error(cli("synth", "-o", out, "--arrival", "gamma:-2"), "gamma:CV")
+    assert_one_line_error(cli("synth", "-o", out, "--sessions-share", "2"), "sessions-share")
+    assert not Path(out).exists()
