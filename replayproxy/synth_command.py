@@ -1,4 +1,5 @@
-"""`replayproxy synth`: write a synthetic trace from a few workload parameters (see synthetic.py).
+"""`replayproxy synth`: write a synthetic trace from a few workload parameters (see synthetic.py),
+or from a workload profile fitted to a real trace (`--profile`, see formats/profile_synth.py).
 
 Same options and seed give a byte-identical file: the header's times are 0 and the hash key is
 derived from the seed.
@@ -7,9 +8,12 @@ derived from the seed.
 from __future__ import annotations
 
 import argparse
+import itertools
+from collections.abc import Iterable
 
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for, parse_arrival
-from replayproxy.trace import write_trace
+from replayproxy.shape import RequestShape
+from replayproxy.trace import TraceHeader, write_trace
 
 DIST_HELP = "lognormal:mean=M,sigma=S[,min=A,max=B] | fixed:N | uniform:A,B (tokens)"
 
@@ -37,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-share", type=float, default=1.0, metavar="F", help="share of streaming requests (1)")
     parser.add_argument("--model", default="synth", help="model name written in each request (synth)")
     parser.add_argument("--seed", type=int, default=0, help="random seed; equal seeds give identical files (0)")
+    profile = parser.add_argument_group("from a profile (`replayproxy export --format profile`)")
+    profile.add_argument(
+        "--profile", metavar="PROFILE.json", help="sample this profile instead (uses --duration, --requests, --seed)"
+    )
+    profile.add_argument("--rate-scale", type=float, default=1.0, metavar="K", help="multiply the request rate (1)")
+    profile.add_argument("--length-scale", type=float, default=1.0, metavar="K", help="multiply token lengths (1)")
 
 
 def spec_from_args(args: argparse.Namespace) -> SynthSpec:
@@ -60,7 +70,32 @@ def spec_from_args(args: argparse.Namespace) -> SynthSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
-    count = write_trace(args.output, header_for(spec), generate(spec), mono_ns=lambda: 0, wall_ns=lambda: 0)
+    if args.profile:
+        header, shapes = from_profile(args)
+    else:
+        spec = spec_from_args(args)
+        header, shapes = header_for(spec), generate(spec)
+    count = write_trace(args.output, header, shapes, mono_ns=lambda: 0, wall_ns=lambda: 0)
     print(f"wrote {count} requests to {args.output}")
     return 0
+
+
+def from_profile(args: argparse.Namespace) -> tuple[TraceHeader, Iterable[RequestShape]]:
+    """A profile's shapes, scaled; imported lazily because profiles live in the formats package."""
+    from replayproxy.formats.profile_synth import block_size_of, load_profile, shapes_from_profile
+
+    profile = load_profile(args.profile)
+    shapes: Iterable[RequestShape] = shapes_from_profile(
+        profile, rate_scale=args.rate_scale, length_scale=args.length_scale, duration_s=args.duration, seed=args.seed
+    )
+    if args.requests is not None:
+        shapes = itertools.islice(shapes, args.requests)
+    header = TraceHeader(
+        start_wall_ns=0,
+        source="synth:profile",
+        block_size=block_size_of(profile),
+        recorder="replayproxy synth",
+        extra={"synth": {"profile": str(args.profile), "rate_scale": args.rate_scale,
+                         "length_scale": args.length_scale, "seed": args.seed}},
+    )  # fmt: skip
+    return header, shapes

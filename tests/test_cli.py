@@ -81,3 +81,19 @@ def test_synth_option_errors_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(cli("synth", "-o", out, "--arrival", "gamma:-2"), "gamma:CV")
     assert_one_line_error(cli("synth", "-o", out, "--sessions-share", "2"), "sessions-share")
     assert not Path(out).exists()
+
+
+def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
+    source, profile = tmp_path / "source.rpt", tmp_path / "profile.json"
+    assert cli("synth", "-o", str(source), *SYNTH).returncode == 0
+    assert cli("export", str(source), "--format", "profile", "-o", str(profile)).returncode == 0
+    scaled = [tmp_path / "s1.rpt", tmp_path / "s2.rpt"]
+    for path in scaled:
+        result = cli("synth", "-o", str(path), "--profile", str(profile), "--rate-scale", "2", "--seed", "4")
+        assert result.returncode == 0, result.stderr
+    assert scaled[0].read_bytes() == scaled[1].read_bytes()
+    before = json.loads(cli("inspect", "--json", str(source)).stdout)
+    after = json.loads(cli("inspect", "--json", str(scaled[0])).stdout)
+    assert after["requests"] == pytest.approx(2 * before["requests"], rel=0.2)
+    assert after["duration_s"] == pytest.approx(before["duration_s"], rel=0.1)
+    assert_one_line_error(cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile")
