@@ -28,7 +28,8 @@ VLLM_STREAM = (
     b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
     b'"content":""},"logprobs":null,"finish_reason":null}]}\n\n'
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}\n\n'
-    b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo \\u00e9\xc3\xa9"},"finish_reason":"stop"}]}\n\n'
+    b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo \\u00e9\xc3\xa9"},'
+    b'"finish_reason":"stop"}]}\n\n'
     b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n'
     b"data: [DONE]\n\n"
 )
@@ -42,7 +43,8 @@ def decode_all(pieces: list[bytes]) -> list[SSEEvent]:
 def same_events(got: list[SSEEvent], want: list[SSEEvent]) -> bool:
     """Equal events; `end` may stop before the LF of a CRLF that a split cut in two (it is not seen yet)."""
     return len(got) == len(want) and all(
-        g._replace(end=0) == w._replace(end=0) and w.end - 1 <= g.end <= w.end for g, w in zip(got, want, strict=True)
+        g._replace(end=0) == w._replace(end=0) and w.end - 1 <= g.end <= w.end
+        for g, w in zip(got, want, strict=True)
     )
 
 
@@ -72,7 +74,9 @@ def test_every_pair_of_split_positions_and_byte_by_byte() -> None:
 
 
 def test_field_rules_of_the_spec() -> None:
-    events = decode_all([b"data\n\nretry: 150\ndata:  two spaces\n\nretry: x\nid: a\0b\nevent: e\n\n\ndata: after\n\n"])
+    events = decode_all(
+        [b"data\n\nretry: 150\ndata:  two spaces\n\nretry: x\nid: a\0b\nevent: e\n\n\ndata: after\n\n"]
+    )
     # "data" without a colon is an empty data line; only one leading space is stripped; an event with
     # no data is not dispatched and its type is reset; an id with NUL is ignored.
     assert [(e.data, e.event, e.id, e.retry_ms) for e in events] == [
@@ -84,7 +88,7 @@ def test_field_rules_of_the_spec() -> None:
 
 def test_an_incomplete_event_is_not_dispatched() -> None:
     decoder = SSEDecoder()
-    assert decoder.feed(b"data: {\"a\": 1}\n") == []
+    assert decoder.feed(b'data: {"a": 1}\n') == []
     assert decoder.feed(b"data: [DONE]") == []
     assert [e.data for e in decoder.feed(b"\n\n")] == [b'{"a": 1}\n[DONE]']
     assert decoder.feed(b"") == []
@@ -113,8 +117,14 @@ def chunk(**fields: object) -> bytes:
         (chunk(choices=[{"index": 0, "delta": {"content": "hi"}}]), CONTENT),
         (chunk(choices=[{"index": 0, "delta": {"reasoning_content": "hmm"}}]), CONTENT),
         (chunk(choices=[{"index": 0, "delta": {"reasoning": "hmm", "content": None}}]), CONTENT),
-        (chunk(choices=[{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}}]),
-         CONTENT),
+        (
+            chunk(
+                choices=[
+                    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}}
+                ]
+            ),
+            CONTENT,
+        ),
         (chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]), EMPTY),
         (chunk(choices=[{"index": 0, "delta": {"content": ""}, "finish_reason": None}]), EMPTY),
         (orjson.dumps({"object": "text_completion", "choices": [{"index": 0, "text": " the"}]}), CONTENT),

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from replayproxy.proxy.metrics import ProxyMetrics
 
 METRICS = web.AppKey("metrics", ProxyMetrics)
-HEALTHY = web.AppKey("healthy", Callable[[], bool])
+HEALTHY: web.AppKey[Callable[[], bool]] = web.AppKey("healthy")
 
 
 def make_admin_app(metrics: ProxyMetrics, healthy: Callable[[], bool]) -> web.Application:

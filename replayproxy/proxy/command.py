@@ -1,4 +1,4 @@
-"""`replayproxy proxy`: the sidecar recorder (settings from flags, REPLAYPROXY_PROXY_*, [proxy] in --config)."""
+"""`replayproxy proxy`: the sidecar recorder; settings: flags, REPLAYPROXY_PROXY_*, [proxy] of --config."""
 
 from __future__ import annotations
 

@@ -69,7 +69,9 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
     fields: dict[str, Any] = {
         "model": model if isinstance(model, str) else "",
         "stream": body.get("stream") is True,
-        "max_tokens": max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else UNKNOWN,
+        "max_tokens": max_tokens
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool)
+        else UNKNOWN,
         "sampling": keep_sampling(body),
         "has_tools": bool(body.get("tools") or body.get("functions")),
         "has_response_format": bool(body.get("response_format")),
@@ -103,7 +105,9 @@ def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
     fields = _usage_fields(usage)
     if content_ns:
         fields["ttft_ns"] = content_ns[0] - cap.arrival_ns
-        fields["chunk_gaps_us"] = tuple((b - a) // 1000 for a, b in zip(content_ns, content_ns[1:], strict=False))
+        fields["chunk_gaps_us"] = tuple(
+            (b - a) // 1000 for a, b in zip(content_ns, content_ns[1:], strict=False)
+        )
     if fields.get("output_tokens", UNKNOWN) == UNKNOWN and not cap.response_truncated:
         fields["output_tokens"] = len(content_ns)
         fields["output_estimated"] = True

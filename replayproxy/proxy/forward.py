@@ -36,8 +36,13 @@ class _HeadTooLarge(Exception):
 class Forwarder:
     """State shared by all connections of one listener: settings, the upstream pool, observers."""
 
-    def __init__(self, settings: ProxySettings, hot: HotCounters, observer: Observer | None = None,
-                 count_error: object = None) -> None:
+    def __init__(
+        self,
+        settings: ProxySettings,
+        hot: HotCounters,
+        observer: Observer | None = None,
+        count_error: object = None,
+    ) -> None:
         self.settings = settings
         parts = urlsplit(settings.upstream)
         tls = ssl.create_default_context() if parts.scheme == "https" else None

@@ -61,7 +61,9 @@ def _load_tokenizer(path: Path) -> Any:
     try:
         from tokenizers import Tokenizer  # optional extra: replayproxy[tokenizers]
     except ImportError as e:
-        raise ConfigError("tokenizer is set but the 'tokenizers' package is missing: pip install 'replayproxy[tokenizers]'") from e
+        raise ConfigError(
+            "tokenizer is set but the 'tokenizers' package is missing: pip install 'replayproxy[tokenizers]'"
+        ) from e
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # noqa: BLE001 — tokenizers raises its own exception types
@@ -70,7 +72,9 @@ def _load_tokenizer(path: Path) -> Any:
 
 def render_chat(body: dict[str, Any]) -> str:
     messages = body.get("messages")
-    return render_messages(messages if isinstance(messages, list) else [], body.get("tools") or body.get("functions"))
+    return render_messages(
+        messages if isinstance(messages, list) else [], body.get("tools") or body.get("functions")
+    )
 
 
 def render_messages(messages: list[Any], tools: Any) -> str:

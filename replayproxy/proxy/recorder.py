@@ -35,8 +35,14 @@ _IDLE_POLL_S = 0.1
 class Recorder:
     """Implements observe.Observer; `start` before traffic, `close` after the last exchange ended."""
 
-    def __init__(self, settings: ProxySettings, metrics: ProxyMetrics, hasher: PromptHasher,
-                 *, sample: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        settings: ProxySettings,
+        metrics: ProxyMetrics,
+        hasher: PromptHasher,
+        *,
+        sample: Callable[[], float] = random.random,
+    ) -> None:
         assert settings.trace_dir is not None
         self._settings = settings
         self._metrics = metrics
@@ -69,7 +75,13 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
         for endpoint in ENDPOINT_CLASSES:
-            for family in (metrics.ttft, metrics.tpot, metrics.e2e, metrics.input_tokens, metrics.output_tokens):
+            for family in (
+                metrics.ttft,
+                metrics.tpot,
+                metrics.e2e,
+                metrics.input_tokens,
+                metrics.output_tokens,
+            ):
                 family.labels(endpoint)
 
     @property
@@ -203,9 +215,12 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 — fail open: recording failures never reach traffic
             kind = _error_kind(e)
             self._metrics.count_recorder_error(kind)
-            self._log(kind, f"trace writing failed ({kind}: {type(e).__name__}"
-                            f"{': ' + e.strerror if isinstance(e, OSError) and e.strerror else ''}); "
-                            f"traffic unaffected, retrying in {self._settings.retry_s:g} s")
+            self._log(
+                kind,
+                f"trace writing failed ({kind}: {type(e).__name__}"
+                f"{': ' + e.strerror if isinstance(e, OSError) and e.strerror else ''}); "
+                f"traffic unaffected, retrying in {self._settings.retry_s:g} s",
+            )
             lost = self._given - self._written
             if lost > 0:
                 self._metrics.records_dropped.labels("writer_error").inc(lost)
@@ -221,7 +236,9 @@ class Recorder:
             sizes = {f: _size(f) for f in files}
             while len(files) > 1:
                 total = sum(sizes[f] for f in files)
-                over = (s.retain_files and len(files) > s.retain_files) or (s.retain_bytes and total > s.retain_bytes)
+                over = (s.retain_files and len(files) > s.retain_files) or (
+                    s.retain_bytes and total > s.retain_bytes
+                )
                 if not over or files[0] == current:
                     break
                 files[0].unlink(missing_ok=True)

@@ -42,8 +42,12 @@ class ProxyServer:
         if settings.record and observer is None:
             hasher = PromptHasher(load_key(settings.hash_key_file), settings.tokenizer, settings.block_size)
             self.recorder = Recorder(settings, self.metrics, hasher)
-        self.forwarder = Forwarder(settings, self.metrics.hot, observer or self.recorder,
-                                   count_error=self.metrics.count_recorder_error)
+        self.forwarder = Forwarder(
+            settings,
+            self.metrics.hot,
+            observer or self.recorder,
+            count_error=self.metrics.count_recorder_error,
+        )
         self.url = ""
         self.admin_url = ""
         self._server: asyncio.AbstractServer | None = None

@@ -35,14 +35,17 @@ class ProxySettings:
     record: bool = _opt(True, "record request shapes; off makes a plain transparent proxy")
     sample_rate: float = _opt(1.0, "fraction of eligible requests recorded, 0..1")
     include_endpoints: tuple[str, ...] = _opt(
-        ("chat", "completions", "embeddings"), "endpoint classes recorded: chat, completions, embeddings, other"
+        ("chat", "completions", "embeddings"),
+        "endpoint classes recorded: chat, completions, embeddings, other",
     )
     exclude_endpoints: tuple[str, ...] = _opt((), "endpoint classes never recorded (applied after include)")
     inject_usage: bool = _opt(True, "ask streaming upstreams for usage, hiding the extra chunk from clients")
     hash_key_file: Path | None = _opt(None, "file with the prefix-hash key (created 0600 if missing)")
     tokenizer: Path | None = _opt(None, "tokenizer.json: hash token blocks instead of character blocks")
     block_size: int = _opt(0, "prefix-hash block size in the unit used (0: 16 tokens or 64 characters)")
-    forwarded_headers: str = _opt("none", "add client address headers: none, x-forwarded-for, forwarded, both")
+    forwarded_headers: str = _opt(
+        "none", "add client address headers: none, x-forwarded-for, forwarded, both"
+    )
     connect_timeout_s: float = _opt(5.0, "upstream connect timeout; past it the client gets 504")
     first_byte_timeout_s: float = _opt(600.0, "request sent -> response headers; past it 504")
     idle_timeout_s: float = _opt(600.0, "longest silence between response chunks before the stream is cut")
@@ -91,8 +94,16 @@ class ProxySettings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"{f.name} must be >= 0, got {value}")
-        positive = ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "max_upstream_connections",
-                    "queue_records", "flush_interval_s", "drain_timeout_s", "max_request_head_bytes")
+        positive = (
+            "connect_timeout_s",
+            "first_byte_timeout_s",
+            "idle_timeout_s",
+            "max_upstream_connections",
+            "queue_records",
+            "flush_interval_s",
+            "drain_timeout_s",
+            "max_request_head_bytes",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -133,4 +144,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str] | None 
     if not isinstance(file_values, dict):
         raise ConfigError(f"{args.config}: [proxy] must be a table")
     overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(ProxySettings)}
-    return build(ProxySettings, section="proxy", file_values=file_values, environ=environ, overrides=overrides)
+    return build(
+        ProxySettings, section="proxy", file_values=file_values, environ=environ, overrides=overrides
+    )

@@ -31,7 +31,9 @@ async def deterministic(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     path = request.path.removeprefix("/prefix")  # an engine mounted under a path prefix
     if path.startswith("/status/"):
-        return web.Response(status=int(path.rsplit("/", 1)[1]), body=b'{"error":"' + body[:20].hex().encode() + b'"}')
+        return web.Response(
+            status=int(path.rsplit("/", 1)[1]), body=b'{"error":"' + body[:20].hex().encode() + b'"}'
+        )
     if path == "/big":
         size = int(request.query["size"])
         return web.Response(body=bytes(i % 256 for i in range(size)), headers={"X-Size": str(size)})
@@ -41,16 +43,30 @@ async def deterministic(request: web.Request) -> web.StreamResponse:
     prompt = orjson.dumps([req.get("messages"), req.get("prompt"), req.get("input")])  # what an engine reads
     pieces = words(prompt, int(req.get("max_tokens", 5)))
     prompt_tokens = len(prompt) // 10
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces), "total_tokens": prompt_tokens + len(pieces)}
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": len(pieces),
+        "total_tokens": prompt_tokens + len(pieces),
+    }
     if path.endswith("/embeddings"):
         return web.json_response({"data": [{"embedding": [len(prompt) / 7, 0.5]}], "usage": usage})
     chat = path.endswith("/chat/completions")
     if not req.get("stream"):
-        choice = {"message": {"role": "assistant", "content": "".join(pieces)}} if chat else {"text": "".join(pieces)}
-        return web.json_response({"id": "x", "choices": [{"index": 0, **choice, "finish_reason": "length"}], "usage": usage})
+        choice = (
+            {"message": {"role": "assistant", "content": "".join(pieces)}}
+            if chat
+            else {"text": "".join(pieces)}
+        )
+        return web.json_response(
+            {"id": "x", "choices": [{"index": 0, **choice, "finish_reason": "length"}], "usage": usage}
+        )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Stream": "yes"})
     await resp.prepare(request)
-    events = [b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}) + b"\n\n"]
+    events = [
+        b"data: "
+        + orjson.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        + b"\n\n"
+    ]
     for piece in pieces:
         choice = {"delta": {"content": piece}} if chat else {"text": piece}
         events.append(b"data: " + orjson.dumps({"id": "x", "choices": [{"index": 0, **choice}]}) + b"\n\n")
@@ -76,13 +92,24 @@ def mixed_requests(rng: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
         kind = rng.random()
         prompt = f"prompt {i} " + "x" * rng.randrange(0, 3000)
         if kind < 0.45:
-            body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": prompt}],
-                                    "max_tokens": rng.randrange(1, 40), "stream": rng.random() < 0.8}
+            body: dict[str, Any] = {
+                "model": "m",
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": rng.randrange(1, 40),
+                "stream": rng.random() < 0.8,
+            }
             if body["stream"] and rng.random() < 0.4:
                 body["stream_options"] = {"include_usage": True}
-            out.append(("POST", rng.choice(["/v1/chat/completions", "/prefix/v1/chat/completions"]), {"json": body}))
+            out.append(
+                ("POST", rng.choice(["/v1/chat/completions", "/prefix/v1/chat/completions"]), {"json": body})
+            )
         elif kind < 0.65:
-            body = {"model": "m", "prompt": prompt, "max_tokens": rng.randrange(1, 20), "stream": rng.random() < 0.5}
+            body = {
+                "model": "m",
+                "prompt": prompt,
+                "max_tokens": rng.randrange(1, 20),
+                "stream": rng.random() < 0.5,
+            }
             out.append(("POST", "/v1/completions", {"json": body}))
         elif kind < 0.72:
             out.append(("POST", "/v1/embeddings", {"json": {"model": "e", "input": prompt}}))
@@ -92,14 +119,20 @@ def mixed_requests(rng: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
             out.append(("GET", f"/big?size={rng.randrange(0, 300_000)}", {}))
         else:
             method = rng.choice(["GET", "PUT", "DELETE", "PATCH", "OPTIONS"])
-            out.append((method, f"/echo/{i}?q={i}", {"data": prompt.encode()} if method in ("PUT", "PATCH") else {}))
+            out.append(
+                (method, f"/echo/{i}?q={i}", {"data": prompt.encode()} if method in ("PUT", "PATCH") else {})
+            )
     return out
 
 
-async def fetch_all(base: str, requests: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+async def fetch_all(
+    base: str, requests: list[tuple[str, str, dict[str, Any]]]
+) -> list[tuple[int, list[tuple[str, str]], bytes]]:
     limit = asyncio.Semaphore(32)
 
-    async def one(session: aiohttp.ClientSession, method: str, path: str, kwargs: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+    async def one(
+        session: aiohttp.ClientSession, method: str, path: str, kwargs: dict[str, Any]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         async with limit, session.request(method, base + path, **kwargs) as resp:
             data = await resp.read()
             headers = [(k, v) for k, v in resp.headers.items() if k.lower() != "date"]
@@ -114,8 +147,20 @@ def test_thousand_mixed_requests_are_byte_identical(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with aiohttp_upstream(deterministic) as upstream:
-            with run_server(["replayproxy", "proxy", "--upstream", upstream.rstrip("/"), "--listen", "127.0.0.1:0",
-                             "--admin-listen", "", "--trace-dir", str(tmp_path)]) as proxy:
+            with run_server(
+                [
+                    "replayproxy",
+                    "proxy",
+                    "--upstream",
+                    upstream.rstrip("/"),
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--admin-listen",
+                    "",
+                    "--trace-dir",
+                    str(tmp_path),
+                ]
+            ) as proxy:
                 started = now_ns()
                 direct = await fetch_all(upstream, requests)
                 proxied = await fetch_all(proxy.url, requests)

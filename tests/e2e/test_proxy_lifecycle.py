@@ -17,13 +17,31 @@ from replayproxy.trace import ReadReport, iter_shapes, read_tables
 from tests.proxy.helpers import admin_url
 from tests.servers import Server, run_server, sim
 
-CHAT = {"model": "sim-llama-3.1-8b", "messages": [{"role": "user", "content": "Count slowly."}],
-        "max_tokens": 30, "ignore_eos": True, "stream": True}
+CHAT = {
+    "model": "sim-llama-3.1-8b",
+    "messages": [{"role": "user", "content": "Count slowly."}],
+    "max_tokens": 30,
+    "ignore_eos": True,
+    "stream": True,
+}
 
 
 def start_proxy(upstream: str, trace_dir: Path, *options: str) -> contextlib.AbstractContextManager[Server]:
-    return run_server(["replayproxy", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0",
-                       "--admin-listen", "127.0.0.1:0", "--trace-dir", str(trace_dir), *options])
+    return run_server(
+        [
+            "replayproxy",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--trace-dir",
+            str(trace_dir),
+            *options,
+        ]
+    )
 
 
 async def stream_all(url: str, n: int, started: asyncio.Event | None = None) -> list[bytes]:
@@ -46,6 +64,7 @@ async def stream_all(url: str, n: int, started: asyncio.Event | None = None) -> 
 
 def test_sigterm_drains_in_flight_streams_and_completes_the_trace(tmp_path: Path) -> None:
     with sim("--speed", "1", "--step-base-ms", "25") as engine, start_proxy(engine.url, tmp_path) as proxy:
+
         async def main() -> list[bytes]:
             started = asyncio.Event()
             streams = asyncio.ensure_future(stream_all(proxy.url, 8, started))
@@ -115,8 +134,11 @@ def mounted(target: Path, *options: str) -> Iterator[bool]:
 @pytest.mark.parametrize("case", ["blocked", "read-only", "full"])
 def test_recording_failures_leave_traffic_intact(tmp_path: Path, case: str) -> None:
     trace_dir = tmp_path / "traces"
-    options = {"blocked": None, "read-only": ("-o", "bind,ro", str(tmp_path / "traces")),
-               "full": ("-t", "tmpfs", "-o", "size=8k", "tmpfs")}[case]
+    options = {
+        "blocked": None,
+        "read-only": ("-o", "bind,ro", str(tmp_path / "traces")),
+        "full": ("-t", "tmpfs", "-o", "size=8k", "tmpfs"),
+    }[case]
     if options is None:
         trace_dir.write_text("a file where the trace directory should be")
         context: contextlib.AbstractContextManager[bool] = contextlib.nullcontext(True)
@@ -125,14 +147,24 @@ def test_recording_failures_leave_traffic_intact(tmp_path: Path, case: str) -> N
     with context as ready:
         if not ready:
             pytest.skip(f"cannot mount for the {case} case here (needs root)")
-        prompt = {**CHAT, "stream": False, "max_tokens": 3,
-                  "messages": [{"role": "user", "content": "long prompt " * 800}]}
-        with sim("--speed", "50") as engine, start_proxy(engine.url, trace_dir, "--flush-interval-s", "0.05") as proxy:
+        prompt = {
+            **CHAT,
+            "stream": False,
+            "max_tokens": 3,
+            "messages": [{"role": "user", "content": "long prompt " * 800}],
+        }
+        with (
+            sim("--speed", "50") as engine,
+            start_proxy(engine.url, trace_dir, "--flush-interval-s", "0.05") as proxy,
+        ):
+
             async def main() -> str:
                 async with aiohttp.ClientSession() as session:
                     for _ in range(40):
                         async with session.post(proxy.url + "/v1/chat/completions", json=prompt) as resp:
-                            assert resp.status == 200 and (await resp.json())["usage"]["completion_tokens"] == 3
+                            assert (
+                                resp.status == 200 and (await resp.json())["usage"]["completion_tokens"] == 3
+                            )
                         await asyncio.sleep(0.01)
                     async with session.get(admin_url(proxy) + "/metrics") as resp:
                         return await resp.text()

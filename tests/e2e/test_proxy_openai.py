@@ -23,16 +23,36 @@ PROMPTS = ["Tell me about rivers.", "Why is the sky blue? Explain twice.", "List
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server, Path, Path]]:
     work = tmp_path_factory.mktemp("proxy-openai")
     truth, traces = work / "truth.jsonl", work / "traces"
-    with sim("--speed", "20", "--truth-log", str(truth), "--reasoning-tokens", "2", "--no-prefix-cache") as engine, run_server(
-        ["replayproxy", "proxy", "--upstream", engine.url, "--listen", "127.0.0.1:0",
-         "--admin-listen", "127.0.0.1:0", "--trace-dir", str(traces)]
-    ) as proxy:
+    with (
+        sim(
+            "--speed", "20", "--truth-log", str(truth), "--reasoning-tokens", "2", "--no-prefix-cache"
+        ) as engine,
+        run_server(
+            [
+                "replayproxy",
+                "proxy",
+                "--upstream",
+                engine.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--trace-dir",
+                str(traces),
+            ]
+        ) as proxy,
+    ):
         yield engine, proxy, truth, traces
 
 
 def chat_kwargs(prompt: str, **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 12,
-            "temperature": 0, **extra}
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 12,
+        "temperature": 0,
+        **extra,
+    }
 
 
 def sync_answers(base: str) -> list[Any]:
@@ -42,10 +62,21 @@ def sync_answers(base: str) -> list[Any]:
         chat = client.chat.completions.create(**chat_kwargs(prompt))
         out.append((chat.choices[0].message.content, chat.choices[0].finish_reason, chat.usage.model_dump()))
         stream = client.chat.completions.create(**chat_kwargs(prompt), stream=True)
-        out.append([(c.choices[0].delta.content, getattr(c.choices[0].delta, "reasoning_content", None),
-                     c.choices[0].finish_reason) if c.choices else "no-choices" for c in stream])
-        asked = client.chat.completions.create(**chat_kwargs(prompt), stream=True,
-                                               stream_options={"include_usage": True})
+        out.append(
+            [
+                (
+                    c.choices[0].delta.content,
+                    getattr(c.choices[0].delta, "reasoning_content", None),
+                    c.choices[0].finish_reason,
+                )
+                if c.choices
+                else "no-choices"
+                for c in stream
+            ]
+        )
+        asked = client.chat.completions.create(
+            **chat_kwargs(prompt), stream=True, stream_options={"include_usage": True}
+        )
         out.append([c.usage.model_dump() if c.usage else c.choices[0].delta.content for c in asked])
         text = client.completions.create(model=MODEL, prompt=prompt, max_tokens=9, temperature=0)
         out.append((text.choices[0].text, text.usage.model_dump()))
@@ -58,7 +89,9 @@ async def async_answers(base: str) -> list[Any]:
     for prompt in PROMPTS:
         chat = await client.chat.completions.create(**chat_kwargs(prompt))
         out.append(chat.choices[0].message.content)
-        stream = await client.completions.create(model=MODEL, prompt=prompt, max_tokens=9, temperature=0, stream=True)
+        stream = await client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=9, temperature=0, stream=True
+        )
         out.append([c.choices[0].text async for c in stream])
     await client.close()
     return out
@@ -79,7 +112,7 @@ def test_openai_sdk_sees_identical_results_and_the_trace_matches_the_truth(
     report = ReadReport()
     shapes = [s for s in iter_shapes([traces], report) if s.offset_ns >= 0]
     assert report.footers >= 1 and not report.warnings
-    recent = shapes[-len(records):]
+    recent = shapes[-len(records) :]
     assert len(records) == sent
     assert [(s.input_tokens, s.output_tokens, s.cached_tokens) for s in recent] == [
         (r["prompt_tokens"], r["completion_tokens"], r["cached_tokens"]) for r in records

@@ -35,21 +35,50 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     headers = {"Authorization": f"Bearer {api_key}", "X-Tenant": tenant, "Cookie": cookie}
     trace_dir = tmp_path / "traces"
 
-    with sim("--speed", "50", "--fail-rate", "0.2", "--reset-rate", "0.1", "--seed", "3") as engine, run_server(
-        ["replayproxy", "proxy", "--upstream", engine.url, "--listen", "127.0.0.1:0", "--admin-listen",
-         "127.0.0.1:0", "--trace-dir", str(trace_dir), "--include-endpoints", "chat,completions,embeddings,other",
-         "--hash-key-file", str(tmp_path / "key")]
-    ) as proxy:
+    with (
+        sim("--speed", "50", "--fail-rate", "0.2", "--reset-rate", "0.1", "--seed", "3") as engine,
+        run_server(
+            [
+                "replayproxy",
+                "proxy",
+                "--upstream",
+                engine.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--trace-dir",
+                str(trace_dir),
+                "--include-endpoints",
+                "chat,completions,embeddings,other",
+                "--hash-key-file",
+                str(tmp_path / "key"),
+            ]
+        ) as proxy,
+    ):
         admin = admin_url(proxy)
 
         async def traffic() -> str:
             async with aiohttp.ClientSession(headers=headers) as session:
                 for i, prompt in enumerate(prompts):
-                    chat = {"model": "sim-llama-3.1-8b", "stream": i % 2 == 0, "max_tokens": 8, "user": user_id,
-                            "stop": [stop], "tools": [{"type": "function", "function": {"name": tool}}],
-                            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
+                    chat = {
+                        "model": "sim-llama-3.1-8b",
+                        "stream": i % 2 == 0,
+                        "max_tokens": 8,
+                        "user": user_id,
+                        "stop": [stop],
+                        "tools": [{"type": "function", "function": {"name": tool}}],
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": prompt},
+                        ],
+                    }
                     for url in (proxy.url + "/v1/chat/completions", proxy.url + "/v1/completions"):
-                        body = chat if "chat" in url else {"model": chat["model"], "prompt": prompt, "max_tokens": 5}
+                        body = (
+                            chat
+                            if "chat" in url
+                            else {"model": chat["model"], "prompt": prompt, "max_tokens": 5}
+                        )
                         try:
                             async with session.post(url, json=body) as resp:
                                 seen_text.append((await resp.read()).decode("utf-8", "replace"))
@@ -65,15 +94,21 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
 
     report = ReadReport()
     payloads = b"".join(
-        payload for path in sorted(trace_dir.glob("*.rpt")) for payload in iter_frame_payloads(path.read_bytes(), str(path), report)
+        payload
+        for path in sorted(trace_dir.glob("*.rpt"))
+        for payload in iter_frame_payloads(path.read_bytes(), str(path), report)
     )
     assert len(payloads) > 1000 and b"footer" in payloads
     logs = "\n".join(proxy.output).encode()
     secrets_all = [api_key, tenant, cookie, system, tool, stop, user_id, path_secret, query_secret, *prompts]
     generated = [text for text in seen_text if '"choices"' in text]
     assert len(generated) >= 6
-    completions = [orjson.loads(line[6:])["choices"][0].get("text", "") for t in generated for line in t.splitlines()
-                   if line.startswith("data: {") and '"text"' in line]
+    completions = [
+        orjson.loads(line[6:])["choices"][0].get("text", "")
+        for t in generated
+        for line in t.splitlines()
+        if line.startswith("data: {") and '"text"' in line
+    ]
     for value in secrets_all + [c for c in completions if len(c) >= WINDOW]:
         for piece in windows(value):
             assert piece not in payloads, f"{piece!r} of a secret is in a trace file"

@@ -209,8 +209,15 @@ async def raw_exchange(url: str, data: bytes, responses: int = 1) -> list[RawRes
             chunk = await reader.read(65536)
             if not chunk:
                 if parser.parser.get_status_code():
-                    parser.done.append(RawResponse(parser.parser.get_status_code(), parser.reason,
-                                                   parser.headers, b"".join(parser.body), False))
+                    parser.done.append(
+                        RawResponse(
+                            parser.parser.get_status_code(),
+                            parser.reason,
+                            parser.headers,
+                            b"".join(parser.body),
+                            False,
+                        )
+                    )
                 break
             parser.parser.feed_data(chunk)
     finally:

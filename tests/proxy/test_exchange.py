@@ -1,4 +1,4 @@
-"""Streaming without buffering, client cancels reaching the upstream, and upstream failures mapped like nginx."""
+"""Streaming without buffering, client cancels reaching the upstream, upstream failures mapped like nginx."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_each_chunk_reaches_the_client_before_the_upstream_sends_the_next() -> N
                 async with asyncio.timeout(5):
                     async for piece in resp.content.iter_any():
                         body += piece
-                        while seen < 20 and b"tok%d\"" % seen in body:
+                        while seen < 20 and b'tok%d"' % seen in body:
                             await acks.put(seen)
                             seen += 1
             assert seen == 20 and body.count(b"data: ") == 20
@@ -85,7 +85,9 @@ def test_unreachable_upstream_gives_502() -> None:
     async def main() -> None:
         sink = CaptureSink()
         async with proxy(f"http://127.0.0.1:{free_port()}", observer=sink) as px:
-            [response] = await raw_exchange(px.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            [response] = await raw_exchange(
+                px.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+            )
             assert response.status == 502
             assert px.metrics.hot.upstream_errors == {"connect": 1}
             assert (sink.captures[0].status, sink.captures[0].error) == (502, "connect")
@@ -161,7 +163,10 @@ def test_connection_limit_queues_and_times_out_with_504() -> None:
         request.connection.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     async def main() -> None:
-        async with RawUpstream(script) as up, proxy(up.url, max_upstream_connections=1, connect_timeout_s=0.2) as px:
+        async with (
+            RawUpstream(script) as up,
+            proxy(up.url, max_upstream_connections=1, connect_timeout_s=0.2) as px,
+        ):
             async with aiohttp.ClientSession() as session:
                 slow = asyncio.ensure_future(session.get(px.url + "/slow"))
                 await asyncio.sleep(0.05)

@@ -14,10 +14,20 @@ KEY = b"k" * 32
 MS = 1_000_000
 
 
-def capture(endpoint: str, body: dict[str, Any] | None, pieces: list[tuple[int, bytes]], **fields: Any) -> Capture:
+def capture(
+    endpoint: str, body: dict[str, Any] | None, pieces: list[tuple[int, bytes]], **fields: Any
+) -> Capture:
     data = orjson.dumps(body) if body is not None else b""
-    cap = Capture(arrival_ns=1000 * MS, endpoint=endpoint, method="POST", path="/v1/x", request_body=[data],
-                  request_bytes=len(data), status=200, **fields)
+    cap = Capture(
+        arrival_ns=1000 * MS,
+        endpoint=endpoint,
+        method="POST",
+        path="/v1/x",
+        request_body=[data],
+        request_bytes=len(data),
+        status=200,
+        **fields,
+    )
     for at_ms, piece in pieces:
         cap.now_ns = (1000 + at_ms) * MS
         cap.add_piece(piece, 1 << 20)
@@ -44,7 +54,13 @@ CHAT = {
         {"role": "system", "content": "You are helpful. " * 10},
         {"role": "user", "content": "first question"},
         {"role": "assistant", "content": "an answer"},
-        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:x"}},
+            ],
+        },
     ],
 }
 
@@ -54,14 +70,30 @@ def test_streamed_chat_shape() -> None:
         (10, delta(role="assistant", content="")),
         (30, delta(content="a") + delta(content="b")),  # two events in one read share its time
         (45, delta(reasoning_content="c")),
-        (50, event({"choices": [], "usage": {"prompt_tokens": 70, "completion_tokens": 3,
-                                               "prompt_tokens_details": {"cached_tokens": 64}}})),
+        (
+            50,
+            event(
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 70,
+                        "completion_tokens": 3,
+                        "prompt_tokens_details": {"cached_tokens": 64},
+                    },
+                }
+            ),
+        ),
         (51, b"data: [DONE]\n\n"),
     ]
     cap = capture("chat", CHAT, pieces, event_stream=True, injected_usage=True)
     shape = build_shape(cap, PromptHasher(KEY), origin_ns=400 * MS)
     assert (shape.offset_ns, shape.endpoint, shape.model, shape.stream) == (600 * MS, "chat", "m1", True)
-    assert (shape.input_tokens, shape.output_tokens, shape.cached_tokens, shape.output_estimated) == (70, 3, 64, False)
+    assert (shape.input_tokens, shape.output_tokens, shape.cached_tokens, shape.output_estimated) == (
+        70,
+        3,
+        64,
+        False,
+    )
     assert (shape.ttft_ns, shape.e2e_ns, shape.chunk_gaps_us) == (30 * MS, 52 * MS, (0, 15_000))
     assert (shape.roles, shape.turn, shape.has_tools, shape.max_tokens) == ("suau", 1, True, 50)
     assert shape.sampling == {"temperature": 0.5, "stop": True, "tools": True}
@@ -94,14 +126,20 @@ def test_stream_without_usage_is_estimated_and_error_events_mark_bad_stream() ->
 
 def test_non_stream_completion_and_embeddings() -> None:
     body = {"model": "m", "prompt": "Once upon a time " * 8, "max_tokens": 7, "seed": 3}
-    answer = orjson.dumps({"choices": [{"text": "x"}], "usage": {"prompt_tokens": 33, "completion_tokens": 7}})
+    answer = orjson.dumps(
+        {"choices": [{"text": "x"}], "usage": {"prompt_tokens": 33, "completion_tokens": 7}}
+    )
     shape = build_shape(capture("completions", body, [(40, answer)]), PromptHasher(KEY), 0)
     assert (shape.stream, shape.input_tokens, shape.output_tokens, shape.ttft_ns) == (False, 33, 7, 40 * MS)
     assert (shape.roles, shape.session, shape.prefix_units, len(shape.prefix_hashes)) == ("", 0, 136, 2)
     ids = build_shape(capture("completions", {"prompt": list(range(40))}, []), PromptHasher(KEY), 0)
     assert ids.prefix_units == len(" ".join(map(str, range(40))))
-    embedding = orjson.dumps({"data": [{"embedding": [0.1]}], "usage": {"prompt_tokens": 5, "total_tokens": 5}})
-    emb = build_shape(capture("embeddings", {"input": "hi", "model": "e"}, [(3, embedding)]), PromptHasher(KEY), 0)
+    embedding = orjson.dumps(
+        {"data": [{"embedding": [0.1]}], "usage": {"prompt_tokens": 5, "total_tokens": 5}}
+    )
+    emb = build_shape(
+        capture("embeddings", {"input": "hi", "model": "e"}, [(3, embedding)]), PromptHasher(KEY), 0
+    )
     assert (emb.input_tokens, emb.output_tokens, emb.prefix_hashes) == (5, 0, ())
 
 
@@ -117,6 +155,11 @@ def test_errors_cancels_and_other_requests() -> None:
     other.method = "GET"
     shape = build_shape(other, hasher, 0)
     assert (shape.endpoint, shape.method, shape.model, shape.input_tokens, shape.response_bytes) == (
-        "other", "GET", "", -1, 8)
+        "other",
+        "GET",
+        "",
+        -1,
+        8,
+    )
     garbage = Capture(arrival_ns=0, endpoint="chat", method="POST", path="/", request_body=[b"{not json"])
     assert build_shape(garbage, hasher, 0).roles == ""

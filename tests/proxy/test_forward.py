@@ -43,7 +43,8 @@ def test_response_headers_status_and_body_come_back_unchanged() -> None:
     def script(request: RawRequest) -> None:
         request.connection.write(
             b"HTTP/1.1 418 I'm a teapot\r\nX-Custom: A\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n"
-            b"Connection: X-Private\r\nX-Private: no\r\nKeep-Alive: timeout=9\r\nContent-Length: 4\r\n\r\nbrew"
+            b"Connection: X-Private\r\nX-Private: no\r\nKeep-Alive: timeout=9\r\n"
+            b"Content-Length: 4\r\n\r\nbrew"
         )
 
     async def main() -> None:
@@ -51,7 +52,10 @@ def test_response_headers_status_and_body_come_back_unchanged() -> None:
             [response] = await raw_exchange(px.url, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (response.status, response.reason, response.body) == (418, b"I'm a teapot", b"brew")
             assert response.headers == [
-                (b"X-Custom", b"A"), (b"set-cookie", b"a=1"), (b"set-cookie", b"b=2"), (b"Content-Length", b"4")
+                (b"X-Custom", b"A"),
+                (b"set-cookie", b"a=1"),
+                (b"set-cookie", b"b=2"),
+                (b"Content-Length", b"4"),
             ]
 
     run(main())
@@ -84,12 +88,16 @@ def test_chunked_request_body_and_chunked_response() -> None:
         assert header(request.headers, b"transfer-encoding") == b"chunked"
         request.connection.write(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n"
-            + b"%x\r\n%b\r\n" % (len(request.body), request.body) + b"0\r\nX-Trailer: t\r\n\r\n"
+            + b"%x\r\n%b\r\n" % (len(request.body), request.body)
+            + b"0\r\nX-Trailer: t\r\n\r\n"
         )
 
     async def main() -> None:
         async with RawUpstream(script) as up, proxy(up.url) as px:
-            data = b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n"
+            data = (
+                b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n"
+            )
             [response] = await raw_exchange(px.url, data)
             assert up.requests[0].body == b"wikipedia"
             assert response.body == b"abcwikipedia" and response.complete
@@ -132,7 +140,9 @@ def test_pipelined_requests_are_answered_in_order() -> None:
 
 def test_http10_client_gets_close_delimited_body() -> None:
     def script(request: RawRequest) -> None:
-        request.connection.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        request.connection.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        )
 
     async def main() -> None:
         async with RawUpstream(script) as up, proxy(up.url) as px:
@@ -163,7 +173,10 @@ def test_forwarded_headers_only_when_configured() -> None:
             async with proxy(up.url, forwarded_headers="both") as px:
                 await raw_exchange(px.url, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             plain, added = up.requests
-            assert header(plain.headers, b"x-forwarded-for") is None and header(plain.headers, b"forwarded") is None
+            assert (
+                header(plain.headers, b"x-forwarded-for") is None
+                and header(plain.headers, b"forwarded") is None
+            )
             assert header(added.headers, b"x-forwarded-for") == b"127.0.0.1"
             assert header(added.headers, b"forwarded") == b"for=127.0.0.1"
 
@@ -197,7 +210,9 @@ def test_a_large_body_streams_through_with_a_slow_reader() -> None:
                 async for piece in resp.content.iter_chunked(1 << 20):
                     total += len(piece)
                     if total < 2 << 20:
-                        await asyncio.sleep(0.05)  # slow reader: the proxy must pause the upstream, not buffer
+                        await asyncio.sleep(
+                            0.05
+                        )  # slow reader: the proxy must pause the upstream, not buffer
                 assert total == size
 
     run(main())

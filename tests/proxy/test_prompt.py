@@ -19,7 +19,11 @@ def test_rendering_is_documented_shape() -> None:
         "tools": [{"b": 1, "a": 2}],
         "messages": [
             {"role": "system", "content": "S"},
-            {"role": "user", "name": "ann", "content": [{"type": "text", "text": "T"}, {"type": "image_url", "x": 1}]},
+            {
+                "role": "user",
+                "name": "ann",
+                "content": [{"type": "text", "text": "T"}, {"type": "image_url", "x": 1}],
+            },
             {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
             {"role": "tool", "tool_call_id": "1", "content": "R"},
             "not a message",

@@ -31,8 +31,15 @@ def make(tmp_path: Path, **overrides: Any) -> tuple[Recorder, ProxyMetrics]:
 def cap(i: int = 0) -> Capture:
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]})
     answer = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 10 + i, "completion_tokens": i}})
-    c = Capture(arrival_ns=now_ns(), endpoint="chat", method="POST", path="/v1/chat/completions",
-                request_body=[body], request_bytes=len(body), status=200)
+    c = Capture(
+        arrival_ns=now_ns(),
+        endpoint="chat",
+        method="POST",
+        path="/v1/chat/completions",
+        request_body=[body],
+        request_bytes=len(body),
+        status=200,
+    )
     c.now_ns = now_ns()
     c.add_piece(answer, 1 << 20)
     c.end_ns = now_ns()
@@ -44,9 +51,9 @@ def sample(metrics: ProxyMetrics, name: str, **labels: str) -> float:
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = now_ns() / 1e9 + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
+        assert now_ns() / 1e9 < deadline, "condition not reached"
         time.sleep(0.01)
 
 
@@ -64,7 +71,10 @@ def test_records_are_written_with_header_and_footer(tmp_path: Path) -> None:
     assert header.upstream == "http://127.0.0.1:9/base"  # credentials never reach the trace
     assert sorted(s.input_tokens for s in iter_shapes([tmp_path / "traces"])) == [10, 11, 12, 13, 14]
     assert sample(metrics, "replayproxy_records_written_total") == 5
-    assert sample(metrics, "replayproxy_trace_bytes_written_total") == (tmp_path / "traces").glob("*.rpt").__next__().stat().st_size
+    assert (
+        sample(metrics, "replayproxy_trace_bytes_written_total")
+        == (tmp_path / "traces").glob("*.rpt").__next__().stat().st_size
+    )
     assert sample(metrics, "replayproxy_input_tokens_total", endpoint="chat") == 60
 
 
@@ -81,14 +91,21 @@ def test_a_full_queue_drops_and_counts(tmp_path: Path) -> None:
 def test_sampling_and_endpoint_filters(tmp_path: Path) -> None:
     draws = iter([0.1, 0.9, 0.4])
     metrics = ProxyMetrics()
-    s = settings("http://127.0.0.1:9", tmp_path, sample_rate=0.5, include_endpoints=("chat", "other"),
-                 exclude_endpoints=("other",))
+    s = settings(
+        "http://127.0.0.1:9",
+        tmp_path,
+        sample_rate=0.5,
+        include_endpoints=("chat", "other"),
+        exclude_endpoints=("other",),
+    )
     recorder = Recorder(s, metrics, PromptHasher(KEY), sample=lambda: next(draws))
     assert [recorder.wants("chat") for _ in range(3)] == [True, False, True]
     assert not recorder.wants("other") and not recorder.wants("embeddings")
 
 
-def test_unwritable_directory_drops_counts_and_recovers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_unwritable_directory_drops_counts_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     blocker = tmp_path / "traces"
     blocker.write_text("a file where the directory should be")
     recorder, metrics = make(tmp_path, retry_s=0.2)
@@ -96,7 +113,9 @@ def test_unwritable_directory_drops_counts_and_recovers(tmp_path: Path, caplog: 
     for i in range(3):
         recorder.finished(cap(i))
     wait_for(lambda: sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") >= 3)
-    assert sample(metrics, "replayproxy_recorder_errors_total", kind="io") == 1  # then it waits before retrying
+    assert (
+        sample(metrics, "replayproxy_recorder_errors_total", kind="io") == 1
+    )  # then it waits before retrying
     assert sum("trace writing failed" in r.message for r in caplog.records) == 1
     blocker.unlink()
     time.sleep(0.3)
@@ -124,7 +143,9 @@ def test_a_writer_crash_is_survived(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     time.sleep(0.1)
     recorder.finished(cap(2))
     recorder.close()
-    assert sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") == 2  # 0 (unflushed) and 1
+    assert (
+        sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") == 2
+    )  # 0 (unflushed) and 1
     assert [s.input_tokens for s in iter_shapes([tmp_path / "traces"])] == [12]
 
 

@@ -1,4 +1,4 @@
-"""Proxy settings: flags over environment over file over defaults, clear errors, and a complete example file."""
+"""Proxy settings: flags over environment over file over defaults, clear errors, a complete example file."""
 
 from __future__ import annotations
 
@@ -23,11 +23,20 @@ def parse(argv: list[str], environ: dict[str, str] | None = None) -> ProxySettin
 
 def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[proxy]\nupstream = "http://file:1"\nsample-rate = 0.5\nidle_timeout_s = 9\ntrace_dir = "t"\n'
-                      '[replay]\nignored = true\n')
-    s = parse(["--config", str(config), "--sample-rate", "0.25", "--no-inject-usage"],
-              {"REPLAYPROXY_PROXY_IDLE_TIMEOUT_S": "7", "REPLAYPROXY_PROXY_INCLUDE_ENDPOINTS": "chat,other"})
-    assert (s.upstream, s.sample_rate, s.idle_timeout_s, s.inject_usage) == ("http://file:1", 0.25, 7.0, False)
+    config.write_text(
+        '[proxy]\nupstream = "http://file:1"\nsample-rate = 0.5\nidle_timeout_s = 9\ntrace_dir = "t"\n'
+        "[replay]\nignored = true\n"
+    )
+    s = parse(
+        ["--config", str(config), "--sample-rate", "0.25", "--no-inject-usage"],
+        {"REPLAYPROXY_PROXY_IDLE_TIMEOUT_S": "7", "REPLAYPROXY_PROXY_INCLUDE_ENDPOINTS": "chat,other"},
+    )
+    assert (s.upstream, s.sample_rate, s.idle_timeout_s, s.inject_usage) == (
+        "http://file:1",
+        0.25,
+        7.0,
+        False,
+    )
     assert s.include_endpoints == ("chat", "other") and s.trace_dir == Path("t")
     assert s.connect_timeout_s == 5.0
 

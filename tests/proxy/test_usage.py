@@ -49,7 +49,12 @@ def test_stripper_removes_only_the_usage_event_at_any_split(newline: bytes) -> N
     for i in range(len(stream) + 1):
         for j in range(i, len(stream) + 1, 7):
             stripper = UsageStripper()
-            out = stripper.feed(stream[:i]) + stripper.feed(stream[i:j]) + stripper.feed(stream[j:]) + stripper.flush()
+            out = (
+                stripper.feed(stream[:i])
+                + stripper.feed(stream[i:j])
+                + stripper.feed(stream[j:])
+                + stripper.flush()
+            )
             assert out == expected, (i, j)
 
 
@@ -72,7 +77,9 @@ def vllm_like(request: RawRequest) -> None:
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(data)
         request.connection.write(head + data)
         return
-    request.connection.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    request.connection.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     for event in events:
         request.connection.write(b"%x\r\n%b\r\n" % (len(event), event))
     request.connection.write(b"0\r\n\r\n")
@@ -85,7 +92,11 @@ def test_client_bytes_unchanged_while_usage_is_recorded(tmp_path: Path) -> None:
     async def main() -> None:
         async with RawUpstream(vllm_like) as up:
             async with aiohttp.ClientSession() as session:
-                cases = [(path, name, body) for path in ("", "?length") for name, body in (("plain", plain), ("asking", asking))]
+                cases = [
+                    (path, name, body)
+                    for path in ("", "?length")
+                    for name, body in (("plain", plain), ("asking", asking))
+                ]
                 direct = {}
                 for path, name, body in cases:
                     async with session.post(up.url + "/v1/chat/completions" + path, json=body) as resp:
@@ -95,7 +106,9 @@ def test_client_bytes_unchanged_while_usage_is_recorded(tmp_path: Path) -> None:
                         async with session.post(px.url + "/v1/chat/completions" + path, json=body) as resp:
                             assert await resp.read() == direct[path, name]
             sent = [orjson.loads(r.body) for r in up.requests[4:]]
-            assert sent[0]["stream_options"] == {"include_usage": True} == sent[2]["stream_options"]  # injected
+            assert (
+                sent[0]["stream_options"] == {"include_usage": True} == sent[2]["stream_options"]
+            )  # injected
             assert sent[1] == asking == sent[3]  # untouched
 
     run(main())
