@@ -48,7 +48,9 @@ def serve(port_file: str, truth_file: str, chunks: int, gap_ms: float) -> None:
     truth: list[tuple[int, list[int]]] = []  # (arrival wall ns, chunk write wall ns...)
 
     def event(i: int) -> bytes:
-        data = f'{{"choices":[{{"index":0,"text":"w{i}"}}],"usage":{{"prompt_tokens":8,"completion_tokens":{i + 1}}}}}'
+        data = (f'{{"id":"cmpl-1","object":"text_completion","created":1,"model":"bench","choices":[{{"index":0,'
+                f'"text":" w{i}","logprobs":null,"finish_reason":null}}],'
+                f'"usage":{{"prompt_tokens":8,"completion_tokens":{i + 1},"total_tokens":{i + 9}}}}}')
         payload = f"data: {data}\n\n".encode()
         return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
@@ -163,6 +165,29 @@ def ours(trace: Path, url: str, work: Path, cpu: int | None, truth_of: callable)
     return {"lag_ms": lag_ms, "ts_err_ms": np.array(errors), "errors": np.array(result.column("error") != "")}
 
 
+def with_server(args: argparse.Namespace, work: Path, cpu: int | None, measure: callable) -> object:  # type: ignore[valid-type]
+    """Start a fresh SSE server, run `measure(url, truth_of)`, always stop the server."""
+    port_file, truth_file = work / "port", work / "truth.json"
+    for stale in (port_file, truth_file):
+        stale.unlink(missing_ok=True)
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--chunks", str(args.chunks), "--chunk-gap-ms", str(args.chunk_gap_ms),
+         "--serve", str(port_file), str(truth_file)], **pinned(cpu))  # type: ignore[call-overload]
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.05)
+
+        def truth_of() -> list[tuple[int, list[int]]]:
+            server.send_signal(signal.SIGTERM)
+            server.wait(30)
+            return [(a, r) for a, r in json.loads(truth_file.read_text())]
+
+        return measure(f"http://127.0.0.1:{port_file.read_text()}", truth_of)
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", default="100,200,300,500,700,1000")
@@ -181,47 +206,106 @@ def main() -> None:
     client_cpu = args.client_cpu if cpus > 1 else None
     server_cpu = args.server_cpu if cpus > 1 else None
     print(f"replay fidelity: {args.seconds:g} s Poisson per rate, {args.chunks} SSE chunks {args.chunk_gap_ms:g} ms "
-          f"apart, replayer on cpu {client_cpu}, server on cpu {server_cpu}; times in ms")
+          f"apart, client on cpu {client_cpu}, server on cpu {server_cpu}; times in ms")
     best = 0.0
     for rate in [float(r) for r in args.rates.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             trace = work / "bench.rpt"
             count = write_poisson_trace(trace, rate, args.seconds, args.chunks, seed=int(rate))
-            port_file, truth_file = work / "port", work / "truth.json"
-            server = subprocess.Popen(
-                [sys.executable, __file__, "--chunks", str(args.chunks), "--chunk-gap-ms", str(args.chunk_gap_ms),
-                 "--serve", str(port_file), str(truth_file)], **pinned(server_cpu))  # type: ignore[call-overload]
-            try:
-                while not port_file.exists() or not port_file.read_text():
-                    time.sleep(0.05)
-                url = f"http://127.0.0.1:{port_file.read_text()}"
-
-                def truth_of() -> list[tuple[int, list[int]]]:
-                    server.send_signal(signal.SIGTERM)
-                    server.wait(30)
-                    return [(a, r) for a, r in json.loads(truth_file.read_text())]
-
-                measured = ours(trace, url, work, client_cpu, truth_of)
-            finally:
-                if server.poll() is None:
-                    server.kill()
-            lag = measured["lag_ms"]
-            p99 = float(np.percentile(lag, 99))
-            if p99 <= 1.0:
+            measured = with_server(args, work, server_cpu, lambda url, truth_of: ours(
+                trace, url, work, client_cpu, truth_of))
+            lag = measured["lag_ms"]  # type: ignore[index]
+            if float(np.percentile(lag, 99)) <= 1.0:
                 best = max(best, rate)
-            print(f"{rate:6.0f} req/s ({count} req, {int(measured['errors'].sum())} errors)  "
-                  f"lag {percentiles(lag)}  |  chunk timestamp error {percentiles(measured['ts_err_ms'])}")
+            print(f"{rate:6.0f} req/s ({count} req, {int(measured['errors'].sum())} errors)  "  # type: ignore[index]
+                  f"replayproxy lag {percentiles(lag)}  |  chunk timestamp error "
+                  f"{percentiles(measured['ts_err_ms'])}")  # type: ignore[index]
             if args.aiperf:
-                print("        aiperf: " + aiperf_line(args.aiperf, trace, rate, args, work, client_cpu, server_cpu))
-    print(f"max rate with lag p99 <= 1 ms on one core: {best:g} req/s")
+                line = with_server(args, work, server_cpu, lambda url, truth_of: aiperf_line(
+                    args.aiperf, trace, url, work, client_cpu, truth_of))
+                print(f"{'':25s}aiperf      lag {line}")
+    print(f"max rate with replayproxy lag p99 <= 1 ms on one core: {best:g} req/s")
 
 
-def aiperf_line(aiperf: str, trace: Path, rate: float, args: argparse.Namespace, work: Path,
-                client_cpu: int | None, server_cpu: int | None) -> str:
-    from benchmarks.replay_fidelity_aiperf import run_aiperf
+def aiperf_line(aiperf: str, trace: Path, url: str, work: Path, cpu: int | None,
+                truth_of: callable) -> str:  # type: ignore[valid-type]
+    """Replay the same trace with AIPerf (mooncake JSONL, fixed schedule) and measure it the same way."""
+    from replayproxy.trace import load
 
-    return run_aiperf(aiperf, trace, args, work, client_cpu, server_cpu)
+    cols = load(trace)
+    mooncake = work / "trace.jsonl"
+    with mooncake.open("w") as f:
+        for i, offset in enumerate(cols.offset_ns.tolist()):
+            f.write(json.dumps({"timestamp": offset / 1e6, "input_length": 8,
+                                "output_length": int(cols.output_tokens[i]), "hash_ids": [i]}) + "\n")
+    tokenizer = _offline_tokenizer(work, Path(aiperf).with_name("python"))
+    out = work / "aiperf"
+    env = {**os.environ, "HF_HOME": str(tokenizer), "HF_HUB_OFFLINE": "1"}
+    cmd = [aiperf, "profile", "--model-names", "bench", "--tokenizer", "local/wordlevel", "--url", url,
+           "--endpoint-type", "completions", "--streaming", "--input-file", str(mooncake),
+           "--custom-dataset-type", "mooncake_trace", "--fixed-schedule", "--use-server-token-count",
+           "--output-artifact-dir", str(out), "--ui-type", "none"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, **pinned(cpu))  # type: ignore[call-overload]
+    records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines()] if (
+        out / "profile_export.jsonl").exists() else []
+    if done.returncode != 0 or not records:
+        return f"failed (exit {done.returncode}): {done.stdout[-300:]}"
+    zero = _aiperf_schedule_zero(out / "logs" / "aiperf.log")
+    offsets = cols.offset_ns - cols.offset_ns[0]
+    starts = np.array([r["metadata"]["request_start_ns"] for r in records], np.int64)
+    order = np.argsort(starts)
+    lag = (starts[order] - (zero + np.sort(offsets))) / 1e6 if zero else np.array([])
+    truth = truth_of()
+    matched = match_truth(starts, truth)
+    errors = []
+    for record, server in zip(records, matched, strict=True):
+        ttft = record["metrics"].get("time_to_first_token", {}).get("value")
+        if server is not None and ttft is not None:
+            errors.append((record["metadata"]["request_start_ns"] + ttft * 1e6 - server[0]) / 1e6)
+    own = _aiperf_own_lag(out / "profile_export_aiperf.csv")
+    return (f"{percentiles(lag)}  |  TTFT timestamp error {percentiles(np.array(errors))}\n{'':25s}"
+            f"(aiperf's own lag report, relative to its least-late request: {own})")
+
+
+_TOKENIZER_SCRIPT = """
+import sys
+from pathlib import Path
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+snapshot = Path(sys.argv[1])
+vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i + 3 for i in range(1000)}
+tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>").save_pretrained(
+    str(snapshot))
+"""
+
+
+def _offline_tokenizer(work: Path, python: Path) -> Path:
+    """AIPerf loads a tokenizer even with server token counts: build a tiny one in a local HF cache."""
+    home = work / "hf"
+    repo = home / "hub" / "models--local--wordlevel"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    subprocess.run([str(python), "-c", _TOKENIZER_SCRIPT, str(snapshot)], check=True, capture_output=True)
+    return home
+
+
+def _aiperf_schedule_zero(log: Path) -> int:
+    import re
+
+    match = re.search(r"phase_kind='profiling', start_ns=(\d+)", log.read_text()) if log.exists() else None
+    return int(match.group(1)) if match else 0
+
+
+def _aiperf_own_lag(csv: Path) -> str:
+    if not csv.exists():
+        return "-"
+    rows = dict(line.split(",", 1) for line in csv.read_text().splitlines() if line.startswith("Replay Schedule Lag"))
+    return ", ".join(f"{k.split()[-2]} {v.strip()} ms" for k, v in rows.items())
 
 
 if __name__ == "__main__":
