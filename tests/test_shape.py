@@ -137,3 +137,11 @@ def test_chunk_count_and_message_count() -> None:
     assert RequestShape(offset_ns=0, ttft_ns=5, chunk_gaps_us=(1, 2)).chunk_count == 3
     assert RequestShape(offset_ns=0, chunk_gaps_us=()).chunk_count == 0
     assert RequestShape(offset_ns=0, roles="sua").message_count == 3
+
+
+def test_documented_test_vectors() -> None:
+    """The vectors printed in docs/trace-format.md, so another implementation can check itself."""
+    key = b"example key"
+    assert key_fingerprint(key) == "42857efba8abf594"
+    assert prefix_block_hashes(list(range(40)), 16, key) == (0xC1232B560D3B8DEC, 0x3229786B15307E19)
+    assert prefix_block_hashes("Grüße aus Köln!", 4, key) == (0xAB8C268600736CC9, 0x852253CD96920BFE, 0x17FD8EA78695D844)
