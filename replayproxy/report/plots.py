@@ -48,6 +48,12 @@ def to_svg(fig: Figure) -> str:
     return text[text.index("<svg") :]
 
 
+def legend(ax: Any, **options: Any) -> None:
+    """A legend only where something was drawn (matplotlib warns about an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", **options)
+
+
 def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.6)
     axes = fig.subplots(1, 3)
@@ -65,7 +71,7 @@ def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         ax.set_ylabel("share of requests")
         ax.set_title(f"{name} CDF")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
+    legend(axes[0])
     return fig
 
 
@@ -101,7 +107,7 @@ def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             label="arrivals/s",
         )
         rate.set_ylabel("arrivals/s")
-        ax.legend(fontsize="small", loc="upper left")
+        legend(ax, loc="upper left")
     axes[-1].set_xlabel("s since the run's first send")
     return fig
 
@@ -116,7 +122,7 @@ def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     ax.set_ylabel("requests in flight")
     ax.set_title("In-flight requests over time")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    legend(ax)
     return fig
 
 
@@ -149,7 +155,7 @@ def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     ax.set_ylabel("TTFT ms (log)")
     ax.set_title("TTFT by input length")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    legend(ax)
     return fig
 
 
@@ -183,7 +189,7 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             ax.set_xlabel("speed (x the trace's rate, log)")
             ax.set_title(f"{sweep['target']}: {title}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize="small")
+            legend(ax)
     return fig
 
 

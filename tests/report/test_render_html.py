@@ -112,3 +112,12 @@ def test_html_renders_in_headless_chromium(report_html: Path, tmp_path: Path) ->
     for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
         close = (np.abs(pixels - np.array(rgb)).sum(axis=2) < 60).sum()
         assert close > 200, f"no plot lines of colour {rgb} in the screenshot"
+
+
+def test_html_of_runs_without_any_success(tmp_path: Path) -> None:
+    empty = write_run(tmp_path / "empty.rpr", [], label="empty")
+    failed = write_run(tmp_path / "fail.rpr", [result(i, error="connect") for i in range(3)], label="fail")
+    html = tmp_path / "r.html"
+    assert main(["report", str(empty), str(failed), "--html", str(html), "-o", str(tmp_path / "r.txt")]) == 0
+    text = html.read_text(encoding="utf-8")
+    assert "<svg" in text and "100.0% (3)" in text
