@@ -227,6 +227,7 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
                     f"{s['speed']:g}x",
                     fmt(s["requests_per_s"]),
                     fmt(s["output_tokens_per_s"]),
+                    fmt(s["mean_concurrency"]),
                     fmt(s["ttft_ms"]["p50"]),
                     fmt(s["ttft_ms"]["p95"]),
                     fmt(s["ttft_ms"]["p99"]),
@@ -240,6 +241,7 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
             "speed",
             "req/s",
             "out tok/s",
+            "in flight",
             "TTFT p50",
             "TTFT p95",
             "TTFT p99",
@@ -248,7 +250,7 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
             "errors",
             "goodput req/s",
         ]
-        notes = [sweep["knee"]]
+        notes = [sweep["knee"], "in flight = mean requests in flight; latency in ms"]
         if sweep["best_speed_meeting_slo"] is not None:
             notes.append(f"highest speed meeting the SLO: {sweep['best_speed_meeting_slo']:g}x")
         tables.append(
