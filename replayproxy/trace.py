@@ -94,15 +94,15 @@ class FrameWriter:
 
 # Column kinds of a table file: fixed-width numbers are stored as raw little-endian arrays,
 # strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
-NUMERIC_KINDS = {"i8": np.dtype("<i8"), "u8": np.dtype("<u8"), "b1": np.dtype("?")}
+NUMERIC_KINDS: dict[str, np.dtype[Any]] = {"i8": np.dtype("<i8"), "u8": np.dtype("<u8"), "b1": np.dtype("?")}
 CODED_KINDS = ("str", "obj")
-RAGGED_KINDS = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
+RAGGED_KINDS: dict[str, np.dtype[Any]] = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
 
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 
-def _encode_column(kind: str, values: Sequence[Any]) -> Any:
+def _encode_column(kind: str, values: Sequence[Any] | np.ndarray) -> Any:
     if kind in NUMERIC_KINDS:
         if isinstance(values, np.ndarray):
             return values.astype(NUMERIC_KINDS[kind], copy=False).tobytes()
@@ -200,8 +200,10 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
         if not _is_index(data, pos):
             nxt = _find_index(data, pos + 1)
             if nxt < 0:
-                what = "truncated frame index" if _MARKER.startswith(data[pos : pos + 8]) else "unreadable bytes"
-                report.warnings.append(f"{name}: {what} at offset {pos} skipped ({len(data) - pos} bytes at the end)")
+                cut = _MARKER.startswith(data[pos : pos + 8])
+                what = "truncated frame index" if cut else "unreadable bytes"
+                left = len(data) - pos
+                report.warnings.append(f"{name}: {what} at offset {pos} skipped ({left} bytes at the end)")
                 return
             report.warnings.append(f"{name}: {nxt - pos} unreadable bytes at offset {pos} skipped")
             pos = nxt
@@ -212,7 +214,8 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
             nxt = _find_index(data, start)
             if nxt >= 0:
                 report.skipped_frames += 1
-                report.warnings.append(f"{name}: damaged frame index at offset {pos}; {nxt - pos} bytes skipped")
+                skipped = nxt - pos
+                report.warnings.append(f"{name}: damaged frame index at offset {pos}; {skipped} bytes cut")
                 pos = nxt
                 continue
             report.skipped_frames += 1
@@ -227,7 +230,8 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
         except zstandard.ZstdError as e:
             report.skipped_frames += 1
             report.lost_records += records
-            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({records} records lost): {e}")
+            lost = f"{records} records lost"
+            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({lost}): {e}")
         else:
             report.frames += 1
             yield payload
@@ -365,7 +369,8 @@ def _read_map(unpacker: msgpack.Unpacker, view: memoryview) -> dict[Any, Any]:
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
         if key == "columns" and record.get("type") == "batch" and view[unpacker.tell()] in _ARRAY_MARKERS:
-            record[key] = [_read_part(unpacker, view, nested=True) for _ in range(unpacker.read_array_header())]
+            count = unpacker.read_array_header()
+            record[key] = [_read_part(unpacker, view, nested=True) for _ in range(count)]
         else:
             record[key] = unpacker.unpack()
     return record
@@ -733,14 +738,17 @@ def _with_defaults(table: Table) -> Table:
     return table
 
 
-def _reorder_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _reorder_ragged(
+    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Permute rows of a flat ragged array given per-row lengths; returns flat and its index."""
     starts = np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64)
     new_lengths = lengths[order]
     index = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
     if _is_identity(order):
         return flat, index
-    positions = np.arange(index[-1]) - np.repeat(index[:-1], new_lengths) + np.repeat(starts[order], new_lengths)
+    within = np.arange(index[-1]) - np.repeat(index[:-1], new_lengths)
+    positions = within + np.repeat(starts[order], new_lengths)
     return flat[positions], index
 
 
