@@ -17,7 +17,9 @@ from replayproxy.trace import load
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs")
-    parser.add_argument("--json", action="store_true", help="one JSON object with stable keys instead of text")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object with stable keys instead of text"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,15 +36,18 @@ def run(args: argparse.Namespace) -> int:
 
 def render_text(profile: dict[str, Any]) -> str:
     lines = [
-        f"requests           {profile['requests']} in {profile['files']} file(s) over {profile['duration_s']:.1f} s",
-        f"rate               mean {_num(profile['rate_mean_rps'])} req/s, peak {_num(profile['rate_peak_rps'])} "
-        f"req/s (per {profile['rate_peak_window_s']:g} s window), inter-arrival CV {_num(profile['interarrival_cv'])}",
+        f"requests           {profile['requests']} in {profile['files']} file(s) "
+        f"over {profile['duration_s']:.1f} s",
+        f"rate               mean {_num(profile['rate_mean_rps'])} req/s, "
+        f"peak {_num(profile['rate_peak_rps'])} req/s (per {profile['rate_peak_window_s']:g} s window), "
+        f"inter-arrival CV {_num(profile['interarrival_cv'])}",
         f"input tokens       {_dist(profile['input_tokens'])}",
         f"output tokens      {_dist(profile['output_tokens'])}",
         f"streaming          {_share(profile['stream_share'])} of requests",
         f"endpoints          {_mix(profile['endpoints'], profile['requests'])}",
         f"models             {_mix(profile['models'], profile['requests'])}",
-        f"prefix reuse       {_share(profile['prefix_reuse'])} of input tokens (infinite prefix cache hit rate)",
+        f"prefix reuse       {_share(profile['prefix_reuse'])} of input tokens "
+        "(infinite prefix cache hit rate)",
         f"sessions           {profile['sessions']}",
         f"peak concurrency   {_num(profile['peak_concurrency'])} (from recorded E2E times)",
         f"errors             {_mix(profile['errors'], profile['requests']) if profile['errors'] else 'none'}",
@@ -74,6 +79,9 @@ def _dist(summary: dict[str, Any]) -> str:
 
 
 def _mix(counts: dict[str, int], total: int) -> str:
-    shown = [f"{name or '(none)'} {count} ({100 * count / max(total, 1):.0f}%)" for name, count in list(counts.items())[:8]]
+    shown = [
+        f"{name or '(none)'} {count} ({100 * count / max(total, 1):.0f}%)"
+        for name, count in list(counts.items())[:8]
+    ]
     more = len(counts) - len(shown)
     return ", ".join(shown) + (f", and {more} more" if more > 0 else "")

@@ -194,12 +194,12 @@ class BlockHashes(tuple[int, ...]):
 def pack_u64(values: Sequence[int]) -> bytes:
     packed = getattr(values, "packed", None)
     if packed is not None:
-        return packed  # type: ignore[no-any-return]
+        return bytes(packed)
     return _array_struct("Q", len(values)).pack(*values)
 
 
 def unpack_u64(data: bytes) -> tuple[int, ...]:
-    return _array_struct("Q", len(data) // 8).unpack(data)  # type: ignore[no-any-return]
+    return _array_struct("Q", len(data) // 8).unpack(data)
 
 
 def pack_u32(values: Sequence[int]) -> bytes:
@@ -210,7 +210,7 @@ def pack_u32(values: Sequence[int]) -> bytes:
 
 
 def unpack_u32(data: bytes) -> tuple[int, ...]:
-    return _array_struct("I", len(data) // 4).unpack(data)  # type: ignore[no-any-return]
+    return _array_struct("I", len(data) // 4).unpack(data)
 
 
 def key_fingerprint(key: bytes) -> str:
@@ -236,10 +236,14 @@ def prefix_block_hashes(
         return BlockHashes(pack_u64(known)[: 8 * blocks])
     first = len(known)
     if isinstance(units, str):
-        payloads = [units[i * block_size : (i + 1) * block_size].encode("utf-8") for i in range(first, blocks)]
+        payloads = [
+            units[i * block_size : (i + 1) * block_size].encode("utf-8") for i in range(first, blocks)
+        ]
     else:
         width = 4 * block_size
-        data = _array_struct("I", (blocks - first) * block_size).pack(*units[first * block_size : blocks * block_size])
+        data = _array_struct("I", (blocks - first) * block_size).pack(
+            *units[first * block_size : blocks * block_size]
+        )
         payloads = [data[i : i + width] for i in range(0, len(data), width)]
     base = _keyed_blake2b(key)
     previous = known[-1].to_bytes(8, "little") if known else b"\0" * 8

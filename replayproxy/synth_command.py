@@ -11,8 +11,8 @@ import argparse
 import itertools
 from collections.abc import Iterable
 
-from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for, parse_arrival
 from replayproxy.shape import RequestShape
+from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for, parse_arrival
 from replayproxy.trace import TraceHeader, write_trace
 
 DIST_HELP = "lognormal:mean=M,sigma=S[,min=A,max=B] | fixed:N | uniform:A,B (tokens)"
@@ -25,28 +25,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--duration", type=float, metavar="S", help="trace length in seconds instead")
     parser.add_argument("--rate", type=float, default=10.0, metavar="R", help="mean requests per second (10)")
     parser.add_argument(
-        "--arrival", default="poisson", metavar="poisson|gamma:CV",
+        "--arrival",
+        default="poisson",
+        metavar="poisson|gamma:CV",
         help="inter-arrival process; gamma with CV > 1 gives bursts (poisson)",
     )
-    parser.add_argument("--input-len", default="lognormal:mean=1000,sigma=0.8", metavar="DIST", help=DIST_HELP)
-    parser.add_argument("--output-len", default="lognormal:mean=250,sigma=0.8", metavar="DIST", help=DIST_HELP)
+    parser.add_argument(
+        "--input-len", default="lognormal:mean=1000,sigma=0.8", metavar="DIST", help=DIST_HELP
+    )
+    parser.add_argument(
+        "--output-len", default="lognormal:mean=250,sigma=0.8", metavar="DIST", help=DIST_HELP
+    )
     parser.add_argument("--prefix-groups", type=int, default=0, metavar="G", help="shared system prompts (0)")
     parser.add_argument("--prefix-len", type=int, default=0, metavar="L", help="tokens per system prompt")
     parser.add_argument(
-        "--sessions-share", type=float, default=0.0, metavar="F", help="share of requests in multi-turn sessions (0)"
+        "--sessions-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share of requests in multi-turn sessions (0)",
     )
-    parser.add_argument("--turns", default="uniform:2,6", metavar="DIST", help="turns per session (uniform:2,6)")
-    parser.add_argument("--think", type=float, default=5.0, metavar="S", help="mean pause between turns (5 s)")
+    parser.add_argument(
+        "--turns", default="uniform:2,6", metavar="DIST", help="turns per session (uniform:2,6)"
+    )
+    parser.add_argument(
+        "--think", type=float, default=5.0, metavar="S", help="mean pause between turns (5 s)"
+    )
     parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
-    parser.add_argument("--stream-share", type=float, default=1.0, metavar="F", help="share of streaming requests (1)")
+    parser.add_argument(
+        "--stream-share", type=float, default=1.0, metavar="F", help="share of streaming requests (1)"
+    )
     parser.add_argument("--model", default="synth", help="model name written in each request (synth)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed; equal seeds give identical files (0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="random seed; equal seeds give identical files (0)"
+    )
     profile = parser.add_argument_group("from a profile (`replayproxy export --format profile`)")
     profile.add_argument(
-        "--profile", metavar="PROFILE.json", help="sample this profile instead (uses --duration, --requests, --seed)"
+        "--profile",
+        metavar="PROFILE.json",
+        help="sample this profile instead (uses --duration, --requests, --seed)",
     )
-    profile.add_argument("--rate-scale", type=float, default=1.0, metavar="K", help="multiply the request rate (1)")
-    profile.add_argument("--length-scale", type=float, default=1.0, metavar="K", help="multiply token lengths (1)")
+    profile.add_argument(
+        "--rate-scale", type=float, default=1.0, metavar="K", help="multiply the request rate (1)"
+    )
+    profile.add_argument(
+        "--length-scale", type=float, default=1.0, metavar="K", help="multiply token lengths (1)"
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> SynthSpec:
@@ -86,7 +110,11 @@ def from_profile(args: argparse.Namespace) -> tuple[TraceHeader, Iterable[Reques
 
     profile = load_profile(args.profile)
     shapes: Iterable[RequestShape] = shapes_from_profile(
-        profile, rate_scale=args.rate_scale, length_scale=args.length_scale, duration_s=args.duration, seed=args.seed
+        profile,
+        rate_scale=args.rate_scale,
+        length_scale=args.length_scale,
+        duration_s=args.duration,
+        seed=args.seed,
     )
     if args.requests is not None:
         shapes = itertools.islice(shapes, args.requests)

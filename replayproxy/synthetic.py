@@ -50,10 +50,15 @@ class LengthDist:
                 params = {k.strip(): float(v) for k, v in (p.split("=") for p in rest.split(","))}
                 unknown = set(params) - {"mean", "sigma", "min", "max"}
                 if unknown or "mean" not in params:
-                    raise ValueError(f"lognormal takes mean=, sigma=, min=, max= (mean required), got {rest!r}")
+                    raise ValueError(
+                        f"lognormal takes mean=, sigma=, min=, max= (mean required), got {rest!r}"
+                    )
                 dist = cls(
-                    "lognormal", mean=params["mean"], sigma=params.get("sigma", 0.8),
-                    low=int(params.get("min", 1)), high=int(params.get("max", 1 << 20)),
+                    "lognormal",
+                    mean=params["mean"],
+                    sigma=params.get("sigma", 0.8),
+                    low=int(params.get("min", 1)),
+                    high=int(params.get("max", 1 << 20)),
                 )
             else:
                 raise ValueError(f"unknown distribution {kind!r}; use lognormal, fixed or uniform")
@@ -94,7 +99,9 @@ def parse_arrival(text: str) -> float:
     except ValueError:
         cv = math.nan
     if not cv > 0:
-        raise ValueError(f"bad arrival process {text!r}; use poisson or gamma:CV with CV > 0 (CV > 1 is bursty)")
+        raise ValueError(
+            f"bad arrival process {text!r}; use poisson or gamma:CV with CV > 0 (CV > 1 is bursty)"
+        )
     return cv
 
 
@@ -123,7 +130,9 @@ class SynthSpec:
     def __post_init__(self) -> None:
         if self.requests is not None and self.duration_s is not None:
             raise ValueError("give the number of requests or the duration, not both")
-        if (self.requests is not None and self.requests < 0) or (self.duration_s is not None and self.duration_s < 0):
+        if (self.requests is not None and self.requests < 0) or (
+            self.duration_s is not None and self.duration_s < 0
+        ):
             raise ValueError("requests and duration must not be negative")
         if not self.rate_rps > 0 or not self.arrival_cv > 0:
             raise ValueError(f"rate and arrival CV must be positive, got {self.rate_rps}, {self.arrival_cv}")
@@ -131,8 +140,14 @@ class SynthSpec:
             raise ValueError(f"endpoint must be chat or completions, got {self.endpoint!r}")
         for name in ("sessions_share", "stream_share"):
             if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name.replace('_', '-')} must be between 0 and 1, got {getattr(self, name)}")
-        if self.prefix_groups < 0 or self.prefix_len_tokens < 0 or (self.prefix_groups and not self.prefix_len_tokens):
+                raise ValueError(
+                    f"{name.replace('_', '-')} must be between 0 and 1, got {getattr(self, name)}"
+                )
+        if (
+            self.prefix_groups < 0
+            or self.prefix_len_tokens < 0
+            or (self.prefix_groups and not self.prefix_len_tokens)
+        ):
             raise ValueError("prefix groups need a positive --prefix-len")
         if self.block_size <= 0 or not 1 <= self.context_tokens <= _MAX_SEGMENT // 2:
             raise ValueError(f"block size must be positive and the context 1..{_MAX_SEGMENT // 2} tokens")
@@ -213,7 +228,9 @@ class _Generator:
         spec = self.spec
         shape = 1.0 / spec.arrival_cv**2
         scale_s = 1.0 / (spec.rate_rps * shape)
-        limit = spec.requests if spec.requests is not None else (None if spec.duration_s is not None else 1000)
+        limit = (
+            spec.requests if spec.requests is not None else (None if spec.duration_s is not None else 1000)
+        )
         produced, clock_s = 0, 0.0
         while limit is None or produced < limit:
             n = _CHUNK if limit is None else min(_CHUNK, limit - produced)
@@ -279,7 +296,9 @@ class _Generator:
             return tokens, prefix_block_hashes(tokens, self.spec.block_size, self.key)
         prefix = self.group_tokens[group]
         tokens = prefix + self.fresh_ids(max(1, length - len(prefix)))
-        return tokens, prefix_block_hashes(tokens, self.spec.block_size, self.key, known=self.group_hashes[group])
+        return tokens, prefix_block_hashes(
+            tokens, self.spec.block_size, self.key, known=self.group_hashes[group]
+        )
 
     def next_turn(self, offset: int, user_tokens: int, group: int, turns: int) -> _Session:
         """The oldest session ready for its next turn, extended; else a new session's first turn."""

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-SYNTH = ["--requests", "300", "--rate", "20", "--arrival", "gamma:2", "--prefix-groups", "3", "--prefix-len", "64",
-         "--sessions-share", "0.3", "--input-len", "lognormal:mean=300,sigma=0.5", "--seed", "9"]  # fmt: skip
+SYNTH = [
+    "--requests", "300", "--rate", "20", "--arrival", "gamma:2", "--prefix-groups", "3", "--prefix-len", "64",
+    "--sessions-share", "0.3", "--input-len", "lognormal:mean=300,sigma=0.5", "--seed", "9",
+]  # fmt: skip
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +49,11 @@ def test_synth_is_byte_identical_for_a_seed_and_inspect_reads_it(tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(b"", "empty file"), (b"\x00garbage\xff" * 50, "not a replayproxy file"), (b"col1,col2\n1,2\n", "bad magic")],
+    [
+        (b"", "empty file"),
+        (b"\x00garbage\xff" * 50, "not a replayproxy file"),
+        (b"col1,col2\n1,2\n", "bad magic"),
+    ],
 )
 def test_inspect_refuses_files_that_are_not_traces(tmp_path: Path, content: bytes, needle: str) -> None:
     path = tmp_path / "bad.rpt"
@@ -96,4 +102,6 @@ def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
     after = json.loads(cli("inspect", "--json", str(scaled[0])).stdout)
     assert after["requests"] == pytest.approx(2 * before["requests"], rel=0.2)
     assert after["duration_s"] == pytest.approx(before["duration_s"], rel=0.1)
-    assert_one_line_error(cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile")
+    assert_one_line_error(
+        cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile"
+    )

@@ -1,4 +1,4 @@
-"""The workload profile checked against numbers computed independently, in plain Python (replayproxy/inspect.py)."""
+"""The workload profile against numbers computed independently in plain Python (replayproxy/inspect.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,11 @@ def hand_made(rng: random.Random, n: int = 300) -> list[RequestShape]:
 
 def write(path: Path, shapes: list[RequestShape], start_ns: int = START_NS, **header: object) -> Path:
     trace.write_trace(
-        path, TraceHeader(start_wall_ns=start_ns, **header), shapes, mono_ns=lambda: 0, wall_ns=lambda: 0  # type: ignore[arg-type]
+        path,
+        TraceHeader(start_wall_ns=start_ns, **header),
+        shapes,
+        mono_ns=lambda: 0,
+        wall_ns=lambda: 0,  # type: ignore[arg-type]
     )
     return path
 
@@ -82,13 +86,13 @@ def test_profile_matches_an_independent_computation(tmp_path: Path) -> None:
     late = [s for i, s in enumerate(shapes) if i % 3 == 0]
     early = [s for i, s in enumerate(shapes) if i % 3 != 0]
     write(tmp_path / "a.rpt", list(reversed(early)))
-    write(tmp_path / "b.rpt", [RequestShape(**{**_fields(s), "offset_ns": s.offset_ns - 3 * 10**9}) for s in late],
-          START_NS + 3 * 10**9)  # fmt: skip
+    shifted = [RequestShape(**{**_fields(s), "offset_ns": s.offset_ns - 3 * 10**9}) for s in late]
+    write(tmp_path / "b.rpt", shifted, START_NS + 3 * 10**9)
     profile = profile_of(trace.load(tmp_path))
 
     offsets = sorted(s.offset_ns for s in shapes)
     duration_s = (offsets[-1] - offsets[0]) / 1e9
-    gaps = [(b - a) / 1e9 for a, b in zip(offsets, offsets[1:])]
+    gaps = [(b - a) / 1e9 for a, b in zip(offsets, offsets[1:], strict=False)]
     windows = Counter((t - offsets[0]) // 10**9 for t in offsets)
     assert profile["requests"] == len(shapes) and profile["files"] == 2
     assert profile["duration_s"] == pytest.approx(duration_s)
@@ -100,7 +104,9 @@ def test_profile_matches_an_independent_computation(tmp_path: Path) -> None:
         assert profile[name]["count"] == len(known)
         for q in (50, 90, 99):
             assert profile[name][f"p{q}"] == pytest.approx(percentile(known, q))
-        assert profile[name]["max"] == max(known) and profile[name]["mean"] == pytest.approx(statistics.mean(known))
+        assert profile[name]["max"] == max(known) and profile[name]["mean"] == pytest.approx(
+            statistics.mean(known)
+        )
     ttfts = [s.ttft_ns / 1e6 for s in shapes if s.ttft_ns >= 0]
     assert profile["ttft_ms"]["p99"] == pytest.approx(percentile(ttfts, 99))
     assert profile["e2e_ms"]["count"] == sum(1 for s in shapes if s.e2e_ns >= 0)
@@ -139,14 +145,29 @@ def test_unknown_timings_and_missing_hashes_give_nulls(tmp_path: Path) -> None:
     shapes = [RequestShape(offset_ns=0), RequestShape(offset_ns=10**9, output_tokens=3)]
     profile = profile_of(trace.load(write(tmp_path / "t.rpt", shapes)))
     assert profile["prefix_reuse"] is None and profile["peak_concurrency"] is None
-    assert profile["ttft_ms"] == {"count": 0, "p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    assert profile["ttft_ms"] == {
+        "count": 0,
+        "p50": None,
+        "p90": None,
+        "p99": None,
+        "max": None,
+        "mean": None,
+    }
     assert profile["input_tokens"]["count"] == 0 and profile["output_tokens"]["p50"] == 3
     assert profile["errors"] == {} and profile["sessions"] == 0
 
 
 def test_traces_hashed_with_different_keys_are_not_compared(tmp_path: Path) -> None:
-    write(tmp_path / "a.rpt", [RequestShape(offset_ns=0, input_tokens=16, prefix_hashes=(5,))], key_fingerprint="aa")
-    write(tmp_path / "b.rpt", [RequestShape(offset_ns=1, input_tokens=16, prefix_hashes=(5,))], key_fingerprint="bb")
+    write(
+        tmp_path / "a.rpt",
+        [RequestShape(offset_ns=0, input_tokens=16, prefix_hashes=(5,))],
+        key_fingerprint="aa",
+    )
+    write(
+        tmp_path / "b.rpt",
+        [RequestShape(offset_ns=1, input_tokens=16, prefix_hashes=(5,))],
+        key_fingerprint="bb",
+    )
     assert profile_of(trace.load(tmp_path))["prefix_reuse"] is None
     assert profile_of(trace.load(tmp_path / "a.rpt"))["prefix_reuse"] == 0.0
 

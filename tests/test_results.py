@@ -39,8 +39,14 @@ replay_results = st.builds(
     worker=I64,
 )
 HEADER = RunHeader(
-    label="vllm-a", target="http://127.0.0.1:9", start_wall_ns=1_700_000_000 * 10**9, trace_paths=("a.rpt",),
-    models={"data": [{"id": "m"}]}, options={"speed": 2.0}, replayproxy_version="0.1", shard="1/2",
+    label="vllm-a",
+    target="http://127.0.0.1:9",
+    start_wall_ns=1_700_000_000 * 10**9,
+    trace_paths=("a.rpt",),
+    models={"data": [{"id": "m"}]},
+    options={"speed": 2.0},
+    replayproxy_version="0.1",
+    shard="1/2",
 )
 
 
@@ -58,7 +64,9 @@ def row_of(loaded: results.ResultFile, i: int) -> dict[str, object]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(replay_results, max_size=10), st.integers(1, 4))
-def test_every_result_field_round_trips(tmp_path: Path, written: list[ReplayResult], frame_records: int) -> None:
+def test_every_result_field_round_trips(
+    tmp_path: Path, written: list[ReplayResult], frame_records: int
+) -> None:
     path = tmp_path / "run.rpr"
     with ResultWriter(path, HEADER, frame_records=frame_records) as writer:
         for result in written:
@@ -79,7 +87,10 @@ def test_side_records_and_footer_are_kept(tmp_path: Path) -> None:
     (loaded,) = load_results([tmp_path])
     assert loaded.column("index").tolist() == [0, 1]
     assert loaded.extras == {
-        "telemetry": [{"type": "telemetry", "t_ns": 5, "running": 3}, {"type": "telemetry", "t_ns": 9, "running": 4}]
+        "telemetry": [
+            {"type": "telemetry", "t_ns": 5, "running": 3},
+            {"type": "telemetry", "t_ns": 9, "running": 4},
+        ]
     }
     assert loaded.footer == {"type": "footer", "records": 2, "sent": 2, "schedule_lag_p99_ns": 7}
 
@@ -111,6 +122,8 @@ def test_newer_result_version_and_traces_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="newer than this reader"):
         trace.read_table(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
     trace_path = tmp_path / "t.rpt"
-    trace.write_trace(trace_path, trace.TraceHeader(start_wall_ns=0), [], mono_ns=lambda: 0, wall_ns=lambda: 0)
+    trace.write_trace(
+        trace_path, trace.TraceHeader(start_wall_ns=0), [], mono_ns=lambda: 0, wall_ns=lambda: 0
+    )
     with pytest.raises(TraceFormatError, match="expected 'replayproxy-result'"):
         load_results([trace_path])

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from replayproxy.shape import (
     OTHER_ROLE,
     RequestShape,
-    key_fingerprint,
     keep_sampling,
+    key_fingerprint,
     prefix_block_hashes,
     role_letters,
 )
@@ -35,7 +35,8 @@ def reference_hashes(blocks: list[bytes], key: bytes) -> list[int]:
 def test_token_hashes_follow_the_documented_scheme(tokens: list[int], block_size: int, key: bytes) -> None:
     full = len(tokens) // block_size
     blocks = [
-        b"".join(t.to_bytes(4, "little") for t in tokens[i * block_size : (i + 1) * block_size]) for i in range(full)
+        b"".join(t.to_bytes(4, "little") for t in tokens[i * block_size : (i + 1) * block_size])
+        for i in range(full)
     ]
     assert list(prefix_block_hashes(tokens, block_size, key)) == reference_hashes(blocks, key)
 
@@ -122,12 +123,23 @@ def test_key_fingerprints_differ_per_key() -> None:
 
 
 def test_roles_are_a_closed_vocabulary() -> None:
-    assert role_letters(["system", "user", "assistant", "tool", "secret text", 3]) == f"suat{OTHER_ROLE}{OTHER_ROLE}"
+    assert (
+        role_letters(["system", "user", "assistant", "tool", "secret text", 3])
+        == f"suat{OTHER_ROLE}{OTHER_ROLE}"
+    )
 
 
 def test_keep_sampling_keeps_numbers_and_only_presence_of_text() -> None:
     kept = keep_sampling(
-        {"temperature": 0.7, "n": 2, "ignore_eos": True, "stop": ["secret"], "user": "alice", "seed": "x", "tools": []}
+        {
+            "temperature": 0.7,
+            "n": 2,
+            "ignore_eos": True,
+            "stop": ["secret"],
+            "user": "alice",
+            "seed": "x",
+            "tools": [],
+        }
     )
     assert kept == {"temperature": 0.7, "n": 2, "ignore_eos": True, "stop": True, "user": True}
     assert "secret" not in repr(kept) and "alice" not in repr(kept)
@@ -144,4 +156,8 @@ def test_documented_test_vectors() -> None:
     key = b"example key"
     assert key_fingerprint(key) == "42857efba8abf594"
     assert prefix_block_hashes(list(range(40)), 16, key) == (0xC1232B560D3B8DEC, 0x3229786B15307E19)
-    assert prefix_block_hashes("Grüße aus Köln!", 4, key) == (0xAB8C268600736CC9, 0x852253CD96920BFE, 0x17FD8EA78695D844)
+    assert prefix_block_hashes("Grüße aus Köln!", 4, key) == (
+        0xAB8C268600736CC9,
+        0x852253CD96920BFE,
+        0x17FD8EA78695D844,
+    )

@@ -1,4 +1,4 @@
-"""Synthetic workloads: determinism, statistical shape, shared prefixes and sessions (replayproxy/synthetic.py)."""
+"""Synthetic workloads: determinism, statistics, shared prefixes and sessions (replayproxy/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def write(path: Path, spec: SynthSpec) -> Path:
 
 
 def test_same_seed_same_bytes_other_seed_other_trace(tmp_path: Path) -> None:
-    spec = SynthSpec(requests=500, prefix_groups=3, prefix_len_tokens=100, sessions_share=0.4, arrival_cv=3.0, seed=5)
+    spec = SynthSpec(
+        requests=500, prefix_groups=3, prefix_len_tokens=100, sessions_share=0.4, arrival_cv=3.0, seed=5
+    )
     first, second = write(tmp_path / "a.rpt", spec), write(tmp_path / "b.rpt", spec)
     assert first.read_bytes() == second.read_bytes()
     other = write(tmp_path / "c.rpt", SynthSpec(**{**_fields(spec), "seed": 6}))
@@ -29,7 +31,9 @@ def test_same_seed_same_bytes_other_seed_other_trace(tmp_path: Path) -> None:
     (header,) = trace.load(first).headers
     assert header.source == "synth" and header.start_wall_ns == 0 and header.created_wall_ns == 0
     assert header.block_size == 16 and header.block_unit == "token" and header.key_fingerprint
-    assert header.extra["synth"]["seed"] == 5 and header.extra["synth"]["input_len"].startswith("lognormal:mean=1000")
+    assert header.extra["synth"]["seed"] == 5 and header.extra["synth"]["input_len"].startswith(
+        "lognormal:mean=1000"
+    )
 
 
 def _fields(spec: SynthSpec) -> dict[str, object]:
@@ -38,7 +42,12 @@ def _fields(spec: SynthSpec) -> dict[str, object]:
 
 @pytest.mark.parametrize(("arrival", "cv"), [("poisson", 1.0), ("gamma:0.5", 0.5), ("gamma:3", 3.0)])
 def test_arrival_rate_and_burstiness(arrival: str, cv: float) -> None:
-    spec = SynthSpec(requests=20_000, rate_rps=40, arrival_cv=parse_arrival(arrival), input_len=LengthDist.parse("fixed:16"))
+    spec = SynthSpec(
+        requests=20_000,
+        rate_rps=40,
+        arrival_cv=parse_arrival(arrival),
+        input_len=LengthDist.parse("fixed:16"),
+    )
     offsets = np.array([s.offset_ns for s in generate(spec)])
     gaps_s = np.diff(offsets) / 1e9
     assert offsets[0] == 0 and (gaps_s >= 0).all()
@@ -47,7 +56,10 @@ def test_arrival_rate_and_burstiness(arrival: str, cv: float) -> None:
 
 
 def test_duration_bounds_the_trace() -> None:
-    offsets = [s.offset_ns for s in generate(SynthSpec(duration_s=100, rate_rps=20, input_len=LengthDist.parse("fixed:1")))]
+    offsets = [
+        s.offset_ns
+        for s in generate(SynthSpec(duration_s=100, rate_rps=20, input_len=LengthDist.parse("fixed:1")))
+    ]
     assert max(offsets) < 100 * 10**9
     assert len(offsets) == pytest.approx(2000, rel=0.1)
 
@@ -56,7 +68,10 @@ def test_duration_bounds_the_trace() -> None:
     ("text", "check"),
     [
         ("fixed:512", lambda v: set(v) == {512}),
-        ("uniform:100,200", lambda v: min(v) >= 100 and max(v) <= 200 and statistics.mean(v) == pytest.approx(150, rel=0.03)),
+        (
+            "uniform:100,200",
+            lambda v: min(v) >= 100 and max(v) <= 200 and statistics.mean(v) == pytest.approx(150, rel=0.03),
+        ),
         ("lognormal:mean=800,sigma=0.8", lambda v: statistics.mean(v) == pytest.approx(800, rel=0.06)),
         ("lognormal:mean=800,sigma=0.5,max=1000", lambda v: max(v) == 1000 and min(v) >= 1),
     ],
@@ -70,7 +85,9 @@ def test_length_distributions(text: str, check: object) -> None:
 
 
 def test_group_prefixes_share_hashes_and_reuse_is_as_expected(tmp_path: Path) -> None:
-    spec = SynthSpec(requests=3000, prefix_groups=5, prefix_len_tokens=520, input_len=LengthDist.parse("fixed:1000"))
+    spec = SynthSpec(
+        requests=3000, prefix_groups=5, prefix_len_tokens=520, input_len=LengthDist.parse("fixed:1000")
+    )
     shapes = list(generate(spec))
     by_lead = defaultdict(list)
     for shape in shapes:
@@ -103,7 +120,7 @@ def test_sessions_extend_the_previous_turn() -> None:
     assert len(multi) > 50 and max(len(t) for t in multi) <= 6
     for turns in sessions.values():
         assert [t.turn for t in turns] == list(range(len(turns)))
-        for previous, current in zip(turns, turns[1:]):
+        for previous, current in zip(turns, turns[1:], strict=False):
             assert current.offset_ns >= previous.offset_ns + 10**9  # answer time and a pause first
             assert current.input_tokens > previous.input_tokens + previous.output_tokens
             assert current.prefix_hashes[: len(previous.prefix_hashes)] == previous.prefix_hashes
@@ -121,7 +138,13 @@ def test_hashes_are_prefix_block_hashes_of_pseudo_token_ids() -> None:
 
 
 def test_endpoint_stream_share_and_model() -> None:
-    spec = SynthSpec(requests=4000, endpoint="completions", stream_share=0.25, model="m1", input_len=LengthDist.parse("fixed:1"))
+    spec = SynthSpec(
+        requests=4000,
+        endpoint="completions",
+        stream_share=0.25,
+        model="m1",
+        input_len=LengthDist.parse("fixed:1"),
+    )
     shapes = list(generate(spec))
     assert {(s.endpoint, s.roles, s.model) for s in shapes} == {("completions", "", "m1")}
     assert sum(s.stream for s in shapes) / len(shapes) == pytest.approx(0.25, abs=0.03)

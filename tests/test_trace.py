@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from replayproxy import trace
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
-from replayproxy.trace import ReadReport, TraceFormatError, TraceHeader, TraceWriter
+from replayproxy.trace import TraceFormatError, TraceHeader, TraceWriter
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 U64 = st.integers(0, 2**64 - 1)
@@ -77,7 +77,11 @@ def exact(shape: RequestShape) -> list[tuple[str, str]]:
 def write(path: Path, shapes: list[RequestShape], start_wall_ns: int = 0, **options: Any) -> Path:
     clock = FakeClock()
     with TraceWriter(
-        TraceHeader(start_wall_ns=start_wall_ns), path=path, mono_ns=clock.mono_ns, wall_ns=clock.wall_ns, **options
+        TraceHeader(start_wall_ns=start_wall_ns),
+        path=path,
+        mono_ns=clock.mono_ns,
+        wall_ns=clock.wall_ns,
+        **options,
     ) as writer:
         for shape in shapes:
             writer.write(shape)
@@ -88,7 +92,9 @@ def column_value(columns: trace.Columns, name: str, i: int) -> Any:
     if name == "prefix_hashes":
         return tuple(int(h) for h in columns.hashes_of(i))
     if name == "chunk_gaps_us":
-        return tuple(int(g) for g in columns.chunk_gaps_us[columns.chunk_index[i] : columns.chunk_index[i + 1]])
+        return tuple(
+            int(g) for g in columns.chunk_gaps_us[columns.chunk_index[i] : columns.chunk_index[i + 1]]
+        )
     value = getattr(columns, name)[i]
     return value.item() if isinstance(value, np.generic) else value
 
@@ -110,7 +116,9 @@ def test_every_field_round_trips(tmp_path: Path, written: list[RequestShape], fr
 
 
 def test_column_dtypes_follow_field_kinds(tmp_path: Path) -> None:
-    columns = trace.load(write(tmp_path / "t.rpt", [RequestShape(offset_ns=5, input_tokens=100, session=2**64 - 1)]))
+    columns = trace.load(
+        write(tmp_path / "t.rpt", [RequestShape(offset_ns=5, input_tokens=100, session=2**64 - 1)])
+    )
     assert columns.offset_ns.dtype == np.int64 and columns.input_tokens.dtype == np.int64
     assert columns.stream.dtype == np.bool_ and columns.session.dtype == np.uint64
     assert columns.session[0] == 2**64 - 1 and columns.prefix_hashes.dtype == np.uint64
@@ -173,7 +181,9 @@ def test_corrupt_middle_frame_is_skipped_and_reported(tmp_path: Path) -> None:
     columns = trace.load(tmp_path / "t.rpt")
     assert columns.input_tokens.tolist() == [0, 1, 4, 5]
     assert columns.report.skipped_frames == 1 and columns.report.lost_records == records == 2
-    assert any(f"corrupt frame at offset {start}" in w and "2 records lost" in w for w in columns.report.warnings)
+    assert any(
+        f"corrupt frame at offset {start}" in w and "2 records lost" in w for w in columns.report.warnings
+    )
     assert columns.report.footers == 1  # frames after the damage still load
 
 
@@ -256,7 +266,10 @@ def test_unknown_fields_from_a_newer_minor_writer_are_ignored(tmp_path: Path) ->
     header["fields"] = [*header["fields"], "future_field"]
     header["kinds"]["future_field"] = "i8"
     rows = [(*RequestShape(offset_ns=i, input_tokens=10 + i).to_record(), 99) for i in range(3)]
-    columns = [trace._encode_column(header["kinds"][f], col) for f, col in zip(header["fields"], zip(*rows))]
+    columns = [
+        trace._encode_column(header["kinds"][f], col)
+        for f, col in zip(header["fields"], zip(*rows, strict=True), strict=True)
+    ]
     path = tmp_path / "newer.rpt"
     path.write_bytes(frames_with_header(header, [{"type": "batch", "n": 3, "columns": columns}]))
     assert trace.load(path).input_tokens.tolist() == [10, 11, 12]
@@ -267,7 +280,10 @@ def test_files_with_fewer_fields_load_with_defaults(tmp_path: Path) -> None:
     kept = ["offset_ns", "input_tokens", "prefix_hashes"]
     header = TraceHeader(start_wall_ns=0, fields=tuple(kept)).to_record()
     rows = [(i, 5 * i, struct.pack("<Q", i)) for i in range(3)]
-    columns = [trace._encode_column(FIELD_KINDS[f], col) for f, col in zip(kept, zip(*rows))]
+    columns = [
+        trace._encode_column(FIELD_KINDS[f], col)
+        for f, col in zip(kept, zip(*rows, strict=True), strict=True)
+    ]
     path = tmp_path / "old.rpt"
     path.write_bytes(frames_with_header(header, [{"type": "batch", "n": 3, "columns": columns}]))
     loaded = trace.load(path)
@@ -280,7 +296,10 @@ def test_files_with_fewer_fields_load_with_defaults(tmp_path: Path) -> None:
 def test_malformed_batch_is_skipped(tmp_path: Path) -> None:
     header = TraceHeader(start_wall_ns=0).to_record()
     good = [RequestShape(offset_ns=i).to_record() for i in range(2)]
-    columns = [trace._encode_column(FIELD_KINDS[f], col) for f, col in zip(FIELDS, zip(*good))]
+    columns = [
+        trace._encode_column(FIELD_KINDS[f], col)
+        for f, col in zip(FIELDS, zip(*good, strict=True), strict=True)
+    ]
     short = list(columns)
     short[0] = short[0][:8]  # offset_ns column holds one row, the batch says two
     path = tmp_path / "bad-batch.rpt"
@@ -298,12 +317,19 @@ def test_rotation_by_size(tmp_path: Path) -> None:
     clock = FakeClock()
     header = TraceHeader(start_wall_ns=clock.wall)
     writer = TraceWriter(
-        header, directory=tmp_path, prefix="rec", mono_ns=clock.mono_ns, wall_ns=clock.wall_ns,
-        frame_records=10, rotate_bytes=2000,
+        header,
+        directory=tmp_path,
+        prefix="rec",
+        mono_ns=clock.mono_ns,
+        wall_ns=clock.wall_ns,
+        frame_records=10,
+        rotate_bytes=2000,
     )
     rng = np.random.default_rng(1)
     for i in range(200):
-        writer.write(RequestShape(offset_ns=i * 1000, input_tokens=i, prefix_hashes=tuple(rng.integers(0, 2**63, 8))))
+        writer.write(
+            RequestShape(offset_ns=i * 1000, input_tokens=i, prefix_hashes=tuple(rng.integers(0, 2**63, 8)))
+        )
     writer.close()
     assert len(writer.files) > 3
     assert writer.files == sorted(tmp_path.glob("rec-*.rpt"))
@@ -322,8 +348,12 @@ def test_rotation_by_size(tmp_path: Path) -> None:
 def test_rotation_by_age_and_flush_interval(tmp_path: Path) -> None:
     clock = FakeClock()
     writer = TraceWriter(
-        TraceHeader(start_wall_ns=clock.wall), directory=tmp_path, mono_ns=clock.mono_ns, wall_ns=clock.wall_ns,
-        flush_interval_s=1.0, rotate_seconds=60,
+        TraceHeader(start_wall_ns=clock.wall),
+        directory=tmp_path,
+        mono_ns=clock.mono_ns,
+        wall_ns=clock.wall_ns,
+        flush_interval_s=1.0,
+        rotate_seconds=60,
     )
     writer.write(RequestShape(offset_ns=0))
     assert writer.current_path is not None and writer.current_path.stat().st_size > 0
@@ -351,7 +381,11 @@ def test_rotation_by_age_and_flush_interval(tmp_path: Path) -> None:
 def test_files_merge_by_absolute_time(tmp_path: Path) -> None:
     # File a starts 2 s after file b; offsets are relative to each file's own start.
     write(tmp_path / "a.rpt", [RequestShape(offset_ns=t, input_tokens=t) for t in (0, 3 * 10**9)], 12 * 10**9)
-    write(tmp_path / "b.rpt", [RequestShape(offset_ns=t, input_tokens=t) for t in (10**9, 4 * 10**9)], 10 * 10**9)
+    write(
+        tmp_path / "b.rpt",
+        [RequestShape(offset_ns=t, input_tokens=t) for t in (10**9, 4 * 10**9)],
+        10 * 10**9,
+    )
     loaded = trace.load([tmp_path / "a.rpt", tmp_path / "b.rpt"])
     assert loaded.offset_ns.tolist() == [10**9, 2 * 10**9, 4 * 10**9, 5 * 10**9]
     assert loaded.input_tokens.tolist() == [10**9, 0, 4 * 10**9, 3 * 10**9]
@@ -363,11 +397,20 @@ def test_files_merge_by_absolute_time(tmp_path: Path) -> None:
 
 def test_out_of_order_records_are_sorted_with_their_ragged_fields(tmp_path: Path) -> None:
     # A recorder writes a record when its response ends, so arrival order differs from write order.
-    written = [RequestShape(offset_ns=t, prefix_hashes=(t,) * (t % 3), chunk_gaps_us=(t,)) for t in (5, 1, 4, 2, 3)]
+    written = [
+        RequestShape(offset_ns=t, prefix_hashes=(t,) * (t % 3), chunk_gaps_us=(t,)) for t in (5, 1, 4, 2, 3)
+    ]
     loaded = trace.load(write(tmp_path / "t.rpt", written, frame_records=2))
     assert loaded.offset_ns.tolist() == [1, 2, 3, 4, 5]
     assert [loaded.hashes_of(i).tolist() for i in range(5)] == [[1], [2, 2], [], [4], [5, 5]]
-    assert loaded.chunk_gaps_us.tolist() == [1, 2, 3, 4, 5] and loaded.chunk_index.tolist() == [0, 1, 2, 3, 4, 5]
+    assert loaded.chunk_gaps_us.tolist() == [1, 2, 3, 4, 5] and loaded.chunk_index.tolist() == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
 
 
 def test_missing_paths_and_empty_directories_raise(tmp_path: Path) -> None:
@@ -384,8 +427,15 @@ def test_a_file_with_no_records_loads_empty(tmp_path: Path) -> None:
 
 def test_header_round_trips_and_records_when_the_file_was_created(tmp_path: Path) -> None:
     header = TraceHeader(
-        start_wall_ns=123, source="synth", block_size=32, block_unit="char", key_fingerprint="ab" * 8,
-        upstream="http://u", tokenizer="tok", recorder="replayproxy 0", extra={"note": 1},
+        start_wall_ns=123,
+        source="synth",
+        block_size=32,
+        block_unit="char",
+        key_fingerprint="ab" * 8,
+        upstream="http://u",
+        tokenizer="tok",
+        recorder="replayproxy 0",
+        extra={"note": 1},
     )
     clock = FakeClock()
     trace.write_trace(tmp_path / "t.rpt", header, [], mono_ns=clock.mono_ns, wall_ns=clock.wall_ns)
