@@ -10,6 +10,7 @@ from typing import Any
 from replayproxy import clock, config
 from replayproxy.replay import session, summary, workers
 from replayproxy.replay.flavors import FLAVORS
+from replayproxy.results import ReplayResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,15 +77,31 @@ def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, 
 
 
 async def replay(options: session.ReplayOptions, show_progress: bool = False) -> dict[str, Any]:
-    """The whole run; returns the summary written to the result footer."""
+    """The whole run; returns the summary written to the result footer.
+
+    When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
+    requests still in flight recorded as `client_cancel`.
+    """
     plan = await session.prepare_run(options)
     if options.workers > 1:
         results, start_ns = await workers.run_workers(options, plan, show_progress)
-    else:
-        progress = session.stderr_progress if show_progress else None
-        results, start_ns = await session.run_local(
-            options, plan.prepared, plan.pool_size, lambda: session.start_ns_for(options), progress=progress
-        )
+        return _finish(options, plan, results, start_ns, show_progress)
+    progress = session.stderr_progress if show_progress else None
+    outcome = session.Outcome()
+    try:
+        await session.run_local(options, plan.prepared, plan.pool_size, lambda: session.start_ns_for(options),
+                                progress=progress, outcome=outcome)
+    except asyncio.CancelledError:
+        if outcome.start_ns:
+            _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
+            print(f"replayproxy replay: interrupted; {len(outcome.results)} results written to {options.output}",
+                  file=sys.stderr)
+        raise
+    return _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
+
+
+def _finish(options: session.ReplayOptions, plan: session.RunPlan, results: list[ReplayResult], start_ns: int,
+            show_progress: bool) -> dict[str, Any]:
     if show_progress:
         print(file=sys.stderr)
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)

@@ -61,7 +61,8 @@ class Runner:
         timeout_s: float,
         max_concurrency: int = 0,
         worker: int = 0,
-        spin_ns: int = 2_000_000,
+        spin_ns: int = 1_000_000,
+        results: list[ReplayResult] | None = None,
     ) -> None:
         self.prepared = prepared
         self.wires = wires
@@ -72,7 +73,7 @@ class Runner:
         self.worker = worker
         self.waiter = Waiter(clock, spin_ns=spin_ns)
         self.counters = Counters(total=len(prepared))
-        self.results: list[ReplayResult] = []
+        self.results: list[ReplayResult] = results if results is not None else []
         self.start_ns = 0
         self._flying: set[Exchange] = set()
         self._slot = asyncio.Event()

@@ -91,7 +91,7 @@ class Waiter:
     chunks keeps working — and re-reads the clock until the deadline has passed.
     """
 
-    def __init__(self, clock: Clock, sleep: Sleep = asyncio.sleep, spin_ns: int = 2_000_000) -> None:
+    def __init__(self, clock: Clock, sleep: Sleep = asyncio.sleep, spin_ns: int = 1_000_000) -> None:
         self._clock = clock
         self._sleep = sleep
         self._spin_ns = spin_ns

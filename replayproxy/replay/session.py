@@ -204,6 +204,14 @@ def wires_for(options: ReplayOptions, prepared: Sequence[Prepared]) -> list[byte
     return [target.request_bytes("POST", p.path, p.body, headers) for p in prepared]
 
 
+@dataclass(slots=True)
+class Outcome:
+    """What a run produced so far: complete after `run_local` returns, partial if it was interrupted."""
+
+    results: list[ReplayResult] = field(default_factory=list)
+    start_ns: int = 0  # absolute monotonic start; 0 until it was decided
+
+
 async def run_local(
     options: ReplayOptions,
     prepared: Sequence[Prepared],
@@ -212,26 +220,28 @@ async def run_local(
     *,
     worker: int = 0,
     progress: Callable[[Runner], None] | None = None,
-) -> tuple[list[ReplayResult], int]:
-    """Warm a pool, wait for the start, send; returns results and the start (absolute monotonic ns)."""
+    outcome: Outcome | None = None,
+) -> Outcome:
+    """Warm a pool, wait for the start, send; fills and returns `outcome` (results, absolute start)."""
+    outcome = outcome if outcome is not None else Outcome()
     pool = Pool(Target.parse(options.target), clock.now_ns, options.headers)
     wires = wires_for(options, prepared)
     try:
         await pool.fill(pool_size)
         runner = Runner(prepared, wires, pool, clock=clock.now_ns, timeout_s=options.timeout,
-                        max_concurrency=options.max_concurrency, worker=worker)
+                        max_concurrency=options.max_concurrency, worker=worker, results=outcome.results)
         settle_memory()
-        start_ns = start if isinstance(start, int) else start()
+        outcome.start_ns = start if isinstance(start, int) else start()
         reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
         try:
-            results = await runner.run(start_ns)
+            await runner.run(outcome.start_ns)
         finally:
             if reporter is not None:
                 reporter.cancel()
     finally:
         pool.close()
         gc.unfreeze()
-    return results, start_ns
+    return outcome
 
 
 async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -> None:

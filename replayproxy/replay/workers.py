@@ -32,8 +32,8 @@ def _worker_main(options: session.ReplayOptions, prepared: list[Prepared], pool_
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            results, _ = runner.run(_work(options, prepared, pool_size, worker, pipe))
-        pipe.send(("done", results))
+            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe))
+        pipe.send(("done", outcome.results))
     except Exception as e:  # reported to the parent, which stops the run with one line
         pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
     finally:
@@ -41,7 +41,7 @@ def _worker_main(options: session.ReplayOptions, prepared: list[Prepared], pool_
 
 
 async def _work(options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int,
-                pipe: Pipe) -> tuple[list[ReplayResult], int]:
+                pipe: Pipe) -> session.Outcome:
     def wait_for_start() -> int:
         pipe.send(("ready", None))
         message, start_ns = pipe.recv()

@@ -1,0 +1,115 @@
+"""The `replayproxy replay` command: one-line errors, config merging, and an interrupted run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from replayproxy.cli import main
+from replayproxy.replay import command
+from replayproxy.results import load_results
+from replayproxy.shape import RequestShape
+from tests.replay import traces
+from tests.replay.sse_server import serving, sse_answer
+
+MODELS = b'HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n{"data":[{"id":"bench"}]}'
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_options_merge_file_and_command_line(tmp_path: Path) -> None:
+    config = tmp_path / "r.toml"
+    config.write_text('[replay]\ntarget = "http://t:1"\nspeed = 3.0\nmodel_map = { a = "b" }\nseed = 4\n')
+    options = command.options_from_args(parse(["x.rpt", "-o", "o.rpr", "--config", str(config), "--seed", "9"]))
+    assert (options.target, options.speed, options.model_map, options.seed) == ("http://t:1", 3.0, {"a": "b"}, 9)
+    assert options.reset_prefix_cache and options.calibrate
+    quiet = command.options_from_args(parse(["x.rpt", "--target", "http://t", "-o", "o", "--no-reset-prefix-cache"]))
+    assert quiet.reset_prefix_cache is False
+    assert "api_key" not in quiet.recorded()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["replay", "t.rpt", "-o", "o.rpr"], "--target is required"),
+        (["replay", "missing.rpt", "--target", "http://127.0.0.1:9", "-o", "o.rpr"], "no such file"),
+        (["replay", "t.rpt", "--target", "http://127.0.0.1:9", "-o", "o.rpr", "--speed", "0"], "speed"),
+        (["replay", "t.rpt", "--target", "http://127.0.0.1:9", "-o", "o.rpr", "--shard", "3/2"], "shard"),
+        (["replay", "t.rpt", "--target", "ftp://x", "-o", "o.rpr"], "http"),
+        (["replay", "t.rpt", "--target", "http://127.0.0.1:9", "-o", "o.rpr"], "cannot reach target"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    traces.write(tmp_path / "t.rpt", [RequestShape(0, input_tokens=10, output_tokens=2, roles="u")])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("replayproxy replay: error:") and message in err and "\n" not in err
+
+
+@contextmanager
+def slow_server() -> Iterator[str]:
+    """A server in a thread whose streams take half a second."""
+    loop = asyncio.new_event_loop()
+    url: list[str] = []
+    ready, stop = threading.Event(), threading.Event()
+
+    async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+            return
+        await asyncio.sleep(0.5)
+        writer.write(sse_answer(2))
+
+    async def run() -> None:
+        async with serving(respond) as server:
+            url.append(server.url)
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield url[0]
+    finally:
+        stop.set()
+        thread.join(10)
+        loop.close()
+
+
+def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
+    shapes = [RequestShape(i * 100_000_000, "completions", input_tokens=10, output_tokens=2) for i in range(60)]
+    trace = traces.write(tmp_path / "long.rpt", shapes)
+    out = tmp_path / "partial.rpr"
+    with slow_server() as url:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out),
+             "--flavor", "vllm", "--quiet"], stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(2.5)  # well into the 6 s trace
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20)
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+    result = load_results([out])[0]
+    errors = result.column("error").tolist()
+    assert 5 <= len(errors) < 60
+    assert "client_cancel" in errors and "" in errors
