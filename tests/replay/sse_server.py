@@ -32,10 +32,14 @@ class Server:
         self.requests: list[bytes] = []
         self.connections = 0
         self.url = ""
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         connection = self.connections
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)  # type: ignore[arg-type]
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -65,3 +69,7 @@ async def serving(respond: Callable[[bytes, asyncio.StreamWriter, int], object])
         yield server
     finally:
         listener.close()
+        for task in list(server.tasks):
+            task.cancel()
+        await asyncio.gather(*server.tasks, return_exceptions=True)
+        await listener.wait_closed()
