@@ -66,7 +66,9 @@ class Prober:
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json", **self.headers}
         try:
-            async with self.session.post(f"{self.url}{path}", data=orjson.dumps(body), headers=headers) as resp:
+            async with self.session.post(
+                f"{self.url}{path}", data=orjson.dumps(body), headers=headers
+            ) as resp:
                 return resp.status, await resp.read()
         except (aiohttp.ClientError, TimeoutError) as e:
             return 599, f"{type(e).__name__}: {e}".encode()
@@ -81,8 +83,12 @@ class Prober:
         return await self.prompt_tokens("/v1/chat/completions", _no_forcing(body))
 
     async def text(self, words: int) -> int:
-        planned = flavors.Planned("completions", self.model, _probe_words(0, words), False, 1, {}, False, False)
-        return await self.prompt_tokens("/v1/completions", _no_forcing(flavors.request_body(self.flavor, planned)))
+        planned = flavors.Planned(
+            "completions", self.model, _probe_words(0, words), False, 1, {}, False, False
+        )
+        return await self.prompt_tokens(
+            "/v1/completions", _no_forcing(flavors.request_body(self.flavor, planned))
+        )
 
 
 def _probe_words(salt: int, count: int) -> str:
@@ -97,13 +103,17 @@ def _no_forcing(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-async def chat_template(prober: Prober, keys: Counter[tuple[tuple[str, ...], bool]]) -> tuple[synth.Template, dict[str, Any]]:
+async def chat_template(
+    prober: Prober, keys: Counter[tuple[tuple[str, ...], bool]]
+) -> tuple[synth.Template, dict[str, Any]]:
     """Fit tokens per word and per message, and measure the most common keys exactly."""
     short = await prober.chat(("user",), False, SHORT_WORDS)
     long = await prober.chat(("user",), False, LONG_WORDS)
     per_word = (long - short) / (LONG_WORDS - SHORT_WORDS)
     if abs(per_word - 1.0) > 0.02:
-        _log.warning("calibration: %.3f tokens per word on this target; input lengths will be approximate", per_word)
+        _log.warning(
+            "calibration: %.3f tokens per word on this target; input lengths will be approximate", per_word
+        )
     three = await prober.chat(("user", "assistant", "user"), False, SHORT_WORDS)
     per_message = round((three - short - 2 * per_word) / 2)
     fixed = round(short - SHORT_WORDS * per_word) - per_message
@@ -112,8 +122,12 @@ async def chat_template(prober: Prober, keys: Counter[tuple[tuple[str, ...], boo
         measured = await prober.chat(roles, tools, 1)
         exact[synth.template_key(roles, tools)] = round(measured - len(roles) * per_word)
     template = synth.Template(fixed, per_message, per_word, exact)
-    report = {"tokens_per_word": round(per_word, 4), "fixed_tokens": fixed, "per_message_tokens": per_message,
-              "exact_keys": len(exact)}
+    report = {
+        "tokens_per_word": round(per_word, 4),
+        "fixed_tokens": fixed,
+        "per_message_tokens": per_message,
+        "exact_keys": len(exact),
+    }
     return template, report
 
 
@@ -123,8 +137,10 @@ async def text_template(prober: Prober) -> tuple[synth.Template, dict[str, Any]]
     long = await prober.text(LONG_WORDS)
     per_word = (long - short) / (LONG_WORDS - SHORT_WORDS)
     fixed = round(short - SHORT_WORDS * per_word)
-    return synth.Template(fixed, 0, per_word, {"completions": fixed}), {"tokens_per_word": round(per_word, 4),
-                                                                        "fixed_tokens": fixed}
+    return synth.Template(fixed, 0, per_word, {"completions": fixed}), {
+        "tokens_per_word": round(per_word, 4),
+        "fixed_tokens": fixed,
+    }
 
 
 async def verify(prober: Prober, prepared: Sequence[Prepared]) -> dict[str, int]:
@@ -140,5 +156,7 @@ async def verify(prober: Prober, prepared: Sequence[Prepared]) -> dict[str, int]
         got = await prober.prompt_tokens(p.path, body)
         exact += got == p.expected_input_tokens
         if got != p.expected_input_tokens:
-            _log.warning("calibration check: planned %d prompt tokens, target counted %d", p.expected_input_tokens, got)
+            _log.warning(
+                "calibration check: planned %d prompt tokens, target counted %d", p.expected_input_tokens, got
+            )
     return {"checked": len(set(picks.tolist())), "exact": exact}

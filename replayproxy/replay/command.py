@@ -19,7 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--target", help="base URL of the engine, e.g. http://127.0.0.1:8000")
     add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
     add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
-    add("--max-concurrency", type=int, metavar="N", help="cap requests in flight (timing is then not preserved)")
+    add(
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help="cap requests in flight (timing is then not preserved)",
+    )
     add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
     add("--model", help="send every request to this model")
     add("--limit", type=int, metavar="N", help="replay at most N requests")
@@ -32,24 +37,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
     add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
     add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
-    add("--no-reset-prefix-cache", dest="reset_prefix_cache", action="store_const", const=False,
-        help="skip the flavor's cache reset before the run")
-    add("--no-calibrate", dest="calibrate", action="store_const", const=False,
-        help="skip chat token calibration (lengths then assume the default template)")
-    add("--pool-size", type=int, metavar="N", help="connections opened before the run (default: peak concurrency)")
+    add(
+        "--no-reset-prefix-cache",
+        dest="reset_prefix_cache",
+        action="store_const",
+        const=False,
+        help="skip the flavor's cache reset before the run",
+    )
+    add(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_const",
+        const=False,
+        help="skip chat token calibration (lengths then assume the default template)",
+    )
+    add(
+        "--pool-size",
+        type=int,
+        metavar="N",
+        help="connections opened before the run (default: peak concurrency)",
+    )
     add("--config", metavar="FILE", help="TOML file; settings under [replay]")
 
 
-_OPTION_NAMES = ("target", "output", "speed", "max_concurrency", "flavor", "model", "limit", "start_offset",
-                 "duration", "seed", "timeout", "label", "quiet", "workers", "shard", "start_at",
-                 "reset_prefix_cache", "calibrate", "pool_size")
+_OPTION_NAMES = (
+    "target",
+    "output",
+    "speed",
+    "max_concurrency",
+    "flavor",
+    "model",
+    "limit",
+    "start_offset",
+    "duration",
+    "seed",
+    "timeout",
+    "label",
+    "quiet",
+    "workers",
+    "shard",
+    "start_at",
+    "reset_prefix_cache",
+    "calibrate",
+    "pool_size",
+)
 
 
 def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
     file_values = config.read_toml(args.config).get("replay", {})
     overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _OPTION_NAMES}
     overrides["traces"] = tuple(args.traces)
-    options = config.build(session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides)
+    options = config.build(
+        session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides
+    )
     if not options.target:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
@@ -89,19 +129,32 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
     progress = session.stderr_progress if show_progress else None
     outcome = session.Outcome()
     try:
-        await session.run_local(options, plan.prepared, plan.pool_size, lambda: session.start_ns_for(options),
-                                progress=progress, outcome=outcome)
+        await session.run_local(
+            options,
+            plan.prepared,
+            plan.pool_size,
+            lambda: session.start_ns_for(options),
+            progress=progress,
+            outcome=outcome,
+        )
     except asyncio.CancelledError:
         if outcome.start_ns:
             _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
-            print(f"replayproxy replay: interrupted; {len(outcome.results)} results written to {options.output}",
-                  file=sys.stderr)
+            print(
+                f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
+                file=sys.stderr,
+            )
         raise
     return _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
 
 
-def _finish(options: session.ReplayOptions, plan: session.RunPlan, results: list[ReplayResult], start_ns: int,
-            show_progress: bool) -> dict[str, Any]:
+def _finish(
+    options: session.ReplayOptions,
+    plan: session.RunPlan,
+    results: list[ReplayResult],
+    start_ns: int,
+    show_progress: bool,
+) -> dict[str, Any]:
     if show_progress:
         print(file=sys.stderr)
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)

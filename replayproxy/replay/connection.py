@@ -64,9 +64,15 @@ class Target:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == default else f"{host}:{self.port}"
 
-    def request_bytes(self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None) -> bytes:
+    def request_bytes(
+        self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> bytes:
         """One complete HTTP/1.1 request, ready for `transport.write`."""
-        lines = [f"{method} {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}", "Connection: keep-alive"]
+        lines = [
+            f"{method} {self.base_path}{path} HTTP/1.1",
+            f"Host: {self.host_header}",
+            "Connection: keep-alive",
+        ]
         if body or method == "POST":
             lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
@@ -186,7 +192,11 @@ class Pool:
     """Idle keep-alive connections to one target; the send path only pops and pushes."""
 
     def __init__(
-        self, target: Target, clock: Clock, headers: Mapping[str, str] | None = None, connect_timeout_s: float = 10.0
+        self,
+        target: Target,
+        clock: Clock,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         self.target = target
         self.clock = clock
@@ -198,11 +208,14 @@ class Pool:
 
     async def open(self) -> Connection:
         loop = asyncio.get_running_loop()
-        kwargs = {"ssl": self._ssl, "server_hostname": self.target.host} if self._ssl else {}
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: Connection(self), self.target.host, self.target.port, **kwargs),
-            self.connect_timeout_s,
+        connecting = loop.create_connection(
+            lambda: Connection(self),
+            self.target.host,
+            self.target.port,
+            ssl=self._ssl,
+            server_hostname=self.target.host if self._ssl else None,
         )
+        _, protocol = await asyncio.wait_for(connecting, self.connect_timeout_s)
         self.opened += 1
         return protocol
 

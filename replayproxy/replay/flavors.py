@@ -57,23 +57,45 @@ class Flavor:
 
 FLAVORS: dict[str, Flavor] = {
     "vllm": Flavor(
-        "vllm", token_id_prompts=True, ignore_eos=True, min_tokens_key="min_tokens", continuous_usage=True,
-        sampling=ENGINE_SAMPLING, tool_choice="none", version_paths=("/version",),
+        "vllm",
+        token_id_prompts=True,
+        ignore_eos=True,
+        min_tokens_key="min_tokens",
+        continuous_usage=True,
+        sampling=ENGINE_SAMPLING,
+        tool_choice="none",
+        version_paths=("/version",),
         pre_run=(Action("reset_prefix_cache", "POST", "/reset_prefix_cache"),),
     ),
     "sglang": Flavor(
-        "sglang", token_id_prompts=True, ignore_eos=True, min_tokens_key="min_tokens", continuous_usage=True,
-        sampling=ENGINE_SAMPLING, tool_choice="none", version_paths=("/version", "/get_server_info"),
+        "sglang",
+        token_id_prompts=True,
+        ignore_eos=True,
+        min_tokens_key="min_tokens",
+        continuous_usage=True,
+        sampling=ENGINE_SAMPLING,
+        tool_choice="none",
+        version_paths=("/version", "/get_server_info"),
         pre_run=(Action("flush_cache", "POST", "/flush_cache"),),
     ),
     "trtllm": Flavor(
-        "trtllm", token_id_prompts=True, ignore_eos=True, min_tokens_key="min_tokens", continuous_usage=True,
-        sampling=ENGINE_SAMPLING, tool_choice="none", version_paths=("/version",),
+        "trtllm",
+        token_id_prompts=True,
+        ignore_eos=True,
+        min_tokens_key="min_tokens",
+        continuous_usage=True,
+        sampling=ENGINE_SAMPLING,
+        tool_choice="none",
+        version_paths=("/version",),
     ),
     "tgi": Flavor("tgi", sampling=(*COMMON_SAMPLING,), n=False, version_paths=("/info",)),
     "llamacpp": Flavor(
-        "llamacpp", token_id_prompts=True, ignore_eos=True, sampling=(*COMMON_SAMPLING, "top_k", "min_p"),
-        n=False, version_paths=("/props",),
+        "llamacpp",
+        token_id_prompts=True,
+        ignore_eos=True,
+        sampling=(*COMMON_SAMPLING, "top_k", "min_p"),
+        n=False,
+        version_paths=("/props",),
     ),
     "ollama": Flavor("ollama", n=False, version_paths=("/api/version",)),
     "openai": Flavor("openai"),
@@ -91,8 +113,15 @@ def guess(models_answer: Any) -> str:
     """A flavor from the /v1/models answer's `owned_by`, or "openai" when it says nothing known."""
     data = models_answer.get("data") if isinstance(models_answer, dict) else None
     owners = {str(card.get("owned_by", "")).lower() for card in data or [] if isinstance(card, dict)}
-    for owner, flavor in (("vllm", "vllm"), ("sglang", "sglang"), ("tensorrt", "trtllm"), ("llamacpp", "llamacpp"),
-                          ("ollama", "ollama"), ("library", "ollama"), ("tgi", "tgi")):
+    for owner, flavor in (
+        ("vllm", "vllm"),
+        ("sglang", "sglang"),
+        ("tensorrt", "trtllm"),
+        ("llamacpp", "llamacpp"),
+        ("ollama", "ollama"),
+        ("library", "ollama"),
+        ("tgi", "tgi"),
+    ):
         if any(owner in o for o in owners):
             return flavor
     return "openai"

@@ -93,19 +93,31 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
         )
         layouts.append(layout if planned.endpoint == "chat" else None)
         body = orjson.dumps(flavors.request_body(flavor, planned))
-        prepared.append(Prepared(
-            index=row, scheduled_ns=int(times[position]), endpoint=planned.endpoint,
-            path=PATHS[planned.endpoint], body=body, stream=planned.stream,
-            expected_input_tokens=expected_in,
-            expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
-            template_key=key,
-        ))
+        prepared.append(
+            Prepared(
+                index=row,
+                scheduled_ns=int(times[position]),
+                endpoint=planned.endpoint,
+                path=PATHS[planned.endpoint],
+                body=body,
+                stream=planned.stream,
+                expected_input_tokens=expected_in,
+                expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
+                template_key=key,
+            )
+        )
     return prepared
 
 
 def _plan_one(
-    cols: Columns, row: int, hashes: np.ndarray, shared: int, donor: synth.Layout | None,
-    words: synth.Words, options: PlanOptions, token_ids: bool,
+    cols: Columns,
+    row: int,
+    hashes: np.ndarray,
+    shared: int,
+    donor: synth.Layout | None,
+    words: synth.Words,
+    options: PlanOptions,
+    token_ids: bool,
 ) -> tuple[flavors.Planned, synth.Layout, str, int]:
     endpoint = str(cols.endpoint[row])
     recorded_in = int(cols.input_tokens[row])
@@ -132,17 +144,25 @@ def _plan_one(
         plan = synth.Layout((("prompt", max(1, n_tokens - overhead)),), 0)
         tokens = plan.messages[0][1]
         prompt = (
-            words.token_ids(row, hashes, tokens) if token_ids
+            words.token_ids(row, hashes, tokens)
+            if token_ids
             else _text(words, row, hashes, 0, tokens, options.text_template)
         )
     planned = flavors.Planned(
-        endpoint=endpoint, model=model_for(str(cols.model[row]), options), prompt=prompt,
-        stream=bool(cols.stream[row]), max_tokens=max(1, recorded_out), sampling=sampling, tools=tools,
+        endpoint=endpoint,
+        model=model_for(str(cols.model[row]), options),
+        prompt=prompt,
+        stream=bool(cols.stream[row]),
+        max_tokens=max(1, recorded_out),
+        sampling=sampling,
+        tools=tools,
         response_format=bool(cols.has_response_format[row]),
     )
     return planned, plan, key, recorded_in if recorded_in > 0 else -1
 
 
-def _text(words: synth.Words, row: int, hashes: np.ndarray, start: int, tokens: int, template: synth.Template) -> str:
+def _text(
+    words: synth.Words, row: int, hashes: np.ndarray, start: int, tokens: int, template: synth.Template
+) -> str:
     count = round(tokens / template.tokens_per_word) if template.tokens_per_word > 0 else tokens
     return words.words(row, hashes, start, max(0, count))

@@ -47,7 +47,8 @@ def scheduled_ns(offsets_ns: np.ndarray, speed: float) -> np.ndarray:
         raise ValueError(f"speed must be > 0, got {speed}")
     if len(offsets_ns) == 0:
         return np.zeros(0, np.int64)
-    return np.round((offsets_ns - offsets_ns[0]) / speed).astype(np.int64)
+    relative: np.ndarray = (offsets_ns - offsets_ns[0]) / speed
+    return np.round(relative).astype(np.int64)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

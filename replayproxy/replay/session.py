@@ -134,11 +134,16 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         if flavor is not guess:
             info = await describe(session, target.url, flavor, options.headers)
         plan_options = plan.PlanOptions(
-            seed=options.seed, speed=options.speed, model=options.model or None, model_map=options.model_map,
+            seed=options.seed,
+            speed=options.speed,
+            model=options.model or None,
+            model_map=options.model_map,
             default_model=info.default_model,
         )
         record: dict[str, Any] = {}
-        prober = calibrate.Prober(session, target.url, flavor, _probe_model(cols, rows, plan_options), options.headers)
+        prober = calibrate.Prober(
+            session, target.url, flavor, _probe_model(cols, rows, plan_options), options.headers
+        )
         if options.calibrate:
             plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
         prepared = plan.prepare(cols, rows, flavor, plan_options)
@@ -163,13 +168,19 @@ def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOption
 
 
 async def _calibrate(
-    prober: calibrate.Prober, cols: trace.Columns, rows: np.ndarray, flavor: flavors.Flavor, options: plan.PlanOptions
+    prober: calibrate.Prober,
+    cols: trace.Columns,
+    rows: np.ndarray,
+    flavor: flavors.Flavor,
+    options: plan.PlanOptions,
 ) -> tuple[plan.PlanOptions, dict[str, Any]]:
     record: dict[str, Any] = {}
     endpoints = cols.endpoint[rows]
     chat_rows = rows[endpoints == "chat"]
     if len(chat_rows):
-        keys = Counter((synth.chat_roles(str(cols.roles[r])), bool(cols.has_tools[r])) for r in chat_rows.tolist())
+        keys = Counter(
+            (synth.chat_roles(str(cols.roles[r])), bool(cols.has_tools[r])) for r in chat_rows.tolist()
+        )
         template, record["chat"] = await calibrate.chat_template(prober, keys)
         options = replace(options, chat_template=template)
     if not flavor.token_id_prompts and np.any(endpoints == "completions"):
@@ -228,8 +239,16 @@ async def run_local(
     wires = wires_for(options, prepared)
     try:
         await pool.fill(pool_size)
-        runner = Runner(prepared, wires, pool, clock=clock.now_ns, timeout_s=options.timeout,
-                        max_concurrency=options.max_concurrency, worker=worker, results=outcome.results)
+        runner = Runner(
+            prepared,
+            wires,
+            pool,
+            clock=clock.now_ns,
+            timeout_s=options.timeout,
+            max_concurrency=options.max_concurrency,
+            worker=worker,
+            results=outcome.results,
+        )
         settle_memory()
         outcome.start_ns = start if isinstance(start, int) else start()
         reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
@@ -253,7 +272,12 @@ async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -
 def stderr_progress(runner: Runner) -> None:
     c = runner.counters
     lags, c.lags_ns = c.lags_ns, []
-    print("\r" + summary.progress_line(c.total, c.sent, c.done, c.errors, lags), end="", file=sys.stderr, flush=True)
+    print(
+        "\r" + summary.progress_line(c.total, c.sent, c.done, c.errors, lags),
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_timing: str) -> RunHeader:

@@ -39,7 +39,9 @@ def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict
         "lag_max_ms": round(float(sent.max()) / 1e6, 3) if len(sent) else None,
         "ttft_p50_ms": _ms(ttft, 50),
         "ttft_p99_ms": _ms(ttft, 99),
-        "input_exact": _share(sum(r.prompt_tokens == r.expected_input_tokens for r in checked_in), len(checked_in)),
+        "input_exact": _share(
+            sum(r.prompt_tokens == r.expected_input_tokens for r in checked_in), len(checked_in)
+        ),
         "output_exact": _share(
             sum(r.completion_tokens == r.expected_output_tokens for r in checked_out), len(checked_out)
         ),
@@ -56,6 +58,7 @@ def _share(hits: int, total: int) -> float | None:
 
 def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
     """A short human summary; the first line is the one a script greps."""
+
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:g}"
 
@@ -65,7 +68,8 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
         f"schedule lag p50 {fmt(summary['lag_p50_ms'])} ms  p99 {fmt(summary['lag_p99_ms'])} ms  "
         f"max {fmt(summary['lag_max_ms'])} ms",
         f"TTFT p50 {fmt(summary['ttft_p50_ms'])} ms  p99 {fmt(summary['ttft_p99_ms'])} ms",
-        f"exact input length {_pct(summary['input_exact'])}  exact output length {_pct(summary['output_exact'])}",
+        f"exact input length {_pct(summary['input_exact'])}  "
+        f"exact output length {_pct(summary['output_exact'])}",
     ]
     if summary["new_connections"]:
         lines.append(f"{summary['new_connections']} requests needed a new connection on the send path")
@@ -77,8 +81,8 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
             )
         else:
             lines.append(
-                f"warning: schedule lag p99 {fmt(summary['lag_p99_ms'])} ms > {LAG_WARN_MS:g} ms: the client was "
-                "the bottleneck; use --workers N or a lower --speed"
+                f"warning: schedule lag p99 {fmt(summary['lag_p99_ms'])} ms > {LAG_WARN_MS:g} ms: "
+                "the client was the bottleneck; use --workers N or a lower --speed"
             )
     return "\n".join(lines)
 

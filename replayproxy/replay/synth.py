@@ -55,7 +55,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
         z = x + _GOLDEN
         z = (z ^ (z >> np.uint64(30))) * _M1
         z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))  # type: ignore[no-any-return]
+        return z ^ (z >> np.uint64(31))
 
 
 def chat_roles(letters: str) -> tuple[str, ...]:
@@ -187,4 +187,4 @@ def first_owners(hashes: np.ndarray, index: np.ndarray) -> np.ndarray:
     if len(hashes) == 0:
         return rows
     _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    return rows[first][inverse.reshape(-1)]  # type: ignore[no-any-return]
+    return rows[first][inverse.reshape(-1)]

@@ -36,7 +36,9 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[s
         return None
 
 
-async def describe(session: aiohttp.ClientSession, url: str, flavor: Flavor, headers: Mapping[str, str]) -> TargetInfo:
+async def describe(
+    session: aiohttp.ClientSession, url: str, flavor: Flavor, headers: Mapping[str, str]
+) -> TargetInfo:
     """/v1/models and the engine version; a target that answers neither is refused (wrong URL)."""
     try:
         async with session.get(f"{url}/v1/models", headers=headers) as resp:

@@ -22,11 +22,13 @@ from replayproxy.results import ReplayResult
 READY_TIMEOUT_S = 300.0
 
 
-def _worker_main(options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int,
-                 pipe: Pipe) -> None:
+def _worker_main(
+    options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int, pipe: Pipe
+) -> None:
     """Entry point of a worker process."""
     try:
         import uvloop
+
         factory = uvloop.new_event_loop
     except ImportError:  # not on every platform
         factory = None
@@ -40,8 +42,9 @@ def _worker_main(options: session.ReplayOptions, prepared: list[Prepared], pool_
         pipe.close()
 
 
-async def _work(options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int,
-                pipe: Pipe) -> session.Outcome:
+async def _work(
+    options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int, pipe: Pipe
+) -> session.Outcome:
     def wait_for_start() -> int:
         pipe.send(("ready", None))
         message, start_ns = pipe.recv()
@@ -54,7 +57,9 @@ async def _work(options: session.ReplayOptions, prepared: list[Prepared], pool_s
         lags, c.lags_ns = c.lags_ns, []
         pipe.send(("progress", (c.total, c.sent, c.done, c.errors, lags)))
 
-    return await session.run_local(options, prepared, pool_size, wait_for_start, worker=worker, progress=progress)
+    return await session.run_local(
+        options, prepared, pool_size, wait_for_start, worker=worker, progress=progress
+    )
 
 
 async def run_workers(
@@ -68,8 +73,12 @@ async def run_workers(
         parent, child = context.Pipe()
         share = plan.prepared[worker::count]
         size = max(1, -(-plan.pool_size // count))
-        process = context.Process(target=_worker_main, args=(options, share, size, worker, child),
-                                  name=f"replay-worker-{worker}", daemon=True)
+        process = context.Process(
+            target=_worker_main,
+            args=(options, share, size, worker, child),
+            name=f"replay-worker-{worker}",
+            daemon=True,
+        )
         process.start()
         child.close()
         pipes.append(parent)

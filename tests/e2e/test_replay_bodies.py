@@ -37,7 +37,9 @@ class Capture:
         if "messages" in body:
             prompt = len(tokenizer.render_chat([(m["role"], m["content"]) for m in body["messages"]]))
         else:
-            prompt = len(body["prompt"]) if isinstance(body["prompt"], list) else 1 + len(body["prompt"].split())
+            prompt = (
+                len(body["prompt"]) if isinstance(body["prompt"], list) else 1 + len(body["prompt"].split())
+            )
         usage = {"prompt_tokens": prompt, "completion_tokens": body["max_tokens"]}
         if not body.get("stream"):
             return web.json_response({"choices": [{"message": {"content": "x"}}], "usage": usage})
@@ -80,14 +82,40 @@ def capture_server() -> Iterator[Capture]:
 
 
 def run(trace: Path, url: str, out: Path, seed: str) -> None:
-    assert main(["replay", str(trace), "--target", url, "-o", str(out), "--flavor", "vllm", "--quiet",
-                 "--seed", seed, "--speed", "10"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                str(trace),
+                "--target",
+                url,
+                "-o",
+                str(out),
+                "--flavor",
+                "vllm",
+                "--quiet",
+                "--seed",
+                seed,
+                "--speed",
+                "10",
+            ]
+        )
+        == 0
+    )
 
 
 def test_two_runs_with_one_seed_send_identical_bytes(tmp_path: Path) -> None:
-    trace = traces.write_synthetic(tmp_path / "b.rpt", requests=60, rate_rps=50.0, prefix_groups=2,
-                                   prefix_len_tokens=64, sessions_share=0.5, think_s=0.1,
-                                   input_len="uniform:20,200", output_len="uniform:2,9")
+    trace = traces.write_synthetic(
+        tmp_path / "b.rpt",
+        requests=60,
+        rate_rps=50.0,
+        prefix_groups=2,
+        prefix_len_tokens=64,
+        sessions_share=0.5,
+        think_s=0.1,
+        input_len="uniform:20,200",
+        output_len="uniform:2,9",
+    )
     captured = []
     for i, seed in enumerate(("7", "7", "8")):
         with capture_server() as server:

@@ -33,7 +33,9 @@ def first_content_wall_ns(record: dict[str, Any]) -> int:
 
 
 def replay(trace: Path, url: str, out: Path, *extra: str) -> ResultFile:
-    code = main(["replay", str(trace), "--target", url, "-o", str(out), "--flavor", "vllm", "--quiet", *extra])
+    code = main(
+        ["replay", str(trace), "--target", url, "-o", str(out), "--flavor", "vllm", "--quiet", *extra]
+    )
     assert code == 0
     return load_results([out])[0]
 
@@ -45,12 +47,26 @@ def lags_ms(result: ResultFile) -> np.ndarray:
 @pytest.fixture(scope="module")
 def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Chat with shared system prompts and multi-turn sessions, plus token-id completions."""
-    chat = traces.synthetic_shapes(requests=120, rate_rps=15.0, prefix_groups=3, prefix_len_tokens=256,
-                                   sessions_share=0.4, think_s=1.0, input_len="lognormal:mean=300,sigma=0.5",
-                                   output_len="uniform:4,40")
-    completions = traces.synthetic_shapes(requests=60, rate_rps=7.5, endpoint="completions", prefix_groups=2,
-                                          prefix_len_tokens=128, input_len="uniform:64,400",
-                                          output_len="uniform:4,40", seed=2)
+    chat = traces.synthetic_shapes(
+        requests=120,
+        rate_rps=15.0,
+        prefix_groups=3,
+        prefix_len_tokens=256,
+        sessions_share=0.4,
+        think_s=1.0,
+        input_len="lognormal:mean=300,sigma=0.5",
+        output_len="uniform:4,40",
+    )
+    completions = traces.synthetic_shapes(
+        requests=60,
+        rate_rps=7.5,
+        endpoint="completions",
+        prefix_groups=2,
+        prefix_len_tokens=128,
+        input_len="uniform:64,400",
+        output_len="uniform:4,40",
+        seed=2,
+    )
     merged = list(heapq.merge(chat, completions, key=lambda s: s.offset_ns))
     return traces.write(tmp_path_factory.mktemp("replay") / "mixed.rpt", merged)
 
@@ -66,7 +82,9 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
     assert header.flavor == "vllm" and header.pre_run["reset_prefix_cache"] == "ok"
     assert header.engine_version and header.models["data"][0]["id"] == traces.SIM_MODEL
     assert header.token_timing == "token" and len(header.trace_digest) == 64
-    assert header.pre_run["calibration"]["check"]["exact"] == header.pre_run["calibration"]["check"]["checked"]
+    assert (
+        header.pre_run["calibration"]["check"]["exact"] == header.pre_run["calibration"]["check"]["checked"]
+    )
 
     # schedule fidelity (the tight bound lives in benchmarks/replay_fidelity.py)
     assert np.percentile(lags_ms(result), 99) <= 5.0
@@ -90,12 +108,16 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
     by_arrival = sorted(records, key=lambda r: r["arrival_ns"])
     arrivals = np.array([r["arrival_ns"] for r in by_arrival])
     errors_ms = []
-    for sent, ttft, prompt in zip(result.column("sent_ns"), result.column("ttft_ns"), result.column("prompt_tokens"),
-                                  strict=True):
+    for sent, ttft, prompt in zip(
+        result.column("sent_ns"), result.column("ttft_ns"), result.column("prompt_tokens"), strict=True
+    ):
         sent_wall = start_wall + int(sent)
         near = np.searchsorted(arrivals, sent_wall)
-        candidates = [by_arrival[i] for i in range(max(0, near - 5), min(len(by_arrival), near + 5))
-                      if by_arrival[i]["prompt_tokens"] == prompt]
+        candidates = [
+            by_arrival[i]
+            for i in range(max(0, near - 5), min(len(by_arrival), near + 5))
+            if by_arrival[i]["prompt_tokens"] == prompt
+        ]
         record = min(candidates, key=lambda r: abs(r["arrival_ns"] - sent_wall))
         errors_ms.append((sent_wall + int(ttft) - first_content_wall_ns(record)) / 1e6)
     errors = np.array(errors_ms)
@@ -105,10 +127,21 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
 
 
 def test_injected_faults_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
-    trace = traces.write_synthetic(tmp_path / "f.rpt", requests=80, rate_rps=40.0, input_len="uniform:20,80",
-                                   output_len="uniform:20,40")
-    faults = ("--fail-rate", "0.15", "--reset-rate", "0.15", "--stall-rate", "0.15", "--stall-seconds", "3",
-              "--seed", "5")
+    trace = traces.write_synthetic(
+        tmp_path / "f.rpt", requests=80, rate_rps=40.0, input_len="uniform:20,80", output_len="uniform:20,40"
+    )
+    faults = (
+        "--fail-rate",
+        "0.15",
+        "--reset-rate",
+        "0.15",
+        "--stall-rate",
+        "0.15",
+        "--stall-seconds",
+        "3",
+        "--seed",
+        "5",
+    )
     with sim("--speed", "10", *faults) as server:
         result = replay(trace, server.url, tmp_path / "f.rpr", "--timeout", "1")
     errors = result.column("error").tolist()
@@ -120,8 +153,9 @@ def test_injected_faults_are_recorded_and_the_run_goes_on(tmp_path: Path) -> Non
 
 
 def test_speed_two_halves_the_span(tmp_path: Path) -> None:
-    trace = traces.write_synthetic(tmp_path / "s.rpt", requests=40, rate_rps=20.0, input_len="uniform:20,60",
-                                   output_len="uniform:2,6")
+    trace = traces.write_synthetic(
+        tmp_path / "s.rpt", requests=40, rate_rps=20.0, input_len="uniform:20,60", output_len="uniform:2,6"
+    )
     with sim("--speed", "20") as server:
         normal = replay(trace, server.url, tmp_path / "x1.rpr", "--no-calibrate")
         fast = replay(trace, server.url, tmp_path / "x2.rpr", "--speed", "2", "--no-calibrate")
@@ -129,19 +163,39 @@ def test_speed_two_halves_the_span(tmp_path: Path) -> None:
     span_2 = np.ptp(fast.column("sent_ns"))
     assert span_2 == pytest.approx(span_1 / 2, rel=0.05)
     assert np.array_equal(fast.column("scheduled_ns") * 2, normal.column("scheduled_ns")) or np.allclose(
-        fast.column("scheduled_ns") * 2, normal.column("scheduled_ns"), atol=2)
+        fast.column("scheduled_ns") * 2, normal.column("scheduled_ns"), atol=2
+    )
 
 
 def test_workers_and_shards_split_the_trace(tmp_path: Path) -> None:
-    trace = traces.write_synthetic(tmp_path / "w.rpt", requests=40, rate_rps=40.0, input_len="uniform:20,60",
-                                   output_len="uniform:2,6")
+    trace = traces.write_synthetic(
+        tmp_path / "w.rpt", requests=40, rate_rps=40.0, input_len="uniform:20,60", output_len="uniform:2,6"
+    )
     with sim("--speed", "20") as server:
         merged = replay(trace, server.url, tmp_path / "w.rpr", "--workers", "2")
         start = f"{clock.wall_ns() / 1e9 + 5:.3f}"  # two "pods" started independently share this start
         pods = [
-            subprocess.Popen([sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", server.url,
-                              "-o", str(tmp_path / f"s{i}.rpr"), "--flavor", "vllm", "--quiet", "--shard", f"{i}/2",
-                              "--start-at", start], stdout=subprocess.DEVNULL)
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "replayproxy",
+                    "replay",
+                    str(trace),
+                    "--target",
+                    server.url,
+                    "-o",
+                    str(tmp_path / f"s{i}.rpr"),
+                    "--flavor",
+                    "vllm",
+                    "--quiet",
+                    "--shard",
+                    f"{i}/2",
+                    "--start-at",
+                    start,
+                ],
+                stdout=subprocess.DEVNULL,
+            )
             for i in range(2)
         ]
         assert [pod.wait(60) for pod in pods] == [0, 0]

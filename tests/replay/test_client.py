@@ -10,15 +10,26 @@ from replayproxy.results import ReplayResult
 
 
 def prepared(stream: bool = True) -> Prepared:
-    return Prepared(index=7, scheduled_ns=1_000, endpoint="chat", path="/v1/chat/completions", body=b"{}",
-                    stream=stream, expected_input_tokens=10, expected_output_tokens=3)
+    return Prepared(
+        index=7,
+        scheduled_ns=1_000,
+        endpoint="chat",
+        path="/v1/chat/completions",
+        body=b"{}",
+        stream=stream,
+        expected_input_tokens=10,
+        expected_output_tokens=3,
+    )
 
 
 def event(delta: dict[str, object] | None = None, usage: int | None = None, choices: bool = True) -> bytes:
     obj: dict[str, object] = {"id": "x", "choices": [{"index": 0, "delta": delta or {}}] if choices else []}
     if usage is not None:
-        obj["usage"] = {"prompt_tokens": 10, "completion_tokens": usage,
-                        "prompt_tokens_details": {"cached_tokens": 4}}
+        obj["usage"] = {
+            "prompt_tokens": 10,
+            "completion_tokens": usage,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        }
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
@@ -92,8 +103,9 @@ def test_error_event_inside_a_stream() -> None:
 
 
 def test_non_streaming_answer() -> None:
-    answer = orjson.dumps({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 10,
-                                                                                   "completion_tokens": 3}})
+    answer = orjson.dumps(
+        {"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 10, "completion_tokens": 3}}
+    )
     result = run([(300_000, answer[:20]), (400_000, answer[20:])], stream=False)
     assert result.error == "" and result.ttft_ns == result.e2e_ns == 400_000 - 102_000
     assert result.completion_tokens == 3 and result.content_chunks == 1

@@ -34,10 +34,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_options_merge_file_and_command_line(tmp_path: Path) -> None:
     config = tmp_path / "r.toml"
     config.write_text('[replay]\ntarget = "http://t:1"\nspeed = 3.0\nmodel_map = { a = "b" }\nseed = 4\n')
-    options = command.options_from_args(parse(["x.rpt", "-o", "o.rpr", "--config", str(config), "--seed", "9"]))
-    assert (options.target, options.speed, options.model_map, options.seed) == ("http://t:1", 3.0, {"a": "b"}, 9)
+    options = command.options_from_args(
+        parse(["x.rpt", "-o", "o.rpr", "--config", str(config), "--seed", "9"])
+    )
+    assert (options.target, options.speed, options.model_map, options.seed) == (
+        "http://t:1",
+        3.0,
+        {"a": "b"},
+        9,
+    )
     assert options.reset_prefix_cache and options.calibrate
-    quiet = command.options_from_args(parse(["x.rpt", "--target", "http://t", "-o", "o", "--no-reset-prefix-cache"]))
+    quiet = command.options_from_args(
+        parse(["x.rpt", "--target", "http://t", "-o", "o", "--no-reset-prefix-cache"])
+    )
     assert quiet.reset_prefix_cache is False
     assert "api_key" not in quiet.recorded()
 
@@ -54,7 +63,11 @@ def test_options_merge_file_and_command_line(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(
-    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     traces.write(tmp_path / "t.rpt", [RequestShape(0, input_tokens=10, output_tokens=2, roles="u")])
@@ -96,13 +109,29 @@ def slow_server() -> Iterator[str]:
 
 
 def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
-    shapes = [RequestShape(i * 100_000_000, "completions", input_tokens=10, output_tokens=2) for i in range(60)]
+    shapes = [
+        RequestShape(i * 100_000_000, "completions", input_tokens=10, output_tokens=2) for i in range(60)
+    ]
     trace = traces.write(tmp_path / "long.rpt", shapes)
     out = tmp_path / "partial.rpr"
     with slow_server() as url:
         process = subprocess.Popen(
-            [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out),
-             "--flavor", "vllm", "--quiet"], stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "replayproxy",
+                "replay",
+                str(trace),
+                "--target",
+                url,
+                "-o",
+                str(out),
+                "--flavor",
+                "vllm",
+                "--quiet",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(2.5)  # well into the 6 s trace
         process.send_signal(signal.SIGINT)

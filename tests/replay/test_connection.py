@@ -52,7 +52,9 @@ def test_keep_alive_pool_reuses_warm_connections() -> None:
             wire = target.request_bytes("POST", PREPARED.path, PREPARED.body)
             for _ in range(3):
                 result = await exchange_over(pool, wire)
-                assert result.error == "" and result.content_chunks == 4 and result.chunk_tokens == (1, 1, 1, 1)
+                assert (
+                    result.error == "" and result.content_chunks == 4 and result.chunk_tokens == (1, 1, 1, 1)
+                )
                 assert 0 < result.headers_ns <= result.ttft_ns <= result.e2e_ns
             assert server.connections == 2  # no new connection was needed
             assert server.requests[-1].endswith(b'{"x":1}')

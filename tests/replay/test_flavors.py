@@ -8,8 +8,14 @@ import pytest
 from replayproxy.replay import flavors
 
 CHAT = flavors.Planned(
-    "chat", "m", [{"role": "user", "content": "hi"}], True, 17,
-    {"temperature": 0.5, "top_p": 0.9, "top_k": 40, "n": 2, "stop": True, "ignore_eos": False}, True, True,
+    "chat",
+    "m",
+    [{"role": "user", "content": "hi"}],
+    True,
+    17,
+    {"temperature": 0.5, "top_p": 0.9, "top_k": 40, "n": 2, "stop": True, "ignore_eos": False},
+    True,
+    True,
 )
 
 
@@ -36,7 +42,12 @@ def test_engines_without_length_forcing_send_only_max_tokens(name: str) -> None:
 def test_flavor_table_facts() -> None:
     assert flavors.get("vllm").pre_run[0].path == "/reset_prefix_cache"
     assert flavors.get("sglang").pre_run[0].path == "/flush_cache"
-    assert {n for n, f in flavors.FLAVORS.items() if f.token_id_prompts} == {"vllm", "sglang", "trtllm", "llamacpp"}
+    assert {n for n, f in flavors.FLAVORS.items() if f.token_id_prompts} == {
+        "vllm",
+        "sglang",
+        "trtllm",
+        "llamacpp",
+    }
     assert "n" not in flavors.request_body(flavors.get("tgi"), CHAT)
     assert flavors.request_body(flavors.get("llamacpp"), CHAT)["ignore_eos"] is True
 

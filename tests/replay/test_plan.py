@@ -47,8 +47,13 @@ def trace_shared_blocks(path: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def chat_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return traces.write_synthetic(
-        tmp_path_factory.mktemp("plan") / "chat.rpt", requests=300, prefix_groups=4, prefix_len_tokens=300,
-        sessions_share=0.5, input_len="lognormal:mean=400,sigma=0.6", output_len="uniform:5,50",
+        tmp_path_factory.mktemp("plan") / "chat.rpt",
+        requests=300,
+        prefix_groups=4,
+        prefix_len_tokens=300,
+        sessions_share=0.5,
+        input_len="lognormal:mean=400,sigma=0.6",
+        output_len="uniform:5,50",
     )
 
 
@@ -63,8 +68,15 @@ def test_chat_lengths_and_prefix_sharing_are_exact_on_the_sim_tokenizer(chat_tra
 
 
 def test_completion_token_ids_are_exact(tmp_path: Path) -> None:
-    path = traces.write_synthetic(tmp_path / "c.rpt", endpoint="completions", requests=100, prefix_groups=2,
-                                  prefix_len_tokens=160, sessions_share=0.3, input_len="uniform:50,400")
+    path = traces.write_synthetic(
+        tmp_path / "c.rpt",
+        endpoint="completions",
+        requests=100,
+        prefix_groups=2,
+        prefix_len_tokens=160,
+        sessions_share=0.3,
+        input_len="uniform:50,400",
+    )
     cols = load(path)
     prepared = plan.prepare(cols, np.arange(len(cols)), VLLM, OPTIONS)
     prompts = [sim_prompt_ids(p) for p in prepared]
@@ -74,8 +86,10 @@ def test_completion_token_ids_are_exact(tmp_path: Path) -> None:
 
 
 def test_text_completions_for_flavors_without_token_ids(tmp_path: Path) -> None:
-    path = traces.write(tmp_path / "t.rpt", [RequestShape(i * 1000, "completions", input_tokens=30 + i,
-                                                          output_tokens=5) for i in range(5)])
+    path = traces.write(
+        tmp_path / "t.rpt",
+        [RequestShape(i * 1000, "completions", input_tokens=30 + i, output_tokens=5) for i in range(5)],
+    )
     cols = load(path)
     prepared = plan.prepare(cols, np.arange(5), flavors.get("openai"), OPTIONS)
     assert all(isinstance(orjson.loads(p.body)["prompt"], str) for p in prepared)
@@ -87,7 +101,9 @@ def test_same_seed_same_bytes_other_seed_other_bytes(chat_trace: Path) -> None:
     rows = np.arange(len(cols))
     first = [p.body for p in plan.prepare(cols, rows, VLLM, OPTIONS)]
     again = [p.body for p in plan.prepare(load(chat_trace), rows, VLLM, OPTIONS)]
-    other = [p.body for p in plan.prepare(cols, rows, VLLM, plan.PlanOptions(seed=1, chat_template=SIM_TEMPLATE))]
+    other = [
+        p.body for p in plan.prepare(cols, rows, VLLM, plan.PlanOptions(seed=1, chat_template=SIM_TEMPLATE))
+    ]
     assert first == again
     assert sum(a != b for a, b in zip(first, other, strict=True)) == len(first)
 
@@ -115,7 +131,9 @@ def test_models_schedule_and_skipped_endpoints(tmp_path: Path) -> None:
         RequestShape(5_000_000, "chat", model="b", input_tokens=40, output_tokens=0, roles="u", stream=False),
     ]
     cols = load(traces.write(tmp_path / "m.rpt", shapes))
-    options = plan.PlanOptions(speed=2.0, model_map={"a": "A"}, default_model="served", chat_template=SIM_TEMPLATE)
+    options = plan.PlanOptions(
+        speed=2.0, model_map={"a": "A"}, default_model="served", chat_template=SIM_TEMPLATE
+    )
     prepared = plan.prepare(cols, np.arange(4), VLLM, options)
     assert [p.index for p in prepared] == [0, 2, 3]  # embeddings are not replayed
     assert [p.scheduled_ns for p in prepared] == [0, 1_500_000, 2_500_000]

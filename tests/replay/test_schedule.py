@@ -49,7 +49,9 @@ def test_estimate_uses_recorded_e2e_when_known() -> None:
     est = schedule.estimate_e2e_ns(e2e, out)
     assert est[0] == 2_000
     assert est[1] == schedule.EST_BASE_NS + 100 * schedule.EST_PER_OUTPUT_TOKEN_NS
-    assert est[2] == schedule.EST_BASE_NS + schedule.EST_DEFAULT_OUTPUT_TOKENS * schedule.EST_PER_OUTPUT_TOKEN_NS
+    assert (
+        est[2] == schedule.EST_BASE_NS + schedule.EST_DEFAULT_OUTPUT_TOKENS * schedule.EST_PER_OUTPUT_TOKEN_NS
+    )
 
 
 class FakeTime:
