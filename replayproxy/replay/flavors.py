@@ -113,15 +113,9 @@ def guess(models_answer: Any) -> str:
     """A flavor from the /v1/models answer's `owned_by`, or "openai" when it says nothing known."""
     data = models_answer.get("data") if isinstance(models_answer, dict) else None
     owners = {str(card.get("owned_by", "")).lower() for card in data or [] if isinstance(card, dict)}
-    for owner, flavor in (
-        ("vllm", "vllm"),
-        ("sglang", "sglang"),
-        ("tensorrt", "trtllm"),
-        ("llamacpp", "llamacpp"),
-        ("ollama", "ollama"),
-        ("library", "ollama"),
-        ("tgi", "tgi"),
-    ):
+    known = (("vllm", "vllm"), ("replayproxy-sim", "vllm"), ("sglang", "sglang"), ("tensorrt", "trtllm"),
+             ("llamacpp", "llamacpp"), ("ollama", "ollama"), ("library", "ollama"), ("tgi", "tgi"))  # fmt: skip
+    for owner, flavor in known:
         if any(owner in o for o in owners):
             return flavor
     return "openai"

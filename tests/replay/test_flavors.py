@@ -73,5 +73,6 @@ def test_unknown_flavor_lists_the_valid_ones() -> None:
 def test_guess_from_models_answer() -> None:
     assert flavors.guess({"data": [{"id": "x", "owned_by": "vllm"}]}) == "vllm"
     assert flavors.guess({"data": [{"id": "x", "owned_by": "sglang"}]}) == "sglang"
-    assert flavors.guess({"data": [{"id": "x", "owned_by": "replayproxy-sim"}]}) == "openai"
+    assert flavors.guess({"data": [{"id": "x", "owned_by": "replayproxy-sim"}]}) == "vllm"  # vLLM-compatible
+    assert flavors.guess({"data": [{"id": "x", "owned_by": "openai"}]}) == "openai"
     assert flavors.guess(None) == "openai"
