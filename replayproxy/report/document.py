@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown
+from replayproxy.report import breakdown, telemetry
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
@@ -109,12 +109,27 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "exact_output_share": num(out_share),
         "exact_output_count": out_count,
         "goodput": goodput_doc(goodput(m, slos)) if slos else None,
+        "telemetry": _telemetry_doc(run, m.n),
+        "trace_prefix_reuse": _trace_prefix_reuse(run),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
             "window_10s": [group_doc(g, window=True) for g in breakdown.by_window(m)],
         },
     }
+
+
+def _telemetry_doc(run: Run, requests: int) -> dict[str, Any] | None:
+    """The engine's own view of the run, from the first telemetry record (one per run)."""
+    records = run.extras.get("telemetry", [])
+    return telemetry.summarize(records[0], requests) if records else None
+
+
+def _trace_prefix_reuse(run: Run) -> float | None:
+    """The replayed trace's prefix reuse, as the replayer stored it, beside the engine's hit rate."""
+    profiles = run.extras.get("trace_profile", [])
+    value = profiles[0].get("prefix_reuse") if profiles else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _rate(tokens: np.ndarray, duration_s: float) -> float | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replayproxy.report import telemetry
 from replayproxy.report.measures import in_flight_series
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import grouped_summaries
@@ -193,10 +194,34 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
+TELEMETRY_SERIES = (("kv_usage", "KV cache usage (0-1)"), ("running", "requests running"), ("waiting", "requests waiting"))
+
+
+def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    """The engine's gauges over the run, one panel per gauge, one line per run."""
+    records = [(run, run.extras["telemetry"][0]) for run in runs if run.extras.get("telemetry")]
+    if not records:
+        return None
+    fig = new_figure(12, 2.6 * len(TELEMETRY_SERIES))
+    axes = fig.subplots(len(TELEMETRY_SERIES), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (name, title) in zip(axes, TELEMETRY_SERIES, strict=True):
+        for run, record in records:
+            series = telemetry.over_time(record, name)
+            if series is not None:
+                ax.step(*series, where="post", label=run.label)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+        legend(ax, loc="upper left")
+    axes[0].set_title("Engine telemetry over time (from the target's /metrics)")
+    axes[-1].set_xlabel("s since the run's start")
+    return fig
+
+
 PLOTS: list[tuple[str, Callable[[dict[str, Any], list[Run]], Figure | None]]] = [
     ("Latency CDFs", latency_cdfs),
     ("Latency over time", latency_over_time),
     ("In-flight requests", in_flight),
     ("TTFT by input length", ttft_by_input),
     ("Sweep", sweep_curves),
+    ("Engine telemetry", engine_telemetry),
 ]

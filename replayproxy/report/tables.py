@@ -259,6 +259,38 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
     return tables
 
 
+TELEMETRY_ROWS = (
+    ("KV cache usage peak", "kv_usage_peak", pct),
+    ("KV cache usage mean", "kv_usage_mean", pct),
+    ("requests waiting, peak", "waiting_peak", fmt),
+    ("time with requests waiting", "waiting_time_share", pct),
+    ("requests running, peak", "running_peak", fmt),
+    ("preemptions per 1k requests", "preemptions_per_1k_requests", fmt),
+    ("engine prefix-cache hit rate", "prefix_hit_rate", pct),
+)
+ENGINE_LATENCY = (("TTFT", "engine_ttft_ms", "ttft_ms"), ("ITL", "engine_itl_ms", "itl_ms"), ("E2E", "engine_e2e_ms", "e2e_ms"))
+
+
+def telemetry_section(doc: dict[str, Any]) -> list[Table]:
+    """Why a run was slow, in the engine's own words, beside the client's view of the same run."""
+    runs = [r for r in doc["runs"] if r.get("telemetry")]
+    if not runs:
+        return []
+    rows = [[title, *(get(r["telemetry"].get(key)) for r in runs)] for title, key, get in TELEMETRY_ROWS]
+    rows.append(["trace prefix reuse", *(pct(r.get("trace_prefix_reuse")) for r in runs)])
+    for name, engine_key, client_key in ENGINE_LATENCY:
+        for stat in ("p50", "p90", "p99"):
+            engine = [fmt((r["telemetry"].get(engine_key) or {}).get(stat)) for r in runs]
+            rows.append([f"{name} {stat} ms: engine / client", *(
+                f"{e} / {fmt(r[client_key][stat])}" for e, r in zip(engine, runs, strict=True)
+            )])
+    notes = [
+        "engine figures come from the target's /metrics, polled during the run; '-' = not exposed",
+        "engine vs client latency: the difference is network, proxy and client time",
+    ]
+    return [Table("Engine telemetry", ["figure", *(r["label"] for r in runs)], rows, notes, "telemetry")]
+
+
 def warnings_section(doc: dict[str, Any]) -> list[Table]:
     if not doc["warnings"]:
         return []
@@ -273,6 +305,7 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
     comparison_section,
     breakdown_section,
     sweep_section,
+    telemetry_section,
     warnings_section,
 ]
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from replayproxy.cli import main
 from replayproxy.report.telemetry import histogram_quantiles, over_time, summarize
+from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 
 HIST = {"buckets": [[0.1, 4.0], [1.0, 9.0], [float("inf"), 10.0]], "count": 10.0, "sum": 3.5}
 
@@ -53,3 +58,31 @@ def test_counter_reset_and_missing_metrics() -> None:
     assert summary["preemptions"] == 5.0  # restart to 2, then +3
     assert summary["preemptions_per_1k_requests"] is None
     assert "kv_usage_peak" not in summary and "prefix_hit_rate" not in summary
+
+
+def _run_with_telemetry(path: Path, label: str, kv: float) -> str:
+    header = RunHeader(label=label, target="http://127.0.0.1:1", start_wall_ns=1)
+    samples = [{"t_ns": i * 500_000_000, "kv_usage": kv * i / 4, "waiting": float(i % 2), "running": 3.0} for i in range(5)]
+    with ResultWriter(path, header) as writer:
+        for i in range(20):
+            writer.write(ReplayResult(index=i, scheduled_ns=i * 10**8, sent_ns=i * 10**8, status=200,
+                                      ttft_ns=50_000_000, e2e_ns=200_000_000, content_chunks=5,
+                                      completion_tokens=5, expected_output_tokens=5))  # fmt: skip
+        writer.write_extra("telemetry", {"source": "u", "samples": samples, "histograms_start": {},
+                                         "histograms_end": {"ttft_s": HIST}, "found": {"kv_usage": "vllm:kv_cache_usage_perc"}})  # fmt: skip
+        writer.write_extra("trace_profile", {"prefix_reuse": 0.42})
+    return str(path)
+
+
+def test_report_shows_engine_telemetry_beside_client_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _run_with_telemetry(tmp_path / "a.rpr", "engine-a", 0.8)
+    b = _run_with_telemetry(tmp_path / "b.rpr", "engine-b", 0.4)
+    assert main(["report", a, b, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["telemetry"]["kv_usage_peak"] for r in doc["runs"]] == [0.8, 0.4]
+    assert doc["runs"][0]["trace_prefix_reuse"] == 0.42
+    assert doc["runs"][0]["telemetry"]["engine_ttft_ms"]["p50"] == pytest.approx(280.0)
+    assert main(["report", a, b]) == 0
+    text = capsys.readouterr().out
+    assert "Engine telemetry" in text and "KV cache usage peak" in text and "80.0%" in text
+    assert "TTFT p50 ms: engine / client" in text and "280 / 50" in text.replace(".0 /", " /")
