@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replayproxy.shape import ENDPOINTS, RequestShape, key_fingerprint, prefix_block_hashes
+from replayproxy.shape import RequestShape, key_fingerprint, prefix_block_hashes
 from replayproxy.trace import TraceHeader
 
 _CHUNK = 65_536  # draws per batch: bounds memory, and fixes the random streams' layout
@@ -155,7 +155,6 @@ class SynthSpec:
             raise ValueError("the prefix must be shorter than the context")
         for dist in (self.input_len, self.output_len, self.turns):
             dist.check()
-        assert self.endpoint in ENDPOINTS
 
     @property
     def key(self) -> bytes:
