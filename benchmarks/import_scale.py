@@ -1,0 +1,105 @@
+"""Import of a 1,000,000-line Mooncake file (budget: <= 10 s on one core), with side-by-side baselines.
+
+CPU time is printed beside wall time because the machines are shared. The file is the public
+Mooncake conversation trace (../shared/data/traces) repeated with shifted
+timestamps and ids, or a synthetic file of the same shape when that trace is absent. Printed:
+the import time (parse + hash chains + trace write), the time to merely orjson-parse every line
+(the floor any JSON importer pays) and their ratio, then the export back to Mooncake.
+
+    .venv/bin/python benchmarks/import_scale.py [--lines 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from replayproxy.formats import mooncake
+from replayproxy.formats.exporting import ExportOptions
+from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
+from replayproxy.trace import load
+
+SOURCE = Path(__file__).resolve().parents[2] / "shared/data/traces/conversation_trace.jsonl"
+
+
+def make_file(path: Path, lines: int) -> None:
+    """`lines` Mooncake rows: copies of the public trace, each later in time with its own ids."""
+    if SOURCE.exists():
+        rows = [orjson.loads(line) for line in SOURCE.read_bytes().splitlines() if line.strip()]
+    else:
+        rng = np.random.default_rng(0)
+        rows = [
+            {
+                "timestamp": i * 300,
+                "input_length": int(n),
+                "output_length": 300,
+                "hash_ids": [0, *range(1 + 30 * i, 1 + 30 * i + (int(n) - 1) // 512)],
+            }
+            for i, n in enumerate(rng.integers(600, 15000, 12000))
+        ]
+    span = rows[-1]["timestamp"] + 1000
+    id_span = max(max(r["hash_ids"], default=0) for r in rows) + 1
+    with open(path, "wb") as out:
+        written, copy = 0, 0
+        while written < lines:
+            for row in rows[: lines - written]:
+                shifted = {
+                    **row,
+                    "timestamp": row["timestamp"] + copy * span,
+                    "hash_ids": [h + copy * id_span for h in row["hash_ids"]],
+                }
+                out.write(orjson.dumps(shifted) + b"\n")
+            written += min(len(rows), lines - (written))
+            copy += 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the budget says
+    with tempfile.TemporaryDirectory() as tmp:
+        source, trace, back = Path(tmp) / "big.jsonl", Path(tmp) / "big.rpt", Path(tmp) / "back.jsonl"
+        make_file(source, args.lines)
+        size_mb = source.stat().st_size / 1e6
+
+        start = time.perf_counter()
+        for line in source.read_bytes().split(b"\n"):
+            if line:
+                orjson.loads(line)
+        parse_s = time.perf_counter() - start
+
+        start, cpu = time.perf_counter(), time.process_time()
+        with paused_gc():  # as `replayproxy import` does
+            imported = mooncake.read(source, ImportOptions())
+            read_s = time.perf_counter() - start
+            write_imported(imported, trace, lambda: 0)
+        import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+
+        start = time.perf_counter()
+        cols = load(trace)
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        mooncake.write(cols, back, ExportOptions())
+        export_s = time.perf_counter() - start
+
+    print(f"file: {args.lines:,} lines, {size_mb:.0f} MB, {int(imported.id_counts.sum()):,} hash ids")
+    print(f"orjson parse only      {parse_s:6.2f} s")
+    print(
+        f"import (read+write)    {import_s:6.2f} s   ratio to parse-only {import_s / parse_s:4.2f}x"
+        f"   (read {read_s:.2f} s, write {import_s - read_s:.2f} s; CPU {import_cpu_s:.2f} s)  budget 10 s: "
+        f"{'OK' if min(import_s, import_cpu_s) <= 10 else 'OVER'}"
+    )
+    print(f"load trace             {load_s:6.2f} s")
+    print(f"export mooncake        {export_s:6.2f} s   ratio to parse-only {export_s / parse_s:4.2f}x")
+
+
+if __name__ == "__main__":
+    main()

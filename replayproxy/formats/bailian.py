@@ -1,0 +1,128 @@
+"""Alibaba Qwen-Bailian usage traces (qwen-bailian-usagetraces-anon, ATC'25), read and written.
+
+One JSON object per request: `chat_id`, `parent_chat_id` (-1 = root), `timestamp` (seconds, float),
+`input_length`, `output_length`, `type` (text|search|image|file), `turn` (1-based), `hash_ids`
+(16-token blocks). A follow-up's input_length and hash_ids already cover the whole conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayproxy.formats import mooncake
+from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.exporting import (
+    ExportOptions,
+    ExportResult,
+    aiperf_command,
+    output_lengths,
+    vllm_timed_trace_command,
+    write_json_lines,
+)
+from replayproxy.formats.importing import (
+    BadLines,
+    Imported,
+    ImportOptions,
+    drop_rows,
+    keep_good,
+    read_json_lines,
+)
+from replayproxy.trace import Columns
+
+DEFAULT_BLOCK = 16
+
+
+def read(path: Path, options: ImportOptions) -> Imported:
+    """Parse a Bailian file: sessions follow parent_chat_id links to their root chat."""
+    bad = BadLines(str(path), options.skip_bad)
+    rows, line_nos = read_json_lines(path, bad)
+    rows, line_nos = keep_good(rows, line_nos, _problem, bad)
+    block = options.block_size or DEFAULT_BLOCK
+    ts, inputs, outputs, ids, counts = mooncake.row_columns(rows)
+    keep = drop_rows(*mooncake.value_problems(ts, inputs, outputs, ids, counts, block), line_nos, bad)
+    if len(keep) < len(rows):
+        rows = [rows[i] for i in keep]
+        ts, inputs, outputs, ids, counts = mooncake.row_columns(rows)
+    sessions = _root_sessions(rows)
+    return Imported(
+        source="bailian",
+        offset_ns=np.rint(ts * mooncake.UNIT_NS[options.time_unit or "s"]).astype(np.int64),
+        input_tokens=inputs,
+        output_tokens=outputs,
+        bad=bad,
+        block_size=block,
+        ids=ids,
+        id_counts=counts,
+        columns={
+            "session": sessions,
+            "turn": np.array([max(int(r["turn"]) - 1, 0) for r in rows], np.int64),
+            **({"model": options.model} if options.model else {}),
+        },
+        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows})},
+    )
+
+
+def _problem(row: dict[str, Any]) -> str | None:
+    for name in ("chat_id", "parent_chat_id", "turn"):
+        if type(row.get(name)) is not int:
+            return f"{name} is {row.get(name)!r}, not an integer"
+    if "timestamp" not in row or "output_length" not in row:
+        return "no timestamp" if "timestamp" not in row else "no output_length"
+    return mooncake.row_problem(row)
+
+
+def _root_sessions(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Session = the root chat reached through parent links (chats without follow-ups get none)."""
+    parent = {r["chat_id"]: r["parent_chat_id"] for r in rows}
+    has_children = {p for p in parent.values() if p != -1}
+    roots: list[int] = []
+    for r in rows:
+        chat, seen = r["chat_id"], set()
+        while parent.get(chat, -1) != -1 and parent[chat] in parent and chat not in seen:
+            seen.add(chat)
+            chat = parent[chat]
+        linked = r["parent_chat_id"] != -1 or r["chat_id"] in has_children
+        roots.append(int(chat) + 1 if linked else 0)  # +1: chat 0 must not read as "no session"
+    return np.array(roots, np.uint64)
+
+
+def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
+    """Bailian rows re-blocked to `--block-size` (default 16); chat ids number requests in arrival order."""
+    block = options.block_size or DEFAULT_BLOCK
+    rows = write_json_lines(path, _rows(cols, block))
+    return ExportResult(
+        rows,
+        [
+            aiperf_command(path, "bailian_trace", block, options),
+            vllm_timed_trace_command(path, rows, block, 1.0, options),
+        ],
+    )
+
+
+def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
+    flat, counts = block_ids(cols, block)
+    ids = flat.tolist()
+    ends = np.cumsum(counts).tolist()
+    seconds = ((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9).tolist()
+    inputs = np.maximum(cols.input_tokens, 0).tolist()
+    outputs = output_lengths(cols)[0].tolist()
+    last_chat: dict[int, int] = {}
+    start = 0
+    for i, (session, turn) in enumerate(zip(cols.session.tolist(), cols.turn.tolist(), strict=True)):
+        yield {
+            "chat_id": i,
+            "parent_chat_id": last_chat.get(session, -1) if session else -1,
+            "timestamp": round(seconds[i], 6),
+            "input_length": inputs[i],
+            "output_length": outputs[i],
+            "type": "text",
+            "turn": max(turn, 0) + 1,
+            "hash_ids": ids[start : ends[i]],
+        }
+        if session:
+            last_chat[session] = i
+        start = ends[i]

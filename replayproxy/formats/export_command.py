@@ -1,0 +1,45 @@
+"""`replayproxy export TRACE... --format F -o FILE`: traces for other tools, with their command lines."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from replayproxy import trace
+from replayproxy.formats.exporting import ExportOptions
+from replayproxy.formats.registry import exporters, listing
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    formats = exporters()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = listing(formats) + "\n\nColumns, units and consumer rules: docs/formats.md"
+    parser.add_argument("traces", nargs="+", help="trace files, directories or globs")
+    parser.add_argument("--format", "-f", required=True, choices=sorted(formats), help="output format")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
+    parser.add_argument(
+        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+    )
+    parser.add_argument(
+        "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
+    )
+    parser.add_argument("--model", default="MODEL", help="model name in the printed consumer command lines")
+    parser.add_argument(
+        "--url", default="http://localhost:8000", help="server URL in the printed command lines"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cols = trace.load(args.traces)
+    if not len(cols):
+        raise ValueError("the traces hold no requests")
+    options = ExportOptions(
+        block_size=args.block_size, sessions=args.sessions, model=args.model, url=args.url
+    )
+    result = exporters()[args.format].write(cols, args.output, options)  # type: ignore[misc]
+    print(f"wrote {result.rows} requests to {args.output} ({args.format})")
+    for warning in cols.report.warnings:
+        print(f"note: {warning}")
+    for note in result.notes:
+        print(note)
+    return 0

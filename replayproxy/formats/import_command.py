@@ -1,0 +1,51 @@
+"""`replayproxy import FILE --format F -o TRACE.rpt`: a public trace becomes a replayable trace."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from replayproxy import clock
+from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
+from replayproxy.formats.registry import importers, listing
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    formats = importers()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = listing(formats) + "\n\nUnits, quirks and field mappings: docs/formats.md"
+    parser.add_argument("file", type=Path, help="the file to import")
+    parser.add_argument("--format", "-f", required=True, choices=sorted(formats), help="the file's format")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="trace file to write (.rpt)")
+    parser.add_argument(
+        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+    )
+    parser.add_argument(
+        "--time-unit", choices=("ms", "s"), help="numeric timestamps' unit (mooncake ms, bailian s)"
+    )
+    parser.add_argument("--model", default="", help="model name to record (formats without one)")
+    parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines and count them")
+    parser.add_argument(
+        "--drop-failed", action="store_true", help="leave out requests the source marks failed"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.block_size is not None and args.block_size <= 0:
+        raise ValueError(f"--block-size must be positive, got {args.block_size}")
+    options = ImportOptions(
+        skip_bad=args.skip_bad,
+        block_size=args.block_size,
+        time_unit=args.time_unit,
+        model=args.model,
+        drop_failed=args.drop_failed,
+    )
+    with paused_gc():
+        imported = importers()[args.format].read(args.file, options)  # type: ignore[misc]
+        if not len(imported):
+            raise ValueError(f"{args.file}: no requests to import")
+        written = write_imported(imported, args.output, clock.wall_ns)
+    print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
+    if imported.bad.count:
+        print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")
+    return 0

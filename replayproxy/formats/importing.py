@@ -1,0 +1,322 @@
+"""What every importer shares: bad-line accounting, source hash ids turned into prefix hashes, writing.
+
+An importer parses its file into `Imported` columns (numpy, one entry per request) and
+`write_imported` writes them with `trace.write_columns`, so a million-line file never becomes a
+million Python objects. See docs/formats.md for each format's mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gc
+import hashlib
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from replayproxy.shape import UNKNOWN
+from replayproxy.trace import TraceHeader, write_columns
+
+# Imported prefix hashes are not keyed blake2b hashes of text: they are a polynomial chain over the
+# source's integer ids, so equal hashes still mean "equal ids up to and including this block".
+IMPORT_HASH_SCHEME = "poly64-idchain-v1"
+_BASE = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2**64
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+_SALT = np.uint64(0x7265706C61797072)  # b"replaypr"
+
+
+class ImportFormatError(ValueError):
+    """A malformed input line; the message names the file, the line and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportOptions:
+    """Choices the user states on the command line; None means "the format's documented default"."""
+
+    skip_bad: bool = False
+    block_size: int | None = None  # tokens per source hash id
+    time_unit: str | None = None  # "ms" | "s" for numeric timestamps
+    model: str = ""  # model name for formats that carry none
+    drop_failed: bool = False  # leave out requests the source marks as failed
+
+
+@dataclass(slots=True)
+class BadLines:
+    """Reports a malformed line: raises at once, or with --skip-bad counts it and goes on."""
+
+    path: str
+    skip: bool
+    count: int = 0
+    first: str = ""
+
+    def __call__(self, line_no: int, reason: str) -> None:
+        message = f"{self.path}:{line_no}: {reason}"
+        if not self.skip:
+            raise ImportFormatError(f"{message} (--skip-bad skips such lines)")
+        self.count += 1
+        self.first = self.first or message
+
+
+@dataclass(slots=True)
+class Imported:
+    """One source file as columns; `ids`/`id_counts` are the source's per-block hash ids, if any."""
+
+    source: str  # format name, kept as "import:<format>" in the header
+    offset_ns: np.ndarray  # arrival, any origin (rebased to the first request when written)
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    bad: BadLines
+    block_size: int = 16  # tokens per source id
+    ids: np.ndarray | None = None
+    id_counts: np.ndarray | None = None
+    columns: dict[str, Any] = field(default_factory=dict)  # further shape fields by name
+    wall_clock: bool = False  # offset_ns are UTC nanoseconds since the epoch (sources with dates)
+    extra: dict[str, Any] = field(default_factory=dict)  # header notes
+
+    def __len__(self) -> int:
+        return len(self.offset_ns)
+
+
+def read_json_lines(path: Path, bad: BadLines) -> tuple[list[Any], Sequence[int]]:
+    """Parsed objects and their 1-based line numbers; blank lines are ignored.
+
+    The fast path parses every line in one comprehension; a file with a blank or broken line is
+    read again line by line, so the bad line is found and named.
+    """
+    lines = path.read_bytes().split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
+    loads = orjson.loads
+    with paused_gc():
+        try:
+            rows = [loads(line) for line in lines]
+            if all(type(row) is dict for row in rows):
+                return rows, range(1, len(rows) + 1)
+        except orjson.JSONDecodeError:
+            pass
+        return _read_lines(lines, bad)
+
+
+def _read_lines(lines: list[bytes], bad: BadLines) -> tuple[list[Any], list[int]]:
+    rows: list[Any] = []
+    line_nos: list[int] = []
+    loads = orjson.loads
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = loads(line)
+        except orjson.JSONDecodeError as e:
+            bad(no, f"not a JSON object ({e})")
+            continue
+        if not isinstance(row, dict):
+            bad(no, f"expected a JSON object, got {type(row).__name__}")
+            continue
+        rows.append(row)
+        line_nos.append(no)
+    return rows, line_nos
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Building millions of small lists and dicts makes the cycle collector run for nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_csv(
+    path: Path, bad: BadLines, required: Sequence[str]
+) -> tuple[dict[str, int], list[list[str]], list[int]]:
+    """Column positions by header name, data rows and their line numbers (wrong field counts are bad)."""
+    with open(path, newline="", encoding="utf-8") as stream:
+        reader = csv.reader(stream)
+        header = [name.strip() for name in next(reader, [])]
+        missing = [name for name in required if name not in header]
+        if missing:
+            raise ImportFormatError(
+                f"{path}:1: header {header} lacks {missing}; expected columns {list(required)}"
+            )
+        rows: list[list[str]] = []
+        line_nos: list[int] = []
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) != len(header):
+                bad(reader.line_num, f"{len(row)} fields where the header has {len(header)}")
+                continue
+            rows.append(row)
+            line_nos.append(reader.line_num)
+    return {name: i for i, name in enumerate(header)}, rows, line_nos
+
+
+def keep_good(
+    rows: list[Any], line_nos: Sequence[int], problem: Callable[[Any], str | None], bad: BadLines
+) -> tuple[list[Any], list[int]]:
+    """The slow path after a vectorized conversion failed: check each row, report or drop the bad."""
+    good: list[Any] = []
+    good_nos: list[int] = []
+    for row, no in zip(rows, line_nos, strict=True):
+        reason = problem(row)
+        if reason is None:
+            good.append(row)
+            good_nos.append(no)
+        else:
+            bad(no, reason)
+    return good, good_nos
+
+
+def drop_rows(
+    mask: np.ndarray, reason: Callable[[int], str], line_nos: Sequence[int], bad: BadLines
+) -> np.ndarray:
+    """Report rows that a vectorized check flagged; returns the indices of the rows kept."""
+    for i in np.flatnonzero(mask).tolist():
+        bad(line_nos[i], reason(i))
+    return np.flatnonzero(~mask)
+
+
+def flatten_ids(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row id lists as one int64 array and per-row counts (raises on anything but ints)."""
+    counts = np.fromiter(map(len, lists), np.int64, len(lists))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(counts.sum()))
+    return flat, counts
+
+
+def chain_hashes(
+    ids: np.ndarray, counts: np.ndarray, keep: np.ndarray | None = None, chunk: int = 1 << 20
+) -> np.ndarray:
+    """Per row, h_i = mix(H_i, i) with H_i = H_{i-1}·P + mix(id_i) mod 2**64: a chain over the ids.
+
+    Equal h_i means equal ids at every position up to i (for all but adversarially built
+    sequences: polynomial hashes modulo 2**64 can be made to collide by Thue-Morse-like inputs).
+    The linear recurrence is computed as a segmented prefix sum, H_i = P^i · Σ_k mix(id_k)·P^-k,
+    a few sequential passes over row-aligned chunks of about `chunk` ids (small temporaries are
+    reused instead of page-faulting fresh memory on every pass). With `keep`, only each row's
+    first keep[row] hashes are returned.
+    """
+    keep = counts if keep is None else keep
+    kept_ends = np.concatenate([[0], np.cumsum(keep)])
+    out = np.empty(int(kept_ends[-1]), np.uint64)
+    if not len(ids):
+        return out
+    powers, inverse_powers = _powers(int(counts.max()))
+    ends = np.concatenate([[0], np.cumsum(counts)])
+    cuts = np.searchsorted(ends, np.arange(chunk, int(ends[-1]), chunk), side="right") - 1  # row boundaries
+    bounds = np.unique(np.concatenate([[0], cuts, [len(counts)]])).tolist()
+    for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = counts[first:last]
+        lo, hi = int(ends[first]), int(ends[last])
+        if hi <= lo:
+            continue
+        starts = np.cumsum(rows) - rows
+        position = np.arange(hi - lo, dtype=np.int64) - np.repeat(starts, rows)
+        terms = _finalize(ids[lo:hi].astype(np.uint64) ^ _SALT)
+        terms *= inverse_powers[position]
+        sums = np.cumsum(terms, dtype=np.uint64)
+        sums -= np.repeat(np.concatenate([np.zeros(1, np.uint64), sums])[starts], rows)
+        sums *= powers[position]
+        sums ^= (position.astype(np.uint64) + np.uint64(1)) * _M3
+        out[kept_ends[first] : kept_ends[last]] = _finalize(
+            sums[position < np.repeat(keep[first:last], rows)]
+        )
+    return out
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P^j and P^-j modulo 2**64 for j < n."""
+    inverse = _BASE
+    for _ in range(6):  # Newton's iteration doubles the correct low bits each time: 3 -> 192
+        inverse = inverse * (2 - _BASE * inverse) % (1 << 64)
+    powers, inverse_powers, p, q = [], [], 1, 1
+    for _ in range(n):
+        powers.append(p)
+        inverse_powers.append(q)
+        p, q = p * _BASE % (1 << 64), q * inverse % (1 << 64)
+    return np.array(powers, np.uint64), np.array(inverse_powers, np.uint64)
+
+
+def _finalize(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection on 64 bits that spreads every input bit."""
+    z = z ^ (z >> np.uint64(30))
+    z *= _M2
+    z ^= z >> np.uint64(27)
+    z *= _M3
+    return z ^ (z >> np.uint64(31))  # type: ignore[no-any-return]
+
+
+def key_of(text: str) -> int:
+    """A stable nonzero 63-bit number for a source's name or session id (already public: not keyed)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, person=b"rp-import").digest()
+    return int.from_bytes(digest, "little") >> 1 or 1
+
+
+def turns_of(sessions: np.ndarray) -> np.ndarray:
+    """0-based turn of each request within its session (rows in arrival order; 0 = no session)."""
+    turns = np.zeros(len(sessions), np.int64)
+    seen: dict[int, int] = {}
+    for i, s in enumerate(sessions.tolist()):
+        if s:
+            turns[i] = seen.get(s, 0)
+            seen[s] = turns[i] + 1
+    return turns
+
+
+def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Callable[[], int]) -> int:
+    """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace."""
+    n = len(imported)
+    order = np.argsort(imported.offset_ns, kind="stable")
+    offsets = imported.offset_ns[order]
+    origin = int(offsets[0]) if n else 0
+    inputs = imported.input_tokens[order]
+    columns: dict[str, Any] = {
+        name: (np.asarray(value, dtype=object)[order] if isinstance(value, list) else value[order])
+        if isinstance(value, list | np.ndarray)
+        else value
+        for name, value in imported.columns.items()
+    }
+    columns.setdefault("status", 200)  # published traces list served requests unless they say otherwise
+    columns.update(
+        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=imported.output_tokens[order]
+    )
+    if imported.ids is not None and imported.id_counts is not None:
+        hashes, counts = _full_block_hashes(
+            imported.ids, imported.id_counts, order, inputs, imported.block_size
+        )
+        columns["prefix_hashes"] = (hashes, counts)
+        columns["prefix_units"] = np.where(imported.id_counts[order] > 0, inputs, UNKNOWN)
+    header = TraceHeader(
+        start_wall_ns=origin if imported.wall_clock else 0,
+        source=f"import:{imported.source}",
+        block_size=imported.block_size,
+        block_unit="token",
+        hash_scheme=IMPORT_HASH_SCHEME,
+        extra={"skipped_lines": imported.bad.count, **imported.extra},
+    )
+    return write_columns(path, header, columns, n, wall_ns=wall_ns)
+
+
+def _full_block_hashes(
+    ids: np.ndarray, counts: np.ndarray, order: np.ndarray, inputs: np.ndarray, block_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Chain hashes of each row's *full* blocks only (a trailing partial block is never shared)."""
+    if not np.array_equal(order, np.arange(len(order))):
+        starts = np.cumsum(counts) - counts
+        moved = counts[order]
+        index = np.repeat(starts[order], moved) + (
+            np.arange(int(moved.sum())) - np.repeat(np.cumsum(moved) - moved, moved)
+        )
+        ids, counts = ids[index], moved
+    keep = np.minimum(counts, np.maximum(inputs, 0) // block_size)
+    return chain_hashes(ids, counts, keep=keep), keep

@@ -1,0 +1,258 @@
+"""Mooncake FAST'25 JSON lines, the lingua franca of trace replay (AIPerf, guidellm, vLLM, SGLang...).
+
+`{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}` per request; hash ids
+stand for `block_size`-token blocks (512 in the published traces) and obey
+`len(hash_ids) == ceil(input_length / block_size)`. AIPerf/GenAI-Perf add `session_id` and `delay`.
+Consumers' readers and rules are cited in docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.exporting import (
+    ExportOptions,
+    ExportResult,
+    aiperf_command,
+    output_lengths,
+    relative_ms,
+    session_labels,
+    vllm_timed_trace_command,
+    write_json_lines,
+)
+from replayproxy.formats.importing import (
+    BadLines,
+    Imported,
+    ImportOptions,
+    drop_rows,
+    flatten_ids,
+    keep_good,
+    key_of,
+    paused_gc,
+    read_json_lines,
+    turns_of,
+)
+from replayproxy.trace import Columns
+
+DEFAULT_BLOCK = 512
+UNIT_NS = {"ms": 1_000_000, "s": 1_000_000_000}
+_NUMBER = (int, float)
+
+
+# --------------------------------------------------------------------------- import
+
+
+def read(path: Path, options: ImportOptions) -> Imported:
+    """Parse a Mooncake-style file; timestamps in `options.time_unit` (default ms)."""
+    with paused_gc():  # a million dicts alive make every cycle collection a full, useless walk
+        return _read(path, options)
+
+
+def _read(path: Path, options: ImportOptions) -> Imported:
+    block = options.block_size or DEFAULT_BLOCK
+    unit_ns = UNIT_NS[options.time_unit or "ms"]
+    bad = BadLines(str(path), options.skip_bad)
+    rows, line_nos = read_json_lines(path, bad)
+    try:
+        columns = row_columns(rows)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        rows, line_nos = keep_good(rows, line_nos, row_problem, bad)
+        columns = row_columns(rows)
+    ts, inputs, outputs, ids, counts = columns
+    keep = drop_rows(*value_problems(ts, inputs, outputs, ids, counts, block), line_nos, bad)
+    if len(keep) < len(rows):
+        rows = [rows[i] for i in keep]
+        ts, inputs, outputs, ids, counts = row_columns(rows)
+    extra_columns: dict[str, Any] = {}
+    if any("session_id" in row for row in rows):
+        sessions = np.array(
+            [key_of(str(r["session_id"])) if "session_id" in r else 0 for r in rows], np.uint64
+        )
+        ts = _delays_to_times(rows, ts, sessions)
+        order = np.argsort(ts, kind="stable")
+        turns = np.empty(len(rows), np.int64)
+        turns[order] = turns_of(sessions[order])
+        extra_columns.update(session=sessions, turn=turns)
+    if options.model:
+        extra_columns["model"] = options.model
+    return Imported(
+        source="mooncake",
+        offset_ns=np.rint(ts * unit_ns).astype(np.int64),
+        input_tokens=inputs,
+        output_tokens=outputs,
+        bad=bad,
+        block_size=block,
+        ids=ids,
+        id_counts=counts,
+        columns=extra_columns,
+        extra={"time_unit": options.time_unit or "ms"},
+    )
+
+
+def row_columns(rows: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    """Vectorized conversion; raises on any row a fast path cannot take (the slow path then reports it)."""
+    ts = _field(rows, "timestamp", math.nan)
+    if np.isnan(ts).any() and not all("timestamp" in r or ("delay" in r and "session_id" in r) for r in rows):
+        raise KeyError("timestamp")
+    inputs = _field(rows, "input_length", None, int)
+    outputs = _field(rows, "output_length", -1, int)
+    lists = _values(rows, "hash_ids", ())
+    if not set(map(type, lists)) <= {list, tuple}:
+        raise TypeError("hash_ids")
+    ids, counts = flatten_ids(lists)
+    return ts, inputs, outputs, ids, counts
+
+
+def _values(rows: list[dict[str, Any]], name: str, default: Any) -> list[Any]:
+    try:
+        return list(map(operator.itemgetter(name), rows))  # C speed when every row has the field
+    except KeyError:
+        if default is None:
+            raise
+        return [row.get(name, default) for row in rows]
+
+
+def _field(rows: list[dict[str, Any]], name: str, default: Any, kind: type = float) -> np.ndarray:
+    """One numeric field of every row (TypeError for a value of another type; bool is not a number)."""
+    values = _values(rows, name, default)
+    allowed = {int} if kind is int else {int, float}
+    if not set(map(type, values)) <= allowed:
+        raise TypeError(name)
+    return np.array(values, np.int64 if kind is int else np.float64)
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why one row cannot be read (the slow path; value rules are checked vectorized after)."""
+    if "input_length" not in row:
+        return "no input_length (rows with only text_input or messages carry text and are not imported)"
+    if "timestamp" not in row and not ("delay" in row and "session_id" in row):
+        return "no timestamp (and no delay within a session)"
+    for name in ("timestamp", "delay"):
+        if name in row and type(row[name]) not in _NUMBER:
+            return f"{name} is {row[name]!r}, not a number"
+    for name in ("input_length", "output_length"):
+        if name in row and type(row[name]) is not int:
+            return f"{name} is {row[name]!r}, not an integer"
+    ids = row.get("hash_ids", [])
+    if not isinstance(ids, list) or any(type(i) is not int for i in ids):
+        return "hash_ids is not a list of integers"
+    return None
+
+
+def value_problems(
+    ts: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, ids: np.ndarray, counts: np.ndarray, block: int
+) -> tuple[np.ndarray, Any]:
+    """Rows breaking the format's value rules, and a function describing row i's problem."""
+    expected = -(-inputs // block)
+    negative_id = np.zeros(len(inputs), bool)
+    if len(ids) and ids.min() < 0:
+        negative_id[np.repeat(np.arange(len(counts)), counts)[ids < 0]] = True
+    wrong_count = (counts > 0) & (counts != expected)
+    mask = (inputs < 0) | (outputs < -1) | (ts < 0) | negative_id | wrong_count
+
+    def reason(i: int) -> str:
+        if wrong_count[i]:
+            return (
+                f"{counts[i]} hash_ids for input_length {inputs[i]}, expected ceil({inputs[i]}/{block}) = "
+                f"{expected[i]} (is the block size {block}? see --block-size)"
+            )
+        if negative_id[i]:
+            return "negative hash id"
+        return f"negative value (timestamp {ts[i]}, input_length {inputs[i]}, output_length {outputs[i]})"
+
+    return mask, reason
+
+
+def _delays_to_times(rows: list[dict[str, Any]], ts: np.ndarray, sessions: np.ndarray) -> np.ndarray:
+    """A follow-up turn given by `delay` (ms after its predecessor) gets predecessor time + delay."""
+    missing = np.flatnonzero(np.isnan(ts))
+    if not len(missing):
+        return ts
+    ts = ts.copy()
+    last: dict[int, float] = {}
+    for i, row in enumerate(rows):
+        session = int(sessions[i])
+        if math.isnan(ts[i]):
+            ts[i] = last.get(session, 0.0) + float(row.get("delay", 0.0))
+        last[session] = ts[i]
+    return ts
+
+
+# --------------------------------------------------------------------------- export
+
+
+def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
+    """Write Mooncake JSON lines re-blocked to `--block-size` (default 512) and print consumer commands."""
+    block = options.block_size or DEFAULT_BLOCK
+    rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions))
+    result = ExportResult(rows)
+    _, missing = output_lengths(cols)
+    if missing:
+        result.notes.append(
+            f"{missing} requests had no recorded output length: output_length = max_tokens or 1"
+        )
+    result.notes += consumer_commands(path, block, rows, options)
+    return result
+
+
+def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
+    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`."""
+    flat, counts = block_ids(cols, block)
+    ids = flat.tolist()
+    ends = np.cumsum(counts).tolist()
+    timestamps = relative_ms(cols).tolist()
+    inputs = np.maximum(cols.input_tokens, 0).tolist()
+    outputs = output_lengths(cols)[0].tolist()
+    labels = session_labels(cols) if sessions else [None] * len(cols)
+    delays = _turn_delays_ms(cols) if sessions else []
+    start = 0
+    for i, end in enumerate(ends):
+        row: dict[str, Any] = {"timestamp": timestamps[i]}
+        if labels[i] is not None:
+            row["session_id"] = labels[i]
+            if delays[i] is not None:
+                row = {"session_id": labels[i], "delay": delays[i]}
+        row.update(input_length=inputs[i], output_length=outputs[i], hash_ids=ids[start:end])
+        start = end
+        yield row
+
+
+def _turn_delays_ms(cols: Columns) -> list[int | None]:
+    """For a follow-up turn: ms from the end of the previous turn (its recorded E2E) to its arrival."""
+    delays: list[int | None] = []
+    previous_end: dict[int, int] = {}
+    for session, offset, e2e in zip(
+        cols.session.tolist(), cols.offset_ns.tolist(), cols.e2e_ns.tolist(), strict=True
+    ):
+        delays.append(
+            round(max(0, offset - previous_end[session]) / 1e6) if session in previous_end else None
+        )
+        if session:
+            previous_end[session] = offset + max(e2e, 0)
+    return delays
+
+
+def consumer_commands(path: Path, block: int, rows: int, options: ExportOptions) -> list[str]:
+    """How each tool replays this file (flags checked against their sources; see docs/formats.md)."""
+    guidellm = [
+        f"guidellm run --backend kind=openai_http,target={options.url} --profile kind=replay",
+        f"--data kind=mooncake,source.kind=json_file,source.path={path},"
+        f"hash_id_block_size={block},time_scale=0.001",
+    ]
+    sglang = [
+        f"python -m sglang.bench_serving --backend sglang --dataset-name mooncake --dataset-path {path}",
+        f"--num-prompts {rows} --use-trace-timestamps --mooncake-slowdown-factor 1",
+    ]
+    return [
+        aiperf_command(path, "mooncake_trace", block, options),
+        "guidellm: " + " ".join(guidellm),
+        vllm_timed_trace_command(path, rows, block, 0.001, options),
+        "SGLang:   " + " ".join(sglang) + "  (prompts from hash_ids alone: input_length is ignored)",
+    ]

@@ -1,0 +1,74 @@
+"""The formats table: each name maps to its reader (import) and/or writer (export); `--help` lists it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from replayproxy.formats import (
+    azure,
+    bailian,
+    burstgpt,
+    csv_format,
+    jsonl,
+    mooncake,
+    parquet_format,
+    profile,
+    vllm_custom,
+)
+from replayproxy.formats.exporting import ExportOptions, ExportResult
+from replayproxy.formats.importing import Imported, ImportOptions
+from replayproxy.trace import Columns
+
+Reader = Callable[[Path, ImportOptions], Imported]
+Writer = Callable[[Columns, Path, ExportOptions], ExportResult]
+
+
+class Format(NamedTuple):
+    help: str
+    read: Reader | None = None
+    write: Writer | None = None
+
+
+FORMATS: dict[str, Format] = {
+    "mooncake": Format(
+        "Mooncake JSON lines: timestamp (ms), input/output_length, hash_ids", mooncake.read, mooncake.write
+    ),
+    "bailian": Format(
+        "Qwen-Bailian JSON lines: chat_id, parent_chat_id, timestamp (s), 16-token hash_ids",
+        bailian.read,
+        bailian.write,
+    ),
+    "azure": Format(
+        "Azure LLM inference CSV (2023/2024): TIMESTAMP,ContextTokens,GeneratedTokens", azure.read
+    ),
+    "burstgpt": Format(
+        "BurstGPT CSV: Timestamp,[Session ID,Elapsed time,]Model,Request/Response tokens,...", burstgpt.read
+    ),
+    "jsonl": Format(
+        "replayproxy's JSON-lines workload (hand-made workloads; docs/formats.md)", jsonl.read, jsonl.write
+    ),
+    "csv": Format("one row per request with every shape field", write=csv_format.write),
+    "parquet": Format("like csv, as Parquet with list columns (needs pyarrow)", write=parquet_format.write),
+    "profile": Format(
+        "JSON workload profile with fitted distributions (input of synth --profile)", write=profile.write
+    ),
+    "vllm-custom": Format(
+        '{"prompt": ...} JSON lines for `vllm bench serve --dataset-name custom`', write=vllm_custom.write
+    ),
+}
+
+
+def importers() -> dict[str, Format]:
+    return {name: f for name, f in FORMATS.items() if f.read is not None}
+
+
+def exporters() -> dict[str, Format]:
+    return {name: f for name, f in FORMATS.items() if f.write is not None}
+
+
+def listing(formats: dict[str, Format]) -> str:
+    """The table as help text, one format per line."""
+    width = max(map(len, formats))
+    return "formats:\n" + "\n".join(f"  {name:<{width}}  {f.help}" for name, f in formats.items())

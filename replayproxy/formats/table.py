@@ -1,0 +1,79 @@
+"""One row per request with every shape field: the table that the csv and parquet exports write.
+
+The columns (names, types, units) are listed in docs/formats.md; ragged fields stay lists (parquet)
+or space-separated numbers (csv) so DuckDB, pandas or Spark can explode them when needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from replayproxy.trace import Columns
+
+# name -> (source field or derivation, type for documentation and parquet)
+COLUMNS: dict[str, str] = {
+    "offset_ns": "int64",
+    "arrival_s": "float64",
+    "endpoint": "string",
+    "model": "string",
+    "method": "string",
+    "stream": "bool",
+    "input_tokens": "int64",
+    "output_tokens": "int64",
+    "output_estimated": "bool",
+    "max_tokens": "int64",
+    "message_count": "int64",
+    "roles": "string",
+    "has_tools": "bool",
+    "has_response_format": "bool",
+    "sampling": "string",
+    "prefix_units": "int64",
+    "prefix_blocks": "int64",
+    "prefix_hashes": "list<uint64>",
+    "status": "int64",
+    "error": "string",
+    "ttft_ns": "int64",
+    "e2e_ns": "int64",
+    "chunk_count": "int64",
+    "chunk_gaps_us": "list<uint32>",
+    "cached_tokens": "int64",
+    "session": "uint64",
+    "turn": "int64",
+    "request_bytes": "int64",
+    "response_bytes": "int64",
+}
+RAGGED = {
+    "prefix_hashes": ("prefix_hashes", "prefix_index"),
+    "chunk_gaps_us": ("chunk_gaps_us", "chunk_index"),
+}
+
+
+def request_table(cols: Columns) -> dict[str, Any]:
+    """Column name -> numpy array (scalars) or (flat, index) pair (ragged), in COLUMNS order."""
+    offsets = cols.offset_ns.astype(np.int64)
+    derived: dict[str, Any] = {
+        "arrival_s": (offsets - (offsets[0] if len(offsets) else 0)) / 1e9,
+        "message_count": cols.message_count,
+        "sampling": np.array(
+            [orjson.dumps(s, option=orjson.OPT_SORT_KEYS).decode() for s in cols.sampling], object
+        ),
+        "prefix_blocks": np.diff(cols.prefix_index),
+        "chunk_count": np.where(cols.ttft_ns >= 0, np.diff(cols.chunk_index) + 1, 0),
+    }
+    table: dict[str, Any] = {}
+    for name in COLUMNS:
+        if name in RAGGED:
+            flat, index = RAGGED[name]
+            table[name] = (getattr(cols, flat), getattr(cols, index))
+        else:
+            table[name] = derived[name] if name in derived else cols.scalar[name]
+    return table
+
+
+def header_note(cols: Columns) -> str:
+    """What the prefix columns mean for these files (block size and unit of the hashes)."""
+    kinds = sorted({(h.block_size, h.block_unit, h.hash_scheme) for h in cols.headers})
+    return "prefix_hashes: " + "; ".join(f"{size}-{unit} blocks, {scheme}" for size, unit, scheme in kinds)

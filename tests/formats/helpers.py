@@ -1,0 +1,66 @@
+"""Trace builders for the format tests: prompts as token lists, hashed the way the proxy hashes them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from replayproxy.shape import RequestShape, prefix_block_hashes
+from replayproxy.trace import TraceHeader, write_trace
+
+KEY = b"format-tests-key"
+DATA = Path(__file__).resolve().parents[1] / "data" / "formats"
+SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
+
+
+def tokens(*parts: tuple[str, int]) -> list[int]:
+    """A prompt made of named runs: equal names give equal tokens, so prefixes are shared."""
+    out: list[int] = []
+    for name, count in parts:
+        base = sum(map(ord, name)) * 100_003
+        out.extend(base + i for i in range(count))
+    return out
+
+
+def shape(
+    offset_ms: float, prompt: Sequence[int], output: int = 50, block: int = 16, **fields: Any
+) -> RequestShape:
+    hashes = prefix_block_hashes(prompt, block, KEY)
+    return RequestShape(
+        offset_ns=round(offset_ms * 1e6),
+        input_tokens=len(prompt),
+        output_tokens=output,
+        prefix_hashes=tuple(hashes),
+        prefix_units=len(prompt),
+        status=200,
+        **fields,
+    )
+
+
+def write(path: Path, shapes: Sequence[RequestShape], block: int = 16, unit: str = "token") -> Path:
+    header = TraceHeader(start_wall_ns=1_700_000_000_000_000_000, block_size=block, block_unit=unit)
+    write_trace(path, header, shapes, mono_ns=lambda: 0, wall_ns=lambda: 0)
+    return path
+
+
+def conversation_trace(path: Path, block: int = 16) -> Path:
+    """A small workload with a shared system prompt, a two-turn session and unrelated requests."""
+    system = ("system", 1030)
+    shapes = [
+        shape(0, tokens(system, ("q1", 300)), 40, block, session=11, turn=0),
+        shape(250, tokens(system, ("q2", 77)), 10, block),
+        shape(
+            900,
+            tokens(system, ("q1", 300), ("a1", 40), ("q1b", 120)),
+            60,
+            block,
+            session=11,
+            turn=1,
+            e2e_ns=400_000_000,
+        ),
+        shape(1500, tokens(("other", 5)), 7, block),
+        shape(1500, tokens(("doc", 2048)), 300, block),
+        shape(3001, tokens(("doc", 2048), ("ask", 600)), 20, block),
+    ]
+    return write(path, shapes, block)
