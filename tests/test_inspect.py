@@ -8,10 +8,11 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from replayproxy import trace
-from replayproxy.inspect import profile_of
+from replayproxy.inspect import hit_blocks, profile_of
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader
 
@@ -179,3 +180,22 @@ def test_empty_and_single_request_traces(tmp_path: Path) -> None:
     one = profile_of(trace.load(write(tmp_path / "o.rpt", [RequestShape(offset_ns=5, e2e_ns=7)])))
     assert one["requests"] == 1 and one["duration_s"] == 0 and one["rate_peak_rps"] == 1.0
     assert one["peak_concurrency"] == 1
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 22])
+def test_hit_blocks_survive_hashes_that_agree_on_their_top_or_bottom_bits(chunk: int) -> None:
+    rng = random.Random(3)
+    pool = [rng.getrandbits(64) for _ in range(40)]
+    rows = [rng.sample(pool, rng.randint(0, 9)) for _ in range(8)]  # chained hashes never repeat in a row
+    # With 8 rows the row takes 3 bits, so the hash is compared on 61 of its 64 bits, twice.
+    rows[2], rows[3] = [pool[0]], [pool[1]]
+    rows[4] = [pool[0] ^ 0b101, *rows[4]]  # differs from pool[0] only in its bottom 3 bits
+    rows[6] = [pool[1] ^ (0b011 << 61), *rows[6]]  # differs from pool[1] only in its top 3 bits
+    seen: set[int] = set()
+    expected = []
+    for hashes in rows:
+        expected.append(sum(h in seen for h in hashes))
+        seen.update(hashes)
+    flat = np.array([h for hashes in rows for h in hashes], dtype=np.uint64)
+    index = np.concatenate([[0], np.cumsum([len(hashes) for hashes in rows])])
+    assert hit_blocks(flat, index, chunk).tolist() == expected
