@@ -1,8 +1,9 @@
-"""One replayed request's life as timestamps: send, headers, every SSE chunk, end — no I/O here.
+"""One replayed request's life as timestamps: send, headers, every network read, end — no I/O here.
 
 The connection (replay.connection) calls these methods with the time of the network read that
-delivered the bytes, taken before any parsing, so every event completed by a read gets that
-read's time. TTFT counts the first chunk carrying generated output (content, reasoning or a
+delivered the bytes, taken before any parsing. During the run a read only appends `(time, bytes)`;
+`digest` decodes the SSE events later, off the send path, giving every event completed by a read
+that read's time. TTFT counts the first chunk carrying generated output (content, reasoning or a
 tool-call delta, per `replayproxy.sse.classify`); with per-chunk usage (vLLM
 `continuous_usage_stats`) the tokens of each content chunk are kept so ITL can be per token.
 """
@@ -27,8 +28,8 @@ class Exchange:
 
     __slots__ = (
         "prepared", "on_done", "connection", "scheduled_at", "sent_at", "headers_at", "first_at", "last_at",
-        "end_at", "status", "error", "message", "gaps_us", "tokens", "per_chunk_usage", "reported",
-        "content_chunks", "usage", "decoder", "body", "body_bytes", "new_connection", "done",
+        "end_at", "status", "error", "message", "gaps_us", "tokens", "per_chunk_usage", "content_chunks",
+        "usage", "reads", "body_bytes", "new_connection", "done", "complete", "digested",
     )  # fmt: skip
 
     def __init__(self, prepared: Prepared, scheduled_at: int, on_done: Callable[[Exchange], None]) -> None:
@@ -46,15 +47,15 @@ class Exchange:
         self.message = ""
         self.gaps_us: list[int] = []
         self.tokens: list[int] = []
-        self.per_chunk_usage = True  # every content chunk so far carried cumulative usage
-        self.reported = 0  # completion tokens reported so far (cumulative usage)
+        self.per_chunk_usage = True  # every content chunk carried cumulative usage
         self.content_chunks = 0
         self.usage: sse.Usage | None = None
-        self.decoder: sse.SSEDecoder | None = None
-        self.body: list[bytes] = []
+        self.reads: list[tuple[int, bytes]] = []  # (read time, body bytes) as they arrived
         self.body_bytes = 0
         self.new_connection = False
         self.done = False
+        self.complete = False  # the whole response arrived
+        self.digested = False
 
     # ------------------------------------------------------------------ called by the connection
 
@@ -64,50 +65,16 @@ class Exchange:
     def on_headers(self, at_ns: int, status: int) -> None:
         self.headers_at = at_ns
         self.status = status
-        if status == 200 and self.prepared.stream:
-            self.decoder = sse.SSEDecoder()
 
     def on_body(self, at_ns: int, data: bytes) -> None:
-        decoder = self.decoder
-        if decoder is None:
-            if self.body_bytes < MAX_BODY_BYTES:
-                self.body.append(data)
-                self.body_bytes += len(data)
-            return
-        for event in decoder.feed(data):
-            info = sse.classify(event.data)
-            usage = info.usage
-            if info.kind == sse.CONTENT:
-                if self.first_at == UNSET:
-                    self.first_at = at_ns
-                else:
-                    self.gaps_us.append((at_ns - self.last_at) // 1000)
-                self.last_at = at_ns
-                self.content_chunks += 1
-                if usage is not None and usage.completion_tokens >= 0:
-                    self.tokens.append(usage.completion_tokens - self.reported)
-                else:
-                    self.per_chunk_usage = False
-            elif info.kind == sse.ERROR and not self.error:
-                self.error, self.message = "other", _error_message(event.data)
-            if usage is not None:
-                self.usage = usage
-                if usage.completion_tokens >= 0:
-                    self.reported = usage.completion_tokens
+        if self.body_bytes < MAX_BODY_BYTES or (self.status == 200 and self.prepared.stream):
+            self.reads.append((at_ns, data))
+            self.body_bytes += len(data)
 
     def on_complete(self, at_ns: int) -> None:
-        if self.done:
-            return
-        if self.status >= 400:
-            self.error = "http_4xx" if self.status < 500 else "http_5xx"
-            self.message = _error_message(b"".join(self.body))
-        elif self.status != 200:
-            self.error, self.message = "other", f"unexpected status {self.status}"
-        elif self.decoder is None:
-            self._whole_body(at_ns)
-        elif self.content_chunks == 0 and not self.error:
-            self.error, self.message = "bad_stream", "stream ended without a content chunk"
-        self.finish(at_ns)
+        if not self.done:
+            self.complete = True
+            self.finish(at_ns)
 
     def fail(self, at_ns: int, error: str, message: str) -> None:
         if not self.done:
@@ -123,20 +90,65 @@ class Exchange:
         self.connection = None
         self.on_done(self)
 
-    # ------------------------------------------------------------------ results
+    # ------------------------------------------------------------------ after the fact
 
-    def _whole_body(self, at_ns: int) -> None:
+    def digest(self) -> None:
+        """Decode what arrived (once): chunk times, tokens, usage, and errors only the body reveals."""
+        if self.digested:
+            return
+        self.digested = True
+        if self.status == 200 and self.prepared.stream:
+            self._stream()
+            if self.complete and self.content_chunks == 0 and not self.error:
+                self.error, self.message = "bad_stream", "stream ended without a content chunk"
+        elif self.error:
+            return
+        elif self.status >= 400:
+            self.error = "http_4xx" if self.status < 500 else "http_5xx"
+            self.message = _error_message(b"".join(data for _, data in self.reads))
+        elif self.status != 200:
+            self.error, self.message = "other", f"unexpected status {self.status}"
+        elif self.complete:
+            self._whole_body()
+
+    def _stream(self) -> None:
+        decoder = sse.SSEDecoder()
+        reported = 0  # completion tokens reported so far (cumulative usage)
+        for at_ns, data in self.reads:
+            for event in decoder.feed(data):
+                info = sse.classify(event.data)
+                usage = info.usage
+                if info.kind == sse.CONTENT:
+                    if self.first_at == UNSET:
+                        self.first_at = at_ns
+                    else:
+                        self.gaps_us.append((at_ns - self.last_at) // 1000)
+                    self.last_at = at_ns
+                    self.content_chunks += 1
+                    if usage is not None and usage.completion_tokens >= 0:
+                        self.tokens.append(usage.completion_tokens - reported)
+                    else:
+                        self.per_chunk_usage = False
+                elif info.kind == sse.ERROR and not self.error:
+                    self.error, self.message = "other", _error_message(event.data)
+                if usage is not None:
+                    self.usage = usage
+                    if usage.completion_tokens >= 0:
+                        reported = usage.completion_tokens
+
+    def _whole_body(self) -> None:
         try:
-            answer = orjson.loads(b"".join(self.body))
+            answer = orjson.loads(b"".join(data for _, data in self.reads))
         except orjson.JSONDecodeError:
             self.error, self.message = "bad_stream", "response body is not JSON"
             return
         self.usage = sse.parse_usage(answer.get("usage")) if isinstance(answer, dict) else None
-        self.first_at = self.last_at = at_ns
+        self.first_at = self.last_at = self.end_at
         self.content_chunks = 1
 
     def result(self, run_start_ns: int, worker: int = 0) -> ReplayResult:
         """The stored record; times after `sent_ns` are relative to the send."""
+        self.digest()
         p = self.prepared
         sent = self.sent_at if self.sent_at != UNSET else self.end_at
         usage = self.usage or sse.Usage()

@@ -109,13 +109,18 @@ def get(name: str) -> Flavor:
         raise ValueError(f"unknown flavor {name!r}; valid: {', '.join(FLAVORS)}") from None
 
 
+# `owned_by` substrings in /v1/models -> flavor (the simulated engine is vLLM-compatible).
+OWNERS = (
+    ("vllm", "vllm"), ("replayproxy-sim", "vllm"), ("sglang", "sglang"), ("tensorrt", "trtllm"),
+    ("llamacpp", "llamacpp"), ("ollama", "ollama"), ("library", "ollama"), ("tgi", "tgi"),
+)  # fmt: skip
+
+
 def guess(models_answer: Any) -> str:
     """A flavor from the /v1/models answer's `owned_by`, or "openai" when it says nothing known."""
     data = models_answer.get("data") if isinstance(models_answer, dict) else None
     owners = {str(card.get("owned_by", "")).lower() for card in data or [] if isinstance(card, dict)}
-    known = (("vllm", "vllm"), ("replayproxy-sim", "vllm"), ("sglang", "sglang"), ("tensorrt", "trtllm"),
-             ("llamacpp", "llamacpp"), ("ollama", "ollama"), ("library", "ollama"), ("tgi", "tgi"))  # fmt: skip
-    for owner, flavor in known:
+    for owner, flavor in OWNERS:
         if any(owner in o for o in owners):
             return flavor
     return "openai"

@@ -8,7 +8,6 @@ and warm connections. With `workers > 1` the prepared requests are dealt to work
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import logging
 import socket
@@ -26,7 +25,7 @@ from replayproxy import __version__, clock, trace
 from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
-from replayproxy.replay.runner import Runner, settle_memory
+from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.target import TargetInfo, describe, pre_run
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
@@ -259,7 +258,7 @@ async def run_local(
                 reporter.cancel()
     finally:
         pool.close()
-        gc.unfreeze()
+        restore_memory()
     return outcome
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from replayproxy.replay import synth
 from replayproxy.results import ResultFile, load_results
 from replayproxy.trace import load
 from tests.replay import traces
-from tests.servers import sim
+from tests.servers import Server, sim
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +33,22 @@ def truth(path: Path) -> list[dict[str, Any]]:
 def first_content_wall_ns(record: dict[str, Any]) -> int:
     index = next(i for i, kind in enumerate(record["kinds"]) if kind in "cRb")
     return int(record["chunk_ns"][index])
+
+
+@contextlib.contextmanager
+def separate_cores(server: Server) -> Iterator[None]:
+    """The sim on the last core, this process (the replayer) on the others: as with a remote target,
+    the sim's wake-ups on loopback writes then cannot preempt the sender on its own core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        yield
+        return
+    os.sched_setaffinity(server.process.pid, {cores[-1]})
+    os.sched_setaffinity(0, set(cores[:-1]))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(cores))
 
 
 def replay(trace: Path, url: str, out: Path, *extra: str) -> ResultFile:
@@ -73,7 +92,7 @@ def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp_path: Path) -> None:
     truth_log = tmp_path / "truth.jsonl"
-    with sim("--truth-log", str(truth_log), "--speed", "4") as server:
+    with sim("--truth-log", str(truth_log), "--speed", "2") as server, separate_cores(server):
         result = replay(mixed_trace, server.url, tmp_path / "run.rpr", "--label", "sim")
     cols = load(mixed_trace)
     assert len(result) == len(cols) and set(result.column("index").tolist()) == set(range(len(cols)))
@@ -86,8 +105,6 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
         header.pre_run["calibration"]["check"]["exact"] == header.pre_run["calibration"]["check"]["checked"]
     )
 
-    # schedule fidelity (the tight bound lives in benchmarks/replay_fidelity.py)
-    assert np.percentile(lags_ms(result), 99) <= 5.0
     # lengths: the target counted exactly the trace's input and output tokens
     index = result.column("index")
     assert np.mean(result.column("prompt_tokens") == cols.input_tokens[index]) >= 0.99
@@ -104,26 +121,27 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
 
     # timestamps against the sim's ground truth (wall clock; the result header anchors the run)
     start_wall = header.start_wall_ns
-    records = [r for r in truth(truth_log) if r["status"] == 200 and r["id"]]
-    by_arrival = sorted(records, key=lambda r: r["arrival_ns"])
-    arrivals = np.array([r["arrival_ns"] for r in by_arrival])
+    by_lengths: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for record in truth(truth_log):
+        if record["status"] == 200 and record["id"]:
+            by_lengths.setdefault((record["prompt_tokens"], record["completion_tokens"]), []).append(record)
     errors_ms = []
-    for sent, ttft, prompt in zip(
-        result.column("sent_ns"), result.column("ttft_ns"), result.column("prompt_tokens"), strict=True
-    ):
-        sent_wall = start_wall + int(sent)
-        near = np.searchsorted(arrivals, sent_wall)
-        candidates = [
-            by_arrival[i]
-            for i in range(max(0, near - 5), min(len(by_arrival), near + 5))
-            if by_arrival[i]["prompt_tokens"] == prompt
-        ]
-        record = min(candidates, key=lambda r: abs(r["arrival_ns"] - sent_wall))
-        errors_ms.append((sent_wall + int(ttft) - first_content_wall_ns(record)) / 1e6)
+    columns = ("sent_ns", "ttft_ns", "prompt_tokens", "completion_tokens")
+    for sent, ttft, prompt, completion in zip(*(result.column(c).tolist() for c in columns), strict=True):
+        sent_wall = start_wall + sent
+        # the request the sim received first after this send, among those with these lengths
+        record = min(by_lengths[(prompt, completion)], key=lambda r: abs(r["arrival_ns"] - sent_wall))
+        errors_ms.append((sent_wall + ttft - first_content_wall_ns(record)) / 1e6)
     errors = np.array(errors_ms)
-    # the sim stamps a chunk after its write returns, so the client may see it a hair earlier
-    assert errors.min() >= -1.0 and np.percentile(errors, 50) >= 0
-    assert np.percentile(errors, 99) < 10.0
+    # The sim stamps a chunk right *after* its write returns, so on a busy host its stamp can trail the
+    # moment the bytes reached the client: the error is client read time minus that stamp, centred
+    # on zero; it must be small, and a late client (positive tail) must stay rare.
+    assert abs(np.percentile(errors, 50)) < 0.5
+    assert np.percentile(errors, 5) >= -1.0 and np.percentile(errors, 95) < 5.0
+    assert errors.max() < 20.0
+
+    # schedule fidelity (the tight bound lives in benchmarks/replay_fidelity.py)
+    assert np.percentile(lags_ms(result), 99) <= 5.0
 
 
 def test_injected_faults_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:

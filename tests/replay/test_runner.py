@@ -7,7 +7,7 @@ import asyncio
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
-from replayproxy.replay.runner import Runner, settle_memory
+from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.results import ReplayResult
 from tests.replay.sse_server import serving, sse_answer
 
@@ -26,7 +26,10 @@ async def replay(respond, prepared: list[Prepared], pool_size: int, **kwargs: ob
         wires = [target.request_bytes("POST", p.path, p.body) for p in prepared]
         runner = Runner(prepared, wires, pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
         settle_memory()
-        results = await runner.run(clock.now_ns() + 20_000_000)
+        try:
+            results = await runner.run(clock.now_ns() + 20_000_000)
+        finally:
+            restore_memory()
         pool.close()
         return sorted(results, key=lambda r: r.index)
 
