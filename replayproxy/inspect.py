@@ -98,7 +98,8 @@ def hit_blocks(flat: np.ndarray, index: np.ndarray, chunk: int = 1 << 22) -> np.
     from_top = _later_sightings(np.bitwise_or(keys, rows, out=keys), bits, n, chunk)
     np.left_shift(flat, np.uint64(bits), out=keys)
     from_bottom = _later_sightings(np.bitwise_or(keys, rows, out=keys), bits, n, chunk)
-    return np.minimum(from_top, from_bottom)
+    hits: np.ndarray = np.minimum(from_top, from_bottom)
+    return hits
 
 
 def _later_sightings(keys: np.ndarray, bits: int, n: int, chunk: int) -> np.ndarray:
