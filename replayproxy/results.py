@@ -186,7 +186,9 @@ class ResultFile:
         return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def load_results(paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None) -> list[ResultFile]:
+def load_results(
+    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+) -> list[ResultFile]:
     """Every result file named (files, directories, globs), in name order."""
     report = report if report is not None else ReadReport()
     loaded = []
