@@ -14,19 +14,31 @@ from pathlib import Path
 
 import numpy as np
 
-from replayproxy.formats.importing import BadLines, Imported, ImportOptions, drop_rows, keep_good, read_csv
+from replayproxy.formats.importing import (
+    BadLines,
+    Imported,
+    ImportOptions,
+    csv_problem,
+    drop_rows,
+    keep_good,
+    read_csv,
+    same_width,
+)
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, bad, COLUMNS)
+    where, rows, line_nos = read_csv(path, COLUMNS)
     at = [where[name] for name in COLUMNS]
     try:
+        same_width(rows, len(where))
         times, inputs, outputs = _convert(rows, at)
     except ValueError:
-        rows, line_nos = keep_good(rows, line_nos, lambda row: _problem(row, at), bad)
+        rows, line_nos = keep_good(
+            rows, line_nos, csv_problem(len(where), lambda row: _problem(row, at)), bad
+        )
         times, inputs, outputs = _convert(rows, at)
     keep = drop_rows(
         (inputs < 0) | (outputs < 0),

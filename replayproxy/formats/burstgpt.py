@@ -18,10 +18,12 @@ from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
+    csv_problem,
     drop_rows,
     keep_good,
     key_of,
     read_csv,
+    same_width,
     turns_of,
 )
 
@@ -31,14 +33,16 @@ SESSION, ELAPSED = "Session ID", "Elapsed time"
 
 def read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, bad, COLUMNS)
+    where, rows, line_nos = read_csv(path, COLUMNS)
     numeric = [where[name] for name in ("Timestamp", "Request tokens", "Response tokens")]
     if ELAPSED in where:
         numeric.append(where[ELAPSED])
     try:
+        same_width(rows, len(where))
         values = _numbers(rows, numeric)
     except ValueError:
-        rows, line_nos = keep_good(rows, line_nos, lambda row: _problem(row, numeric), bad)
+        check = csv_problem(len(where), lambda row: _problem(row, numeric))
+        rows, line_nos = keep_good(rows, line_nos, check, bad)
         values = _numbers(rows, numeric)
     seconds = values[0]
     finite = np.isfinite(np.stack(values)).all(axis=0)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from replayproxy import trace
+import numpy as np
+import orjson
+
+from replayproxy import inspect, trace
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.registry import exporters, listing
+from replayproxy.replay import flavors, plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if not len(cols):
         raise ValueError("the traces hold no requests")
     options = ExportOptions(
-        block_size=args.block_size, sessions=args.sessions, model=args.model, url=args.url
+        block_size=args.block_size,
+        sessions=args.sessions,
+        model=args.model,
+        url=args.url,
+        inspect=inspect.profile_of(cols) if args.format == "profile" else None,
+        prompts=replayer_prompts,
     )
     result = exporters()[args.format].write(cols, args.output, options)  # type: ignore[misc]
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
@@ -43,3 +53,15 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(note)
     return 0
+
+
+def replayer_prompts(cols: trace.Columns) -> list[str]:
+    """Every request's prompt exactly as the replayer sends it to /v1/completions (text, default seed).
+
+    The replayer's synthesis (replay.plan + replay.synth) is used, not copied: formats may not
+    import replay, so this glue module hands it to the vllm-custom writer.
+    """
+    endpoint = np.full(len(cols), "completions", dtype=object)
+    completions = dataclasses.replace(cols, scalar={**cols.scalar, "endpoint": endpoint})
+    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), plan.PlanOptions())
+    return [str(orjson.loads(p.body)["prompt"]) for p in prepared]

@@ -137,10 +137,12 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_csv(
-    path: Path, bad: BadLines, required: Sequence[str]
-) -> tuple[dict[str, int], list[list[str]], list[int]]:
-    """Column positions by header name, data rows and their line numbers (wrong field counts are bad)."""
+def read_csv(path: Path, required: Sequence[str]) -> tuple[dict[str, int], list[list[str]], list[int]]:
+    """Column positions by header name, data rows and their line numbers.
+
+    Rows with the wrong number of fields are kept, so that the caller's row checks (`csv_problem`)
+    report bad lines in file order.
+    """
     with open(path, newline="", encoding="utf-8") as stream:
         reader = csv.reader(stream)
         header = [name.strip() for name in next(reader, [])]
@@ -154,12 +156,24 @@ def read_csv(
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
-            if len(row) != len(header):
-                bad(reader.line_num, f"{len(row)} fields where the header has {len(header)}")
-                continue
             rows.append(row)
             line_nos.append(reader.line_num)
     return {name: i for i, name in enumerate(header)}, rows, line_nos
+
+
+def csv_problem(width: int, problem: Callable[[list[str]], str | None]) -> Callable[[list[str]], str | None]:
+    """A row check that first checks the field count against the header's."""
+
+    def check(row: list[str]) -> str | None:
+        return f"{len(row)} fields where the header has {width}" if len(row) != width else problem(row)
+
+    return check
+
+
+def same_width(rows: list[list[str]], width: int) -> None:
+    """Raise ValueError (sending the caller to its row-by-row path) if a row has another width."""
+    if any(len(row) != width for row in rows):
+        raise ValueError("ragged rows")
 
 
 def keep_good(

@@ -23,7 +23,7 @@ FORMAT = "replayproxy-profile"
 VERSION = 1
 QUANTILES = 201  # points of each inverse CDF (every 0.5 %)
 COPULA_BINS = 16  # rank-dependence grid of (input, output)
-WINDOWS = 200  # rate-series windows over the trace (at least 1 s each)
+WINDOWS = 200  # rate-series windows over the trace (at most; at least 1 s and ~20 arrivals each)
 BIG_GROUP_SHARE = 0.01  # groups holding at least this share keep it when traffic is scaled
 
 
@@ -114,7 +114,9 @@ def fit_arrivals(offset_ns: np.ndarray) -> dict[str, Any]:
     t = np.sort(offset_ns.astype(np.float64)) / 1e9
     t -= t[0] if len(t) else 0.0
     duration = float(t[-1]) if len(t) > 1 else 0.0
-    window = max(1.0, duration / WINDOWS)
+    # Windows long enough to hold ~20 arrivals: shorter ones would copy the clumping into the rate series
+    # and count it twice (again in the gamma shape of the gaps).
+    window = max(1.0, duration / WINDOWS, 20 * duration / max(len(t) - 1, 1))
     counts = np.bincount(
         np.minimum((t / window).astype(np.int64), max(int(np.ceil(duration / window)) - 1, 0))
     )

@@ -21,8 +21,10 @@ import orjson
 
 from replayproxy.formats.profile import FORMAT, VERSION
 from replayproxy.shape import RequestShape
+from replayproxy.trace import TraceHeader
 
 _MASK = (1 << 64) - 1
+SYNTH_HASH_SCHEME = "splitmix64-synth-v1"
 RECENT_PROMPTS = 64  # prompts per group a new member may extend
 
 
@@ -79,6 +81,18 @@ def shapes_from_profile(
             session=session,
             turn=turn,
         )
+
+
+def profile_header(profile: dict[str, Any]) -> TraceHeader:
+    """The header of a trace synthesized from `profile` (token blocks; hashes are not keyed text hashes)."""
+    return TraceHeader(
+        start_wall_ns=0,
+        source="synth:profile",
+        block_size=block_size_of(profile),
+        block_unit="token",
+        hash_scheme=SYNTH_HASH_SCHEME,
+        extra={"profile_requests": profile.get("requests"), "profile_duration_s": profile.get("duration_s")},
+    )
 
 
 def block_size_of(profile: dict[str, Any]) -> int:
@@ -203,13 +217,8 @@ class _Prefixes:
             if self.reuse_tables
             else []
         )
-        want = (
-            round(float(np.interp(self.rng.random(), np.linspace(0, 1, len(table)), table)) * blocks)
-            if table
-            else 0
-        )
-        if want <= 0:
-            return ()
+        fraction = float(np.interp(self.rng.random(), np.linspace(0, 1, len(table)), table)) if table else 0.0
+        want = max(1, round(fraction * blocks))  # members share at least the first block: the group's key
         long_enough = [p for p in group.recent if len(p) >= want]
         source = (
             long_enough[int(self.rng.integers(len(long_enough)))]

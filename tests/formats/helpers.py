@@ -26,16 +26,16 @@ def tokens(*parts: tuple[str, int]) -> list[int]:
 def shape(
     offset_ms: float, prompt: Sequence[int], output: int = 50, block: int = 16, **fields: Any
 ) -> RequestShape:
-    hashes = prefix_block_hashes(prompt, block, KEY)
-    return RequestShape(
-        offset_ns=round(offset_ms * 1e6),
-        input_tokens=len(prompt),
-        output_tokens=output,
-        prefix_hashes=tuple(hashes),
-        prefix_units=len(prompt),
-        status=200,
-        **fields,
-    )
+    """A served request whose prompt is `prompt`; `fields` override anything (e.g. input_tokens)."""
+    values: dict[str, Any] = {
+        "offset_ns": round(offset_ms * 1e6),
+        "input_tokens": len(prompt),
+        "output_tokens": output,
+        "prefix_hashes": tuple(prefix_block_hashes(prompt, block, KEY)),
+        "prefix_units": len(prompt),
+        "status": 200,
+    }
+    return RequestShape(**(values | fields))
 
 
 def write(path: Path, shapes: Sequence[RequestShape], block: int = 16, unit: str = "token") -> Path:

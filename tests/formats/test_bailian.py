@@ -1,0 +1,176 @@
+"""Qwen-Bailian traces: the published layout in, the same layout out (16-token blocks, sessions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replayproxy.formats import bailian
+from replayproxy.formats.exporting import ExportOptions
+from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
+from replayproxy.trace import load
+from tests.formats import consumers
+from tests.formats.helpers import conversation_trace
+
+# The README's example row and a follow-up turn of the same chat, in the published field order.
+ROWS = [
+    {
+        "chat_id": 159,
+        "parent_chat_id": -1,
+        "timestamp": 61.114,
+        "input_length": 521,
+        "output_length": 132,
+        "type": "text",
+        "turn": 1,
+        "hash_ids": [
+            1089,
+            1090,
+            1091,
+            6326,
+            13148,
+            13149,
+            13150,
+            13151,
+            13152,
+            13153,
+            13154,
+            13155,
+            13156,
+            13157,
+            13158,
+            13159,
+            13160,
+            13161,
+            13162,
+            13163,
+            13164,
+            13165,
+            13166,
+            13167,
+            13168,
+            13169,
+            13170,
+            13171,
+            13172,
+            13173,
+            13174,
+            13175,
+            13176,
+        ],
+    },
+    {
+        "chat_id": 160,
+        "parent_chat_id": -1,
+        "timestamp": 61.5,
+        "input_length": 17,
+        "output_length": 5,
+        "type": "search",
+        "turn": 1,
+        "hash_ids": [1089, 20000],
+    },
+    {
+        "chat_id": 161,
+        "parent_chat_id": 159,
+        "timestamp": 75.25,
+        "input_length": 680,
+        "output_length": 40,
+        "type": "text",
+        "turn": 2,
+        "hash_ids": [
+            1089,
+            1090,
+            1091,
+            6326,
+            13148,
+            13149,
+            13150,
+            13151,
+            13152,
+            13153,
+            13154,
+            13155,
+            13156,
+            13157,
+            13158,
+            13159,
+            13160,
+            13161,
+            13162,
+            13163,
+            13164,
+            13165,
+            13166,
+            13167,
+            13168,
+            13169,
+            13170,
+            13171,
+            13172,
+            13173,
+            13174,
+            13175,
+            13176,
+            30001,
+            30002,
+            30003,
+            30004,
+            30005,
+            30006,
+            30007,
+            30008,
+            30009,
+            30010,
+        ],
+    },
+]
+
+
+def test_published_layout_imports_sessions_turns_and_sharing(tmp_path: Path) -> None:
+    src = tmp_path / "qwen_traceA_blksz_16.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    imported = bailian.read(src, ImportOptions())
+    write_imported(imported, tmp_path / "t.rpt", lambda: 0)
+    cols = load(tmp_path / "t.rpt")
+    assert cols.offset_ns.tolist() == [0, 386_000_000, 14_136_000_000]
+    assert cols.headers[0].block_size == 16 and cols.headers[0].extra["request_types"] == ["search", "text"]
+    assert cols.turn.tolist() == [0, 0, 1]
+    assert cols.session[0] == cols.session[2] != 0 and cols.session[1] == 0
+    assert cols.hashes_of(2)[:32].tolist() == cols.hashes_of(0).tolist()  # 521 tokens: 32 full blocks
+    assert cols.hashes_of(1)[0] == cols.hashes_of(0)[0]
+
+
+def test_bad_rows_are_named(tmp_path: Path) -> None:
+    src = tmp_path / "b.jsonl"
+    rows = [ROWS[0], {**ROWS[1], "chat_id": "x"}, {**ROWS[1], "hash_ids": [1, 2, 3]}]
+    src.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ImportFormatError, match=r"b.jsonl:2: chat_id is 'x', not an integer"):
+        bailian.read(src, ImportOptions())
+    imported = bailian.read(src, ImportOptions(skip_bad=True))
+    assert len(imported) == 1 and imported.bad.count == 2
+
+
+def test_export_is_the_published_layout_and_reads_back(tmp_path: Path) -> None:
+    cols = load(conversation_trace(tmp_path / "t.rpt"))
+    out = tmp_path / "b.jsonl"
+    result = bailian.write(cols, out, ExportOptions())
+    rows = consumers.read_rows(out)
+    assert list(rows[0]) == [
+        "chat_id",
+        "parent_chat_id",
+        "timestamp",
+        "input_length",
+        "output_length",
+        "type",
+        "turn",
+        "hash_ids",
+    ]
+    assert [r["parent_chat_id"] for r in rows] == [-1, -1, 0, -1, -1, -1]
+    assert [r["turn"] for r in rows] == [1, 1, 2, 1, 1, 1] and rows[2]["timestamp"] == 0.9
+    assert consumers.guidellm_problems(rows, 16) == []
+    as_ms = [{**r, "timestamp": round(r["timestamp"] * 1000)} for r in rows]  # AIPerf converts s to ms
+    assert consumers.aiperf_problems(as_ms, 16) == []
+    assert "--custom-dataset-type bailian_trace --isl-block-size 16" in result.notes[0]
+    again = bailian.read(out, ImportOptions())
+    assert again.input_tokens.tolist() == cols.input_tokens.tolist() and len(again) == 6

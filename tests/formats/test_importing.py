@@ -1,0 +1,110 @@
+"""Shared import machinery: id chains, bad-line accounting, column writing equal to row writing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayproxy.formats.importing import (
+    BadLines,
+    Imported,
+    ImportFormatError,
+    chain_hashes,
+    read_json_lines,
+    write_imported,
+)
+from replayproxy.shape import RequestShape
+from replayproxy.trace import TraceHeader, iter_shapes, write_columns, write_trace
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_chain_hashes_equal_exactly_for_equal_id_prefixes(chunk: int) -> None:
+    rows = [[5, 6, 7], [5, 6], [9], [], [5, 6, 7, 8], [6, 5], [5, 9, 7]]
+    ids = np.array([i for r in rows for i in r], np.int64)
+    counts = np.array([len(r) for r in rows])
+    flat = chain_hashes(ids, counts, chunk=chunk).tolist()
+    by_prefix: dict[tuple[int, ...], int] = {}
+    at = 0
+    for r in rows:
+        for j in range(len(r)):
+            assert by_prefix.setdefault(tuple(r[: j + 1]), flat[at]) == flat[at]
+            at += 1
+    assert len(set(by_prefix.values())) == len(by_prefix)  # different prefixes, different hashes
+    keep = np.array([2, 2, 0, 0, 3, 1, 1])
+    kept = chain_hashes(ids, counts, keep=keep, chunk=chunk).tolist()
+    assert kept == [by_prefix[tuple(r[: j + 1])] for r, k in zip(rows, keep, strict=True) for j in range(k)]
+
+
+def test_chain_hashes_do_not_collide_at_scale() -> None:
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 40, 20_000)
+    ids = rng.integers(0, 1 << 40, int(counts.sum()))
+    assert len(np.unique(chain_hashes(ids, counts))) == len(ids)
+
+
+def test_bad_lines_raise_or_count() -> None:
+    strict, lenient = BadLines("f", skip=False), BadLines("f", skip=True)
+    with pytest.raises(ImportFormatError, match=r"^f:7: why \(--skip-bad skips such lines\)$"):
+        strict(7, "why")
+    lenient(7, "why")
+    lenient(9, "other")
+    assert lenient.count == 2 and lenient.first == "f:7: why"
+
+
+def test_json_lines_fast_and_slow_paths(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    rows, nos = read_json_lines(tmp_path / "a.jsonl", BadLines("a", skip=False))
+    assert rows == [{"a": 1}, {"a": 2}] and list(nos) == [1, 2]
+    (tmp_path / "b.jsonl").write_text('{"a": 1}\n\n  \n[1]\n{"a": 3}')
+    rows, nos = read_json_lines(tmp_path / "b.jsonl", BadLines("b", skip=True))
+    assert rows == [{"a": 1}, {"a": 3}] and nos == [1, 5]
+
+
+def test_write_columns_reads_back_like_write_trace(tmp_path: Path) -> None:
+    shapes = [
+        RequestShape(
+            offset_ns=5, input_tokens=40, output_tokens=3, model="m", prefix_hashes=(1, 2), status=200
+        ),
+        RequestShape(offset_ns=9, input_tokens=7, model="n", stream=False, error="other", session=3, turn=1),
+    ]
+    header = TraceHeader(start_wall_ns=0)
+    write_trace(tmp_path / "rows.rpt", header, shapes, mono_ns=int, wall_ns=int)
+    columns = {
+        "offset_ns": np.array([5, 9]),
+        "input_tokens": np.array([40, 7]),
+        "output_tokens": np.array([3, -1]),
+        "model": ["m", "n"],
+        "stream": np.array([True, False]),
+        "error": np.array(["", "other"], dtype=object),
+        "status": np.array([200, 0]),
+        "session": np.array([0, 3], np.uint64),
+        "turn": np.array([0, 1]),
+        "prefix_hashes": (np.array([1, 2], np.uint64), np.array([2, 0])),
+    }
+    write_columns(tmp_path / "cols.rpt", header, columns, 2, wall_ns=int, frame_records=1)
+    assert list(iter_shapes([tmp_path / "cols.rpt"])) == list(iter_shapes([tmp_path / "rows.rpt"])) == shapes
+
+
+def test_write_imported_sorts_rebases_and_keeps_full_blocks(tmp_path: Path) -> None:
+    imported = Imported(
+        source="test",
+        offset_ns=np.array([3_000, 1_000, 2_000]),
+        input_tokens=np.array([40, 10, 33]),
+        output_tokens=np.array([1, 2, 3]),
+        bad=BadLines("x", skip=True),
+        ids=np.array([1, 2, 3, 9, 1, 2, 4]),
+        id_counts=np.array([3, 1, 3]),
+        wall_clock=True,
+    )
+    write_imported(imported, tmp_path / "t.rpt", int)
+    shapes = list(iter_shapes([tmp_path / "t.rpt"]))
+    assert [s.offset_ns for s in shapes] == [0, 1_000, 2_000] and [s.input_tokens for s in shapes] == [
+        10,
+        33,
+        40,
+    ]
+    assert [len(s.prefix_hashes) for s in shapes] == [0, 2, 2]  # 16-token blocks: floor(33/16), floor(40/16)
+    assert shapes[1].prefix_hashes == shapes[2].prefix_hashes  # ids 1, 2 in both
+    assert [s.prefix_units for s in shapes] == [10, 33, 40] and {s.status for s in shapes} == {200}

@@ -1,0 +1,126 @@
+"""Workload profiles: fitted from traces, sampled back; `inspect` of the output agrees with the source.
+
+Tolerances (stated in docs/formats.md): mean rate ±10 %, input/output p50 and p90 ±10 %,
+prefix reuse ±0.03 absolute, inter-arrival CV ±20 %, session turns per session ±15 %; --rate-scale 2
+doubles the rate (±10 %) and keeps the rest; the 300-row excerpt gets ±30 % (its p90 rests on 30 rows).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replayproxy import inspect
+from replayproxy.formats import mooncake, profile
+from replayproxy.formats.exporting import ExportOptions
+from replayproxy.formats.importing import ImportOptions, write_imported
+from replayproxy.formats.profile_synth import load_profile, profile_header, shapes_from_profile
+from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for
+from replayproxy.trace import Columns, load, write_trace
+from tests.formats.helpers import DATA, SHARED_TRACES
+
+
+def imported(src: Path, tmp_path: Path) -> Columns:
+    write_imported(mooncake.read(src, ImportOptions()), tmp_path / "src.rpt", lambda: 0)
+    return load(tmp_path / "src.rpt")
+
+
+def synthesized(fitted: dict[str, Any], tmp_path: Path, **scale: float) -> Columns:
+    path = tmp_path / f"synth-{len(list(tmp_path.iterdir()))}.rpt"
+    write_trace(
+        path, profile_header(fitted), shapes_from_profile(fitted, seed=7, **scale), mono_ns=int, wall_ns=int
+    )
+    return load(path)
+
+
+def assert_agree(
+    source: dict[str, Any], synth: dict[str, Any], rel: float, reuse_abs: float, cv_rel: float
+) -> None:
+    assert synth["rate_mean_rps"] == pytest.approx(source["rate_mean_rps"], rel=rel)
+    for name in ("input_tokens", "output_tokens"):
+        for q in ("p50", "p90"):
+            assert synth[name][q] == pytest.approx(source[name][q], rel=rel), (name, q)
+    assert synth["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=reuse_abs)
+    assert synth["interarrival_cv"] == pytest.approx(source["interarrival_cv"], rel=cv_rel)
+
+
+def test_profile_of_the_published_excerpt_and_synth_agree(tmp_path: Path) -> None:
+    cols = imported(DATA / "mooncake_conversation_head300.jsonl", tmp_path)
+    fitted = profile.fit_profile(cols)
+    assert fitted["requests"] == 300 and fitted["prefix"]["big_groups"] == [1.0]  # all share block 0
+    assert len(fitted["lengths"]["input_tokens"]) == profile.QUANTILES
+    synth = synthesized(fitted, tmp_path, duration_s=fitted["duration_s"] * 10)  # 10x longer: less noise
+    assert_agree(inspect.profile_of(cols), inspect.profile_of(synth), rel=0.3, reuse_abs=0.06, cv_rel=0.35)
+    assert profile.fit_profile(synth)["prefix"]["big_groups"][0] > 0.95
+
+
+@pytest.mark.skipif(
+    not (SHARED_TRACES / "conversation_trace.jsonl").exists(), reason="public traces not present"
+)
+def test_full_public_trace_profile_synth_and_rate_scale(tmp_path: Path) -> None:
+    cols = imported(SHARED_TRACES / "conversation_trace.jsonl", tmp_path)
+    source = inspect.profile_of(cols)
+    fitted = profile.fit_profile(cols, inspect=source)
+    assert_agree(
+        source, inspect.profile_of(synthesized(fitted, tmp_path)), rel=0.1, reuse_abs=0.03, cv_rel=0.2
+    )
+    doubled = inspect.profile_of(synthesized(fitted, tmp_path, rate_scale=2.0))
+    assert doubled["rate_mean_rps"] == pytest.approx(2 * source["rate_mean_rps"], rel=0.1)
+    assert doubled["input_tokens"]["p50"] == pytest.approx(source["input_tokens"]["p50"], rel=0.1)
+    assert doubled["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03)
+
+
+def test_sessions_and_length_scale(tmp_path: Path) -> None:
+    spec = SynthSpec(
+        requests=3000,
+        rate_rps=20,
+        sessions_share=0.6,
+        turns=LengthDist("uniform", low=2, high=6),
+        think_s=2.0,
+        prefix_groups=3,
+        prefix_len_tokens=600,
+        seed=3,
+    )
+    write_trace(tmp_path / "s.rpt", header_for(spec), generate(spec), mono_ns=int, wall_ns=int)
+    cols = load(tmp_path / "s.rpt")
+    fitted = profile.fit_profile(cols)
+    synth = synthesized(fitted, tmp_path, length_scale=2.0)
+
+    def turns_per_session(c: Columns) -> float:
+        inside = c.session[c.session != 0]
+        return len(inside) / len(np.unique(inside))
+
+    assert turns_per_session(synth) == pytest.approx(turns_per_session(cols), rel=0.15)
+    assert (synth.session != 0).mean() == pytest.approx((cols.session != 0).mean(), abs=0.05)
+    source, scaled = inspect.profile_of(cols), inspect.profile_of(synth)
+    assert scaled["input_tokens"]["p50"] == pytest.approx(2 * source["input_tokens"]["p50"], rel=0.1)
+    assert scaled["rate_mean_rps"] == pytest.approx(source["rate_mean_rps"], rel=0.1)
+    follow_up = np.flatnonzero(synth.turn > 0)
+    assert len(follow_up) and all(len(synth.hashes_of(int(i))) > 0 for i in follow_up[:20])
+
+
+def test_profile_export_and_load(tmp_path: Path) -> None:
+    cols = imported(DATA / "mooncake_conversation_head300.jsonl", tmp_path)
+    result = profile.write(cols, tmp_path / "p.json", ExportOptions(inspect={"requests": 300}))
+    loaded = load_profile(tmp_path / "p.json")
+    assert loaded["inspect"] == {"requests": 300} and "synth --profile" in result.notes[0]
+    (tmp_path / "bad.json").write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ValueError, match="not a replayproxy profile"):
+        load_profile(tmp_path / "bad.json")
+    (tmp_path / "new.json").write_text(json.dumps({**loaded, "version": 99}))
+    with pytest.raises(ValueError, match="newer"):
+        load_profile(tmp_path / "new.json")
+
+
+def test_traces_without_prefix_information(tmp_path: Path) -> None:
+    from replayproxy.formats import azure
+
+    write_imported(azure.read(DATA / "azure_conv_2023_head60.csv", ImportOptions()), tmp_path / "a.rpt", int)
+    fitted = profile.fit_profile(load(tmp_path / "a.rpt"))
+    assert fitted["prefix"]["reuse_ratio"] == 0.0 and fitted["sessions"]["share"] == 0.0
+    synth = synthesized(fitted, tmp_path)
+    assert len(synth.prefix_hashes) == 0 and len(synth) > 20
