@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +192,27 @@ def test_full_public_trace_round_trip(tmp_path: Path) -> None:
         for x, y in zip(a["hash_ids"][:full], b["hash_ids"][:full], strict=True):
             assert mapping.setdefault(x, y) == y
     assert len(set(mapping.values())) == len(mapping)  # full-block sharing is exactly the published one
+
+
+AIPERF_PYTHON = os.environ.get("REPLAYPROXY_AIPERF_PYTHON", "")
+
+
+@pytest.mark.skipif(
+    not AIPERF_PYTHON, reason="opt-in: REPLAYPROXY_AIPERF_PYTHON=<python with aiperf installed>"
+)
+@pytest.mark.parametrize("block", [512, 16])
+def test_aiperf_own_loader_accepts_the_export(tmp_path: Path, block: int) -> None:
+    check = Path(__file__).with_name("aiperf_check.py")
+    cols = load(import_file(SAMPLE, tmp_path / "t.rpt"))
+    mooncake.write(cols, tmp_path / "m.jsonl", ExportOptions(block_size=block))
+    run = subprocess.run(
+        [AIPERF_PYTHON, str(check), str(tmp_path / "m.jsonl"), str(block)], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "ok 300", run.stdout + run.stderr
+    bad = tmp_path / "bad.jsonl"  # an id used as a partial and as a full block: AIPerf must refuse it
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]}\n'
+    )
+    run = subprocess.run([AIPERF_PYTHON, str(check), str(bad), "512"], capture_output=True, text=True)
+    assert run.returncode == 1 and "already materialized" in run.stdout
