@@ -655,7 +655,7 @@ def write_columns(
             if kind in RAGGED_KINDS:
                 flat = np.asarray(columns[name][0]) if name in columns else np.zeros(0)
                 starts = ragged_starts[name]
-                part = flat[starts[lo] : starts[hi]].astype(RAGGED_KINDS[kind])
+                part = flat[starts[lo] : starts[hi]].astype(RAGGED_KINDS[kind], copy=False)
                 sizes = np.diff(starts[lo : hi + 1]) * RAGGED_KINDS[kind].itemsize
                 encoded.append([part.tobytes(), sizes.astype("<u4").tobytes()])
                 continue
