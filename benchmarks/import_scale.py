@@ -79,7 +79,7 @@ def main() -> None:
         start, cpu = time.perf_counter(), time.process_time()
         with paused_gc():  # as `replayproxy import` does
             imported = mooncake.read(source, ImportOptions())
-            read_s = time.perf_counter() - start
+            read_s, read_cpu_s = time.perf_counter() - start, time.process_time() - cpu
             write_imported(imported, trace, lambda: 0)
         import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu
 
