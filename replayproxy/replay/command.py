@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from typing import Any
 
 from replayproxy import clock, config
 from replayproxy.replay import session, summary, workers
 from replayproxy.replay.flavors import FLAVORS
+from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
 
 
@@ -57,29 +59,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="connections opened before the run (default: peak concurrency)",
     )
+    add(
+        "--scrape-metrics",
+        nargs="?",
+        const="/metrics",
+        metavar="URL",
+        help="poll the engine's Prometheus metrics during the run (default URL: the target's /metrics)",
+    )
+    add("--scrape-interval", type=float, metavar="S", help="metrics polling interval (default 0.25 s)")
+    add(
+        "--gpu-sampler",
+        metavar="CMD",
+        help="command printing GPU samples as CSV lines (e.g. nvidia-smi ... -lms 250)",
+    )
     add("--config", metavar="FILE", help="TOML file; settings under [replay]")
 
 
-_OPTION_NAMES = (
-    "target",
-    "output",
-    "speed",
-    "max_concurrency",
-    "flavor",
-    "model",
-    "limit",
-    "start_offset",
-    "duration",
-    "seed",
-    "timeout",
-    "label",
-    "quiet",
-    "workers",
-    "shard",
-    "start_at",
-    "reset_prefix_cache",
-    "calibrate",
-    "pool_size",
+# Every setting but the secret can come from the command line; argparse leaves the absent ones None.
+_OPTION_NAMES = tuple(
+    f.name for f in dataclasses.fields(session.ReplayOptions) if f.name not in ("traces", "api_key")
 )
 
 
@@ -122,30 +120,35 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
     requests still in flight recorded as `client_cancel`.
     """
-    plan = await session.prepare_run(options)
-    if options.workers > 1:
-        results, start_ns = await workers.run_workers(options, plan, show_progress)
-        return _finish(options, plan, results, start_ns, show_progress)
-    progress = session.stderr_progress if show_progress else None
-    outcome = session.Outcome()
+    sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     try:
-        await session.run_local(
-            options,
-            plan.prepared,
-            plan.pool_size,
-            lambda: session.start_ns_for(options),
-            progress=progress,
-            outcome=outcome,
-        )
-    except asyncio.CancelledError:
-        if outcome.start_ns:
-            _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
-            print(
-                f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
-                file=sys.stderr,
+        plan = await session.prepare_run(options)
+
+        def start() -> int:
+            start_ns = session.start_ns_for(options)
+            sidecars.start(start_ns)
+            return start_ns
+
+        if options.workers > 1:
+            results, start_ns = await workers.run_workers(options, plan, show_progress, start)
+            return _finish(options, plan, results, start_ns, show_progress, sidecars)
+        progress = session.stderr_progress if show_progress else None
+        outcome = session.Outcome()
+        try:
+            await session.run_local(
+                options, plan.prepared, plan.pool_size, start, progress=progress, outcome=outcome
             )
-        raise
-    return _finish(options, plan, outcome.results, outcome.start_ns, show_progress)
+        except asyncio.CancelledError:
+            if outcome.start_ns:
+                _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+                print(
+                    f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
+                    file=sys.stderr,
+                )
+            raise
+        return _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+    finally:
+        sidecars.stop()  # a no-op once _finish collected them
 
 
 def _finish(
@@ -154,8 +157,9 @@ def _finish(
     results: list[ReplayResult],
     start_ns: int,
     show_progress: bool,
+    sidecars: Sidecars,
 ) -> dict[str, Any]:
     if show_progress:
         print(file=sys.stderr)
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
-    return session.write_results(options, plan, results, start_wall_ns)
+    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop())

@@ -61,6 +61,9 @@ class ReplayOptions:
     calibrate: bool = True
     api_key: str = ""  # sent as a bearer token; never recorded
     pool_size: int = 0  # connections opened before the run; 0: the trace's peak concurrency
+    scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
+    scrape_interval: float = 0.25  # seconds
+    gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
@@ -71,6 +74,8 @@ class ReplayOptions:
             raise ValueError(f"limit must be >= 0, got {self.limit}")
         if self.shard:
             schedule.parse_shard(self.shard)
+        if self.scrape_interval <= 0:
+            raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -78,6 +83,12 @@ class ReplayOptions:
         values.pop("api_key")
         values["traces"] = list(self.traces)
         return values
+
+    @property
+    def metrics_url(self) -> str:
+        if self.scrape_metrics.startswith("/"):
+            return Target.parse(self.target).url + self.scrape_metrics
+        return self.scrape_metrics
 
     @property
     def headers(self) -> dict[str, str]:
@@ -115,6 +126,7 @@ class RunPlan:
     info: TargetInfo
     pre_run: dict[str, Any]
     pool_size: int
+    trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
@@ -158,7 +170,20 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
     outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak}
-    return RunPlan(prepared, flavor, info, outcome, max(1, size))
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows))
+
+
+def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
+    """The replayed window's prefix reuse: share of input tokens in blocks an earlier request had."""
+    rows = rows[plan.replayable(cols)[rows]] if len(rows) else rows
+    index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
+    hashes = np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
+    owners = synth.first_owners(hashes, index)
+    block = plan.block_tokens(cols)
+    shared = sum(min(synth.shared_blocks(owners, index, i) * block, max(int(cols.input_tokens[r]), 0))
+                 for i, r in enumerate(rows.tolist()))  # fmt: skip
+    total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
+    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": shared / total if total else None}
 
 
 def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:
@@ -299,7 +324,11 @@ def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_t
 
 
 def write_results(
-    options: ReplayOptions, run: RunPlan, results: Sequence[ReplayResult], start_wall_ns: int
+    options: ReplayOptions,
+    run: RunPlan,
+    results: Sequence[ReplayResult],
+    start_wall_ns: int,
+    extras: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write the .rpr (results in trace order) with the summary as footer; returns the summary."""
     ordered = sorted(results, key=lambda r: r.index)
@@ -308,5 +337,8 @@ def write_results(
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)
+    writer.write_extra("trace_profile", run.trace_profile)
+    for kind, record in (extras or {}).items():
+        writer.write_extra(kind, record)
     writer.close(summary=facts)
     return facts

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
@@ -63,7 +64,7 @@ async def _work(
 
 
 async def run_workers(
-    options: session.ReplayOptions, plan: session.RunPlan, show_progress: bool
+    options: session.ReplayOptions, plan: session.RunPlan, show_progress: bool, start: Callable[[], int]
 ) -> tuple[list[ReplayResult], int]:
     """Run the plan over `options.workers` processes; returns merged results and the shared start."""
     count = options.workers
@@ -86,7 +87,7 @@ async def run_workers(
     try:
         for pipe in pipes:
             await _expect(pipe, "ready", READY_TIMEOUT_S)
-        start_ns = session.start_ns_for(options)
+        start_ns = start()
         for pipe in pipes:
             pipe.send(("start", start_ns))
         results = await _collect(pipes, show_progress)

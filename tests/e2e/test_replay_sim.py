@@ -26,6 +26,10 @@ from tests.servers import Server, sim
 pytestmark = pytest.mark.slow
 
 
+_TICKS = "import itertools, time; [print(i, 1) or time.sleep(0.05) for i in itertools.count()]"
+GPU_SAMPLER = f"{sys.executable} -u -c '{_TICKS}'"  # stands in for `nvidia-smi ... --format=csv -lms 50`
+
+
 def truth(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
@@ -93,7 +97,8 @@ def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp_path: Path) -> None:
     truth_log = tmp_path / "truth.jsonl"
     with sim("--truth-log", str(truth_log), "--speed", "2") as server, separate_cores(server):
-        result = replay(mixed_trace, server.url, tmp_path / "run.rpr", "--label", "sim")
+        result = replay(mixed_trace, server.url, tmp_path / "run.rpr", "--label", "sim", "--scrape-metrics",
+                        "--scrape-interval", "0.1", "--gpu-sampler", GPU_SAMPLER)  # fmt: skip
     cols = load(mixed_trace)
     assert len(result) == len(cols) and set(result.column("index").tolist()) == set(range(len(cols)))
     assert not any(result.column("error"))
@@ -118,6 +123,15 @@ def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp
     assert np.all(cached <= expected[index])  # never more sharing than recorded
     assert np.mean(cached == expected[index]) >= 0.9  # fewer only while a donor's prefill is still running
     assert expected.sum() > 10_000
+    profile = result.extras["trace_profile"][0]
+    assert profile["prefix_reuse"] == pytest.approx(expected.sum() / cols.input_tokens.sum())
+
+    # engine telemetry and GPU samples were taken beside the run (in a child process)
+    telemetry = result.extras["telemetry"][0]
+    assert telemetry["errors"] == 0 and len(telemetry["samples"]) >= 10
+    assert "vllm:num_requests_running" in telemetry["found"].values()
+    gpu = result.extras["gpu"][0]
+    assert len(gpu["lines"]) >= 10 and gpu["lines"][-1][1].endswith(" 1")
 
     # timestamps against the sim's ground truth (wall clock; the result header anchors the run)
     start_wall = header.start_wall_ns
