@@ -224,14 +224,17 @@ class Pool:
         connections = await asyncio.gather(*(self.open() for _ in range(count)))
         await asyncio.gather(*(self._warm(c) for c in connections))
 
-    async def refresh(self, idle_for_ns: int) -> None:
-        """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET."""
+    async def refresh(self, idle_for_ns: int, limit: int = 50) -> None:
+        """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET;
+        at most `limit` per call, the longest idle first, so a big pool adds little load."""
         now = self.clock()
-        stale = [c for c in self.idle if now - c.idle_since >= idle_for_ns]
-        for connection in stale:
+        stale = sorted(
+            (c for c in self.idle if now - c.idle_since >= idle_for_ns), key=lambda c: c.idle_since
+        )
+        for connection in stale[:limit]:
             with contextlib.suppress(ValueError):
                 self.idle.remove(connection)
-        await asyncio.gather(*(self._warm(c) for c in stale), return_exceptions=True)
+        await asyncio.gather(*(self._warm(c) for c in stale[:limit]), return_exceptions=True)
 
     async def _warm(self, connection: Connection) -> None:
         probe = _Probe()

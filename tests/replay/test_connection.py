@@ -87,3 +87,25 @@ def test_reset_mid_stream_and_malformed_answers_are_errors() -> None:
             assert bad.error == "bad_stream" and "malformed" in bad.error_message
 
     asyncio.run(main())
+
+
+def test_refresh_pings_the_longest_idle_connections_first() -> None:
+    async def main() -> None:
+        def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+        async with serving(respond) as server:
+            pool = Pool(Target.parse(server.url), clock.now_ns)
+            await pool.fill(3)
+            for age, connection in enumerate(pool.idle):
+                connection.idle_since -= (age + 1) * 10_000_000_000
+            youngest = max(pool.idle, key=lambda c: c.idle_since)
+            await pool.refresh(idle_for_ns=5_000_000_000, limit=2)
+            assert len(server.requests) == 3 + 2
+            await asyncio.sleep(0.05)
+            assert len(pool.idle) == 3
+            fresh = [c for c in pool.idle if clock.now_ns() - c.idle_since < 1_000_000_000]
+            assert len(fresh) == 2 and youngest not in fresh  # the two longest idle were pinged
+            pool.close()
+
+    asyncio.run(main())
