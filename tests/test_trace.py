@@ -267,7 +267,7 @@ def test_unknown_fields_from_a_newer_minor_writer_are_ignored(tmp_path: Path) ->
     header["kinds"]["future_field"] = "i8"
     rows = [(*RequestShape(offset_ns=i, input_tokens=10 + i).to_record(), 99) for i in range(3)]
     columns = [
-        trace._encode_column(header["kinds"][f], col)
+        trace.encode_column(header["kinds"][f], col)
         for f, col in zip(header["fields"], zip(*rows, strict=True), strict=True)
     ]
     path = tmp_path / "newer.rpt"
@@ -281,7 +281,7 @@ def test_files_with_fewer_fields_load_with_defaults(tmp_path: Path) -> None:
     header = TraceHeader(start_wall_ns=0, fields=tuple(kept)).to_record()
     rows = [(i, 5 * i, struct.pack("<Q", i)) for i in range(3)]
     columns = [
-        trace._encode_column(FIELD_KINDS[f], col)
+        trace.encode_column(FIELD_KINDS[f], col)
         for f, col in zip(kept, zip(*rows, strict=True), strict=True)
     ]
     path = tmp_path / "old.rpt"
@@ -297,7 +297,7 @@ def test_malformed_batch_is_skipped(tmp_path: Path) -> None:
     header = TraceHeader(start_wall_ns=0).to_record()
     good = [RequestShape(offset_ns=i).to_record() for i in range(2)]
     columns = [
-        trace._encode_column(FIELD_KINDS[f], col)
+        trace.encode_column(FIELD_KINDS[f], col)
         for f, col in zip(FIELDS, zip(*good, strict=True), strict=True)
     ]
     short = list(columns)

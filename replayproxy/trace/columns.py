@@ -1,0 +1,152 @@
+"""Reading traces: shapes in arrival order across files, and the fast numpy column loader."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
+from replayproxy.trace.frames import ReadReport
+from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceHeader
+from replayproxy.trace.table import NUMERIC_KINDS, RAGGED_KINDS, Table, expand_paths, read_table
+
+
+def read_tables(
+    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+) -> list[tuple[TraceHeader, Table]]:
+    """Every trace file's header and rows, oldest start first."""
+    report = report if report is not None else ReadReport()
+    tables = [read_table(p, FORMAT_NAME, FORMAT_VERSION, report) for p in expand_paths(paths)]
+    pairs = [(TraceHeader.from_record(t.header), t) for t in tables]
+    pairs.sort(key=lambda pair: pair[0].start_wall_ns)
+    return pairs
+
+
+def iter_shapes(
+    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+) -> Iterator[RequestShape]:
+    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
+
+    Recorders write a record when its response ends, so records are sorted here.
+    """
+    pairs = read_tables(paths, report)
+    base = pairs[0][0].start_wall_ns
+    shapes: list[RequestShape] = []
+    for header, table in pairs:
+        shift = header.start_wall_ns - base
+        for values in table.rows():
+            shape = RequestShape.from_record(values, header.fields)
+            shapes.append(replace(shape, offset_ns=shape.offset_ns + shift) if shift else shape)
+    shapes.sort(key=lambda s: s.offset_ns)
+    return iter(shapes)
+
+
+RAGGED = ("prefix_hashes", "chunk_gaps_us")
+
+
+@dataclass(slots=True)
+class Columns:
+    """A whole trace as numpy arrays, sorted by arrival; ragged fields are flat + index arrays.
+
+    Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
+    Scalar columns are reached by field name: `columns.input_tokens`, `columns.model`, ...
+    """
+
+    headers: list[TraceHeader]
+    report: ReadReport
+    scalar: dict[str, np.ndarray]
+    prefix_hashes: np.ndarray
+    prefix_index: np.ndarray
+    chunk_gaps_us: np.ndarray
+    chunk_index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.scalar["offset_ns"])
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        scalar = object.__getattribute__(self, "scalar")
+        if name in scalar:
+            return scalar[name]  # type: ignore[no-any-return]
+        raise AttributeError(name)
+
+    def hashes_of(self, i: int) -> np.ndarray:
+        return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
+
+    @property
+    def message_count(self) -> np.ndarray:
+        return np.fromiter((len(r) for r in self.scalar["roles"]), dtype=np.int64, count=len(self))
+
+
+def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Columns:
+    """Load traces into columns: the fast path for inspect, export and replay planning."""
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    report = ReadReport()
+    pairs = read_tables(paths, report)
+    base = pairs[0][0].start_wall_ns
+    tables = [_with_defaults(table) for _, table in pairs]
+    for (header, _), table in zip(pairs, tables, strict=True):
+        table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
+    scalar = {name: _joined([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
+    order = np.argsort(scalar["offset_ns"], kind="stable")
+    if not _is_identity(order):
+        scalar = {name: column[order] for name, column in scalar.items()}
+    ragged = {
+        name: _reorder_ragged(
+            _joined([t.ragged[name][0] for t in tables]),
+            _joined([t.ragged[name][1] for t in tables]),
+            order,
+        )
+        for name in RAGGED
+    }
+    return Columns(
+        headers=[header for header, _ in pairs],
+        report=report,
+        scalar=scalar,
+        prefix_hashes=ragged["prefix_hashes"][0],
+        prefix_index=ragged["prefix_hashes"][1],
+        chunk_gaps_us=ragged["chunk_gaps_us"][0],
+        chunk_index=ragged["chunk_gaps_us"][1],
+    )
+
+
+def _with_defaults(table: Table) -> Table:
+    """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
+    defaults = RequestShape(offset_ns=0)
+    for name, kind in FIELD_KINDS.items():
+        if name in table.columns or name in table.ragged:
+            continue
+        if kind in RAGGED_KINDS:
+            table.ragged[name] = (np.zeros(0, RAGGED_KINDS[kind]), np.zeros(table.n, np.int64))
+        elif kind in NUMERIC_KINDS:
+            table.columns[name] = np.full(table.n, getattr(defaults, name), NUMERIC_KINDS[kind])
+        else:
+            column = np.empty(table.n, dtype=object)
+            column.fill(getattr(defaults, name))
+            table.columns[name] = column
+    return table
+
+
+def _reorder_ragged(
+    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Permute rows of a flat ragged array given per-row lengths; returns flat and its index."""
+    starts = np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64)
+    new_lengths = lengths[order]
+    index = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
+    if _is_identity(order):
+        return flat, index
+    within = np.arange(index[-1]) - np.repeat(index[:-1], new_lengths)
+    positions = within + np.repeat(starts[order], new_lengths)
+    return flat[positions], index
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _is_identity(order: np.ndarray) -> bool:
+    return bool(np.array_equal(order, np.arange(len(order))))

@@ -1,0 +1,122 @@
+"""Frame codec shared by trace and result files: zstd frames behind skippable index frames.
+
+Each data frame is preceded by a zstd skippable frame holding its compressed length and record
+count, so a reader steps over a corrupt frame and detects a truncated tail exactly; plain
+`zstd -d` still decodes a whole file. Damage is reported in a ReadReport, never raised mid-file.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+import zstandard
+
+from replayproxy.trace.header import TraceFormatError
+
+_SKIPPABLE_MAGIC = 0x184D2A5E  # one of zstd's 16 skippable-frame magic numbers
+_INDEX = struct.Struct("<IIII")  # magic, payload size (8), compressed length, record count
+_INDEX_PAYLOAD = 8
+
+
+class FrameWriter:
+    """Appends index + zstd frames to one open file; shared by trace and result files."""
+
+    def __init__(self, stream: IO[bytes], level: int = 3) -> None:
+        self._stream = stream
+        self._compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        self.bytes_written = 0
+
+    def write_frame(self, payload: bytes, records: int) -> None:
+        compressed = self._compressor.compress(payload)
+        self._stream.write(_INDEX.pack(_SKIPPABLE_MAGIC, _INDEX_PAYLOAD, len(compressed), records))
+        self._stream.write(compressed)
+        self._stream.flush()
+        self.bytes_written += _INDEX.size + len(compressed)
+
+
+# Column kinds of a table file: fixed-width numbers are stored as raw little-endian arrays,
+
+
+@dataclass(slots=True)
+class ReadReport:
+    """What a read saw besides records: every skipped byte is accounted for here."""
+
+    files: int = 0
+    records: int = 0
+    frames: int = 0
+    warnings: list[str] = field(default_factory=list)
+    skipped_frames: int = 0
+    lost_records: int = 0  # records known to be in skipped frames
+    footers: int = 0
+
+
+def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[bytes]:
+    """Decompressed payloads of every readable frame; damage is reported, never raised mid-file.
+
+    A frame whose index points past the end is a truncated tail (a crash while writing) unless
+    another index follows, in which case the index itself was damaged and reading resumes there.
+    """
+    if not data:
+        raise TraceFormatError(f"{name}: empty file, not a replayproxy file")
+    if not _MARKER.startswith(data[:8]):
+        raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
+    pos = 0
+    view = memoryview(data)
+    decompressor = zstandard.ZstdDecompressor()
+    while pos < len(data):
+        if not _is_index(data, pos):
+            nxt = _find_index(data, pos + 1)
+            if nxt < 0:
+                cut = _MARKER.startswith(data[pos : pos + 8])
+                what = "truncated frame index" if cut else "unreadable bytes"
+                left = len(data) - pos
+                report.warnings.append(f"{name}: {what} at offset {pos} skipped ({left} bytes at the end)")
+                return
+            report.warnings.append(f"{name}: {nxt - pos} unreadable bytes at offset {pos} skipped")
+            pos = nxt
+            continue
+        _, _, length, records = _INDEX.unpack_from(data, pos)
+        start = pos + _INDEX.size
+        if start + length > len(data):
+            nxt = _find_index(data, start)
+            if nxt >= 0:
+                report.skipped_frames += 1
+                skipped = nxt - pos
+                report.warnings.append(f"{name}: damaged frame index at offset {pos}; {skipped} bytes cut")
+                pos = nxt
+                continue
+            report.skipped_frames += 1
+            report.lost_records += records
+            report.warnings.append(
+                f"{name}: truncated last frame at offset {pos} skipped "
+                f"({len(data) - pos} of {_INDEX.size + length} bytes present, {records} records lost)"
+            )
+            return
+        try:
+            payload = decompressor.decompress(view[start : start + length])
+        except zstandard.ZstdError as e:
+            report.skipped_frames += 1
+            report.lost_records += records
+            lost = f"{records} records lost"
+            report.warnings.append(f"{name}: corrupt frame at offset {pos} skipped ({lost}): {e}")
+        else:
+            report.frames += 1
+            yield payload
+        pos = start + length
+
+
+_MARKER = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)
+
+
+def _is_index(data: bytes | mmap.mmap, pos: int) -> bool:
+    return len(data) - pos >= _INDEX.size and data[pos : pos + 8] == _MARKER
+
+
+def _find_index(data: bytes | mmap.mmap, start: int) -> int:
+    """The next index at or after `start` that is complete (a partial one at the end is a tail)."""
+    found = data.find(_MARKER, start)
+    return found if 0 <= found <= len(data) - _INDEX.size else -1

@@ -1,0 +1,328 @@
+"""Table files: a header map, column-wise batches of positional rows, a footer (traces and results).
+
+Columns are encoded by kind — fixed-width numbers as raw little-endian arrays, strings and small
+maps dictionary-coded, ragged fields as one blob plus per-row byte lengths — so a file loads
+into numpy without a Python-level loop per record.
+"""
+
+from __future__ import annotations
+
+import glob
+import mmap
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
+from replayproxy.trace.header import SUFFIX, TraceFormatError
+
+# strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
+NUMERIC_KINDS: dict[str, np.dtype[Any]] = {"i8": np.dtype("<i8"), "u8": np.dtype("<u8"), "b1": np.dtype("?")}
+CODED_KINDS = ("str", "obj")
+RAGGED_KINDS: dict[str, np.dtype[Any]] = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
+
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def encode_column(kind: str, values: Sequence[Any] | np.ndarray) -> Any:
+    if kind in NUMERIC_KINDS:
+        if isinstance(values, np.ndarray):
+            return values.astype(NUMERIC_KINDS[kind], copy=False).tobytes()
+        return np.fromiter(values, NUMERIC_KINDS[kind], len(values)).tobytes()
+    if kind in RAGGED_KINDS:
+        return [b"".join(values), np.fromiter(map(len, values), "<u4", len(values)).tobytes()]
+    if kind in CODED_KINDS:
+        # Maps are keyed by their msgpack bytes: {"n": 1}, {"n": True} and {"n": 1.0} are equal
+        # as Python values but must stay distinct.
+        keys = list(map(_packb, values)) if kind == "obj" else values
+        codes = {key: code for code, key in enumerate(dict.fromkeys(keys))}
+        coded = np.fromiter(map(codes.__getitem__, keys), "<u4", len(keys))
+        distinct = [msgpack.unpackb(k, strict_map_key=False) for k in codes] if kind == "obj" else list(codes)
+        return [distinct, coded.tobytes()]
+    raise ValueError(f"unknown column kind {kind!r}")
+
+
+class TableFile:
+    """One open file of header + batches of positional rows + footer (traces and results).
+
+    Rows are buffered and written column-wise, one `batch` record per frame, each column encoded
+    by its kind in the header's `kinds` map. Column-wise batches compress better than rows and
+    load into numpy without a Python-level loop per record.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], level: int, exclusive: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._kinds = [header["kinds"][name] for name in header["fields"]]
+        self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
+        self._frames = FrameWriter(self._stream, level)
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._rows: list[tuple[Any, ...]] = []
+        self.records = 0
+        self._frames.write_frame(self._packer.pack(header), 0)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._frames.bytes_written
+
+    @property
+    def pending(self) -> int:
+        return len(self._rows)
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        self._rows.append(row)
+
+    def flush(self) -> None:
+        if not self._rows:
+            return
+        rows = zip(*self._rows, strict=True)
+        columns = [encode_column(k, c) for k, c in zip(self._kinds, rows, strict=True)]
+        batch = {"type": "batch", "n": len(self._rows), "columns": columns}
+        self._frames.write_frame(self._packer.pack(batch), len(self._rows))
+        self.records += len(self._rows)
+        self._rows.clear()
+
+    def write_batch(self, columns: list[Any], n: int) -> None:
+        """Append `n` rows already encoded column by column (see write_columns)."""
+        self.flush()
+        self._frames.write_frame(self._packer.pack({"type": "batch", "n": n, "columns": columns}), n)
+        self.records += n
+
+    def write_side_record(self, record: dict[str, Any]) -> None:
+        """A map with its own `type` (e.g. telemetry samples), in a frame of its own."""
+        self.flush()
+        self._frames.write_frame(self._packer.pack(record), 0)
+
+    def close(self, footer: dict[str, Any]) -> None:
+        self.flush()
+        self._frames.write_frame(self._packer.pack({"type": "footer", "records": self.records, **footer}), 0)
+        self._stream.close()
+
+
+@dataclass(slots=True)
+class Table:
+    """One file's header and its columns: numpy arrays by field, ragged ones as (flat, lengths)."""
+
+    path: Path
+    header: dict[str, Any]
+    n: int = 0
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    ragged: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Positional rows in the header's field order, ragged fields packed as bytes again."""
+        cols: list[list[Any]] = []
+        for name in self.header["fields"]:
+            if name in self.ragged:
+                flat, lengths = self.ragged[name]
+                ends = np.cumsum(lengths).tolist()
+                blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
+                size = flat.dtype.itemsize
+                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends][:-1], ends, strict=True)])
+            else:
+                cols.append(self.columns[name].tolist())
+        return zip(*cols, strict=True) if self.n else iter(())
+
+
+def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """One field of a whole file from its per-batch parts: a single copy into a native array."""
+    if kind in NUMERIC_KINDS:
+        return _concat(NUMERIC_KINDS[kind], parts)
+    if kind in RAGGED_KINDS:
+        dtype = RAGGED_KINDS[kind]
+        flat = _concat(dtype, [p[0] for p in parts])
+        lengths = _concat(np.dtype("<u4"), [p[1] for p in parts]).astype(np.int64) // dtype.itemsize
+        return flat, lengths
+    if kind in CODED_KINDS:
+        out = np.empty(n, dtype=object)
+        at = 0
+        for distinct, codes in parts:
+            values = np.empty(len(distinct), dtype=object)
+            values[:] = list(distinct)
+            indices = np.frombuffer(codes, dtype="<u4")
+            out[at : at + len(indices)] = values[indices]
+            at += len(indices)
+        return out
+    raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+def _concat(dtype: np.dtype[Any], buffers: list[Any]) -> np.ndarray:
+    arrays = [np.frombuffer(b, dtype=dtype) for b in buffers]
+    joined = np.concatenate(arrays) if arrays else np.empty(0, dtype)
+    return joined.astype(dtype.newbyteorder("="), copy=False)
+
+
+_BUFFERS = (bytes, memoryview)
+
+
+def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: ReadReport) -> bool:
+    """Whether a batch has one column per field, each of `n` rows; a bad one is reported."""
+    n, columns = batch.get("n"), batch.get("columns")
+    ok = isinstance(n, int) and n >= 0 and isinstance(columns, list) and len(columns) == len(kinds)
+    if ok:
+        assert isinstance(n, int) and isinstance(columns, list)
+        ok = all(_column_fits(kind, column, n) for kind, column in zip(kinds, columns, strict=True))
+    if not ok:
+        report.warnings.append(f"{name}: malformed batch of {n} records skipped")
+        report.skipped_frames += 1
+    return ok
+
+
+def _column_fits(kind: str, column: Any, n: int) -> bool:
+    if kind in NUMERIC_KINDS:
+        return isinstance(column, _BUFFERS) and len(column) == n * NUMERIC_KINDS[kind].itemsize
+    if not (isinstance(column, list) and len(column) == 2 and isinstance(column[1], _BUFFERS)):
+        return False
+    if len(column[1]) != 4 * n:
+        return False
+    if kind in RAGGED_KINDS:
+        lengths = np.frombuffer(column[1], "<u4")
+        return isinstance(column[0], _BUFFERS) and int(lengths.sum()) == len(column[0])
+    if kind in CODED_KINDS:
+        codes = np.frombuffer(column[1], "<u4")
+        return isinstance(column[0], list) and (n == 0 or int(codes.max()) < len(column[0]))
+    raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+_BIN_HEADER = {0xC4: 2, 0xC5: 3, 0xC6: 5}  # msgpack bin 8/16/32: marker and length bytes
+_ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
+_MAP_MARKERS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+
+
+def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
+    """The msgpack records of one frame; a frame that does not decode is reported and dropped.
+
+    A batch's column blobs come back as memoryviews into `payload` rather than copies: loading
+    then copies each column once, into its final array.
+    """
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(payload), 1 << 20))
+    unpacker.feed(payload)
+    view = memoryview(payload)
+    records: list[Any] = []
+    try:
+        while unpacker.tell() < len(payload):
+            if payload[unpacker.tell()] in _MAP_MARKERS:
+                records.append(_read_map(unpacker, view))
+            else:
+                records.append(unpacker.unpack())
+    except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as e:
+        report.warnings.append(f"{name}: frame {report.frames} does not decode ({e}); skipped")
+        report.skipped_frames += 1
+        return []
+    return records
+
+
+def _read_map(unpacker: msgpack.Unpacker, view: memoryview) -> dict[Any, Any]:
+    record: dict[Any, Any] = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        if key == "columns" and record.get("type") == "batch" and view[unpacker.tell()] in _ARRAY_MARKERS:
+            count = unpacker.read_array_header()
+            record[key] = [_read_part(unpacker, view, nested=True) for _ in range(count)]
+        else:
+            record[key] = unpacker.unpack()
+    return record
+
+
+def _read_part(unpacker: msgpack.Unpacker, view: memoryview, nested: bool) -> Any:
+    """A bin as a view into the payload, an array of parts one level deep, anything else decoded."""
+    at = unpacker.tell()
+    marker = view[at]
+    if marker in _BIN_HEADER:
+        unpacker.skip()
+        return view[at + _BIN_HEADER[marker] : unpacker.tell()]
+    if nested and marker in _ARRAY_MARKERS:
+        return [_read_part(unpacker, view, nested=False) for _ in range(unpacker.read_array_header())]
+    return unpacker.unpack()
+
+
+def _read_bytes(path: Path) -> bytes | mmap.mmap:
+    """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 1 << 20:
+            return f.read()
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def read_table(
+    path: Path,
+    format_name: str,
+    max_version: int,
+    report: ReadReport,
+    *,
+    extras: dict[str, list[dict[str, Any]]] | None = None,
+    footer: dict[str, Any] | None = None,
+) -> Table:
+    """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
+
+    Side records (maps of another `type`) are appended to `extras` by type; the footer, if
+    present, is copied into `footer`.
+    """
+    name = str(path)
+    seen_warnings = len(report.warnings)
+    header: dict[str, Any] | None = None
+    batches: list[dict[str, Any]] = []
+    for payload in iter_frame_payloads(_read_bytes(path), name, report):
+        for item in _records_of(payload, name, report):
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "batch":
+                batches.append(item)
+            elif kind == "header" and header is None:
+                header = item
+            elif kind == "footer":
+                report.footers += 1
+                if footer is not None:
+                    footer.update(item)
+            elif isinstance(kind, str) and kind != "header" and extras is not None:
+                extras.setdefault(kind, []).append(item)
+    if header is None:
+        damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
+        raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")
+    if header.get("format") != format_name:
+        raise TraceFormatError(f"{name}: is a {header.get('format')!r} file, expected {format_name!r}")
+    version = header.get("version")
+    if not isinstance(version, int) or version > max_version:
+        raise TraceFormatError(
+            f"{name}: format version {version} is newer than this reader ({max_version}); upgrade replayproxy"
+        )
+    try:
+        kinds = [header["kinds"][field_name] for field_name in header["fields"]]
+    except (KeyError, TypeError) as e:
+        raise TraceFormatError(f"{name}: header lacks a kind for field {e}") from e
+    batches = [b for b in batches if _batch_fits(b, kinds, name, report)]
+    table = Table(path, header, n=sum(int(b["n"]) for b in batches))
+    for i, (field_name, kind) in enumerate(zip(header["fields"], kinds, strict=True)):
+        decoded = _decode_column(kind, [b["columns"][i] for b in batches], table.n)
+        if isinstance(decoded, tuple):
+            table.ragged[field_name] = decoded
+        else:
+            table.columns[field_name] = decoded
+    report.files += 1
+    report.records += table.n
+    return table
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) -> list[Path]:
+    """Files, directories (their *suffix files) and globs, in name order; missing ones raise."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(path.glob(f"*{suffix}")))
+        elif path.exists():
+            found.append(path)
+        else:
+            matches = sorted(Path(m) for m in glob.glob(str(raw)))
+            if not matches:
+                raise FileNotFoundError(f"no such file: {raw}")
+            found.extend(matches)
+    if not found:
+        raise FileNotFoundError(f"no {suffix} files in {', '.join(map(str, paths))}")
+    return found

@@ -1,0 +1,203 @@
+"""Writing traces: the recorder's rotating writer, and whole-trace writers for synth and import."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayproxy.shape import RequestShape
+from replayproxy.trace.header import SUFFIX, TraceHeader
+from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
+
+
+class TraceWriter:
+    """Writes shapes to rotating trace files; call it from one thread (the recorder's writer thread).
+
+    Frames are cut every `frame_records` records or `flush_interval_s` seconds (checked on every
+    `write` and `poll`), so a crash loses at most that much. With `directory`, files are named
+    `<prefix>-<UTC timestamp>-<seq>.rpt` and rotate by size and/or age; with `path`, one file,
+    created at once.
+    Clocks are injected (`mono_ns`, `wall_ns`) because only replayproxy.clock reads clocks.
+    """
+
+    def __init__(
+        self,
+        header: TraceHeader,
+        *,
+        mono_ns: Callable[[], int],
+        wall_ns: Callable[[], int],
+        path: str | os.PathLike[str] | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        prefix: str = "trace",
+        flush_interval_s: float = 1.0,
+        frame_records: int = 16_384,
+        rotate_bytes: int | None = None,
+        rotate_seconds: float | None = None,
+        level: int = 3,
+    ) -> None:
+        if (path is None) == (directory is None):
+            raise ValueError("give exactly one of path or directory")
+        self.header = header
+        self._mono = mono_ns
+        self._wall = wall_ns
+        self._path = Path(path) if path is not None else None
+        self._directory = Path(directory) if directory is not None else None
+        self._prefix = prefix
+        self._flush_interval_ns = int(flush_interval_s * 1e9)
+        self._frame_records = frame_records
+        self._rotate_bytes = rotate_bytes
+        self._rotate_ns = int(rotate_seconds * 1e9) if rotate_seconds else None
+        self._level = level
+        self._seq = 0
+        self._file: TableFile | None = None
+        self._opened_ns = 0
+        self._flush_due_ns = mono_ns() + self._flush_interval_ns
+        self.files: list[Path] = []
+        self.records_written = 0
+        self.bytes_closed = 0  # bytes of files already closed
+        if self._path is not None:
+            self._open()  # a single-file trace exists (header and footer) even with no records
+
+    @property
+    def current_path(self) -> Path | None:
+        return self._file.path if self._file is not None else None
+
+    @property
+    def bytes_written(self) -> int:
+        return self.bytes_closed + (self._file.bytes_written if self._file else 0)
+
+    def write(self, shape: RequestShape) -> None:
+        file = self._file or self._open()
+        file.add(shape.to_record())
+        if file.pending >= self._frame_records or self._mono() >= self._flush_due_ns:
+            self.flush()
+
+    def poll(self) -> None:
+        """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
+        if self._file is None:
+            return
+        if self._file.pending and self._mono() >= self._flush_due_ns:
+            self.flush()
+        elif self._rotate_due():
+            self.rotate()
+
+    def flush(self) -> None:
+        self._flush_due_ns = self._mono() + self._flush_interval_ns
+        if self._file is None or not self._file.pending:
+            return
+        pending = self._file.pending
+        self._file.flush()
+        self.records_written += pending
+        if self._rotate_due():
+            self.rotate()
+
+    def rotate(self) -> None:
+        """Close the current file (footer included); the next record opens a new one."""
+        if self._file is None:
+            return
+        self.records_written += self._file.pending
+        self._file.close({"end_wall_ns": self._wall()})
+        self.bytes_closed += self._file.bytes_written
+        self._file = None
+
+    def close(self) -> None:
+        self.rotate()
+
+    def _rotate_due(self) -> bool:
+        if self._directory is None or self._file is None:
+            return False
+        if self._rotate_bytes is not None and self._file.bytes_written >= self._rotate_bytes:
+            return True
+        return bool(self._rotate_ns and self._mono() - self._opened_ns >= self._rotate_ns)
+
+    def _open(self) -> TableFile:
+        header = replace(self.header, created_wall_ns=self._wall()).to_record()
+        self._file = TableFile(self._next_path(), header, self._level, self._directory is not None)
+        self.files.append(self._file.path)
+        self._opened_ns = self._mono()
+        return self._file
+
+    def _next_path(self) -> Path:
+        if self._path is not None:
+            return self._path
+        assert self._directory is not None
+        stamp = datetime.fromtimestamp(self._wall() / 1e9, UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            path = self._directory / f"{self._prefix}-{stamp}Z-{self._seq:04d}{SUFFIX}"
+            if not path.exists():
+                return path
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    header: TraceHeader,
+    shapes: Iterable[RequestShape],
+    *,
+    mono_ns: Callable[[], int],
+    wall_ns: Callable[[], int],
+) -> int:
+    """Write a whole trace to one file (synth, import); returns the record count."""
+    with TraceWriter(header, path=path, mono_ns=mono_ns, wall_ns=wall_ns, flush_interval_s=1e9) as writer:
+        for shape in shapes:
+            writer.write(shape)
+    return writer.records_written
+
+
+def write_columns(
+    path: str | os.PathLike[str],
+    header: TraceHeader,
+    columns: dict[str, Any],
+    n: int,
+    *,
+    wall_ns: Callable[[], int],
+    frame_records: int = 65536,
+    level: int = 3,
+) -> int:
+    """Write a whole trace from columns, with no object per request (importers of million-row files).
+
+    Each scalar field is an array of `n` values or one value for every row; a ragged field is
+    `(flat, per-row counts)`; fields left out take RequestShape's defaults. Returns `n`.
+    """
+    defaults = RequestShape(offset_ns=0)
+    record = replace(header, created_wall_ns=wall_ns()).to_record()
+    kinds = [record["kinds"][name] for name in record["fields"]]
+    table = TableFile(Path(path), record, level, exclusive=False)
+    ragged_starts: dict[str, np.ndarray] = {}
+    for name, kind in zip(record["fields"], kinds, strict=True):
+        if kind in RAGGED_KINDS:
+            flat, counts = columns.get(name, (np.zeros(0), np.zeros(n, np.int64)))
+            ragged_starts[name] = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    for lo in range(0, n, frame_records):
+        hi = min(n, lo + frame_records)
+        encoded: list[Any] = []
+        for name, kind in zip(record["fields"], kinds, strict=True):
+            if kind in RAGGED_KINDS:
+                flat = np.asarray(columns[name][0]) if name in columns else np.zeros(0)
+                starts = ragged_starts[name]
+                part = flat[starts[lo] : starts[hi]].astype(RAGGED_KINDS[kind], copy=False)
+                sizes = np.diff(starts[lo : hi + 1]) * RAGGED_KINDS[kind].itemsize
+                encoded.append([part.tobytes(), sizes.astype("<u4").tobytes()])
+                continue
+            value = columns.get(name, getattr(defaults, name))
+            if isinstance(value, np.ndarray | list):
+                encoded.append(encode_column(kind, value[lo:hi]))
+            elif kind in CODED_KINDS:  # one value for every row: a one-entry dictionary
+                encoded.append([[value], np.zeros(hi - lo, "<u4").tobytes()])
+            else:
+                encoded.append(np.full(hi - lo, value, NUMERIC_KINDS[kind]).tobytes())
+        table.write_batch(encoded, hi - lo)
+    table.close({"end_wall_ns": wall_ns()})
+    return n
