@@ -64,7 +64,9 @@ def build(
             continue
         key = var[len(prefix) :].lower()
         if key not in names:
-            raise ConfigError(f"unknown setting {var}; valid: {', '.join(prefix + n.upper() for n in sorted(names))}")
+            raise ConfigError(
+                f"unknown setting {var}; valid: {', '.join(prefix + n.upper() for n in sorted(names))}"
+            )
         values[key] = _coerce(raw, hints[key], var)
     for key, value in (overrides or {}).items():
         if value is not None:

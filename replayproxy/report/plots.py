@@ -194,7 +194,11 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
-TELEMETRY_SERIES = (("kv_usage", "KV cache usage (0-1)"), ("running", "requests running"), ("waiting", "requests waiting"))
+TELEMETRY_SERIES = (
+    ("kv_usage", "KV cache usage (0-1)"),
+    ("running", "requests running"),
+    ("waiting", "requests waiting"),
+)
 
 
 def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:

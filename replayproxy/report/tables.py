@@ -268,7 +268,11 @@ TELEMETRY_ROWS = (
     ("preemptions per 1k requests", "preemptions_per_1k_requests", fmt),
     ("engine prefix-cache hit rate", "prefix_hit_rate", pct),
 )
-ENGINE_LATENCY = (("TTFT", "engine_ttft_ms", "ttft_ms"), ("ITL", "engine_itl_ms", "itl_ms"), ("E2E", "engine_e2e_ms", "e2e_ms"))
+ENGINE_LATENCY = (
+    ("TTFT", "engine_ttft_ms", "ttft_ms"),
+    ("ITL", "engine_itl_ms", "itl_ms"),
+    ("E2E", "engine_e2e_ms", "e2e_ms"),
+)
 
 
 def telemetry_section(doc: dict[str, Any]) -> list[Table]:
@@ -281,9 +285,12 @@ def telemetry_section(doc: dict[str, Any]) -> list[Table]:
     for name, engine_key, client_key in ENGINE_LATENCY:
         for stat in ("p50", "p90", "p99"):
             engine = [fmt((r["telemetry"].get(engine_key) or {}).get(stat)) for r in runs]
-            rows.append([f"{name} {stat} ms: engine / client", *(
-                f"{e} / {fmt(r[client_key][stat])}" for e, r in zip(engine, runs, strict=True)
-            )])
+            rows.append(
+                [
+                    f"{name} {stat} ms: engine / client",
+                    *(f"{e} / {fmt(r[client_key][stat])}" for e, r in zip(engine, runs, strict=True)),
+                ]
+            )
     notes = [
         "engine figures come from the target's /metrics, polled during the run; '-' = not exposed",
         "engine vs client latency: the difference is network, proxy and client time",

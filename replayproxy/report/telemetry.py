@@ -19,7 +19,11 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)
 def summarize(record: dict[str, Any], requests: int) -> dict[str, Any]:
     """Per-run telemetry figures; keys are present only when the engine exposed the metric."""
     samples = record.get("samples", [])
-    summary: dict[str, Any] = {"source": record.get("source", ""), "samples": len(samples), "found": record.get("found", {})}
+    summary: dict[str, Any] = {
+        "source": record.get("source", ""),
+        "samples": len(samples),
+        "found": record.get("found", {}),
+    }
     times_s = np.array([s["t_ns"] for s in samples], dtype=np.float64) / 1e9
     kv = _series(samples, "kv_usage")
     if kv is not None:
@@ -56,7 +60,9 @@ def over_time(record: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray
     samples = [s for s in record.get("samples", []) if name in s]
     if not samples:
         return None
-    return np.array([s["t_ns"] for s in samples]) / 1e9, np.array([s[name] for s in samples], dtype=np.float64)
+    return np.array([s["t_ns"] for s in samples]) / 1e9, np.array(
+        [s[name] for s in samples], dtype=np.float64
+    )
 
 
 def histogram_quantiles(

@@ -35,9 +35,30 @@ def test_histogram_quantiles_use_only_the_runs_observations() -> None:
 
 def test_summary_of_gauges_counters_and_waiting_time() -> None:
     samples = [
-        {"t_ns": 0, "kv_usage": 0.2, "waiting": 0.0, "preemptions": 5.0, "prefix_queries": 100.0, "prefix_hits": 10.0},
-        {"t_ns": 1_000_000_000, "kv_usage": 0.9, "waiting": 3.0, "preemptions": 7.0, "prefix_queries": 300.0, "prefix_hits": 90.0},
-        {"t_ns": 3_000_000_000, "kv_usage": 0.4, "waiting": 0.0, "preemptions": 8.0, "prefix_queries": 500.0, "prefix_hits": 110.0},
+        {
+            "t_ns": 0,
+            "kv_usage": 0.2,
+            "waiting": 0.0,
+            "preemptions": 5.0,
+            "prefix_queries": 100.0,
+            "prefix_hits": 10.0,
+        },
+        {
+            "t_ns": 1_000_000_000,
+            "kv_usage": 0.9,
+            "waiting": 3.0,
+            "preemptions": 7.0,
+            "prefix_queries": 300.0,
+            "prefix_hits": 90.0,
+        },
+        {
+            "t_ns": 3_000_000_000,
+            "kv_usage": 0.4,
+            "waiting": 0.0,
+            "preemptions": 8.0,
+            "prefix_queries": 500.0,
+            "prefix_hits": 110.0,
+        },
     ]
     record = {"source": "u", "samples": samples, "histograms_start": {}, "histograms_end": {"ttft_s": HIST}}
     summary = summarize(record, requests=200)
@@ -53,7 +74,11 @@ def test_summary_of_gauges_counters_and_waiting_time() -> None:
 
 
 def test_counter_reset_and_missing_metrics() -> None:
-    samples = [{"t_ns": 0, "preemptions": 10.0}, {"t_ns": 1, "preemptions": 2.0}, {"t_ns": 2, "preemptions": 5.0}]
+    samples = [
+        {"t_ns": 0, "preemptions": 10.0},
+        {"t_ns": 1, "preemptions": 2.0},
+        {"t_ns": 2, "preemptions": 5.0},
+    ]
     summary = summarize({"samples": samples}, requests=0)
     assert summary["preemptions"] == 5.0  # restart to 2, then +3
     assert summary["preemptions_per_1k_requests"] is None
@@ -62,19 +87,39 @@ def test_counter_reset_and_missing_metrics() -> None:
 
 def _run_with_telemetry(path: Path, label: str, kv: float) -> str:
     header = RunHeader(label=label, target="http://127.0.0.1:1", start_wall_ns=1)
-    samples = [{"t_ns": i * 500_000_000, "kv_usage": kv * i / 4, "waiting": float(i % 2), "running": 3.0} for i in range(5)]
+    samples = [
+        {"t_ns": i * 500_000_000, "kv_usage": kv * i / 4, "waiting": float(i % 2), "running": 3.0}
+        for i in range(5)
+    ]
     with ResultWriter(path, header) as writer:
         for i in range(20):
-            writer.write(ReplayResult(index=i, scheduled_ns=i * 10**8, sent_ns=i * 10**8, status=200,
-                                      ttft_ns=50_000_000, e2e_ns=200_000_000, content_chunks=5,
-                                      completion_tokens=5, expected_output_tokens=5))  # fmt: skip
-        writer.write_extra("telemetry", {"source": "u", "samples": samples, "histograms_start": {},
-                                         "histograms_end": {"ttft_s": HIST}, "found": {"kv_usage": "vllm:kv_cache_usage_perc"}})  # fmt: skip
+            result = ReplayResult(
+                index=i,
+                scheduled_ns=i * 10**8,
+                sent_ns=i * 10**8,
+                status=200,
+                ttft_ns=50_000_000,
+                e2e_ns=200_000_000,
+                content_chunks=5,
+                completion_tokens=5,
+                expected_output_tokens=5,
+            )
+            writer.write(result)
+        telemetry = {
+            "source": "u",
+            "samples": samples,
+            "histograms_start": {},
+            "histograms_end": {"ttft_s": HIST},
+            "found": {"kv_usage": "vllm:kv_cache_usage_perc"},
+        }
+        writer.write_extra("telemetry", telemetry)
         writer.write_extra("trace_profile", {"prefix_reuse": 0.42})
     return str(path)
 
 
-def test_report_shows_engine_telemetry_beside_client_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_shows_engine_telemetry_beside_client_latency(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = _run_with_telemetry(tmp_path / "a.rpr", "engine-a", 0.8)
     b = _run_with_telemetry(tmp_path / "b.rpr", "engine-b", 0.4)
     assert main(["report", a, b, "--json"]) == 0
