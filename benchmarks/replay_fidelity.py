@@ -246,11 +246,11 @@ def main() -> None:
         f"{args.chunk_gap_ms:g} ms "
         f"apart, client on cpu {client_cpu}, server on cpu {server_cpu}; times in ms"
     )
-    best = 0.0
-    for rate in [float(r) for r in args.rates.split(",")]:
-        if measure_rate(args, rate, client_cpu, server_cpu):
-            best = max(best, rate)
-    print(f"max rate with replayproxy lag p99 <= 1 ms on one core: {best:g} req/s")
+    rates = [float(r) for r in args.rates.split(",")]
+    passed = [rate for rate in rates if measure_rate(args, rate, client_cpu, server_cpu)]
+    listed = ", ".join(f"{r:g}" for r in passed) or "none"
+    print(f"rates with replayproxy lag p99 <= 1 ms on one core: {listed} req/s (max {max(passed, default=0):g}); "
+          "a shared host adds scheduling noise, so repeat before quoting")  # fmt: skip
 
 
 def measure_rate(
