@@ -249,7 +249,8 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     passed = [rate for rate in rates if measure_rate(args, rate, client_cpu, server_cpu)]
     listed = ", ".join(f"{r:g}" for r in passed) or "none"
-    print(f"rates with replayproxy lag p99 <= 1 ms on one core: {listed} req/s (max {max(passed, default=0):g}); "
+    top = max(passed, default=0)
+    print(f"rates with replayproxy lag p99 <= 1 ms on one core: {listed} req/s (max {top:g}); "
           "a shared host adds scheduling noise, so repeat before quoting")  # fmt: skip
 
 
