@@ -12,7 +12,7 @@ from replayproxy.report.profile import baseline_run
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
-from replayproxy.report.sweep import MAX_ERROR_RATE
+from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
+    check_share("--max-error-rate", args.max_error_rate)
     runs = load_runs(args.results)
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(

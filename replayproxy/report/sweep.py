@@ -112,6 +112,12 @@ def find_knee(steps: list[Step], max_error_rate: float = MAX_ERROR_RATE) -> Knee
     return Knee(len(steps) - 1 if steps else None, None, ())
 
 
+def check_share(option: str, value: float) -> None:
+    """Reject a rate or share option outside (0, 1] (NaN included) before any work is done."""
+    if not 0 < value <= 1:
+        raise ValueError(f"{option} must be in (0, 1], got {value:g}")
+
+
 def meets(step: Step, max_error_rate: float, attainment: float) -> bool:
     """--auto's pass rule: few errors, percentile SLOs met, and enough requests meeting per-request SLOs."""
     if step.error_rate >= max_error_rate:

@@ -8,6 +8,7 @@ results stay on disk for `replayproxy report DIR/*.rpr`.
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,8 +19,9 @@ from replayproxy.report.goodput import Slo, parse_slo
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import format_markdown, format_text
 from replayproxy.report.runs import Run, load_runs
-from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, meets, step_of
+from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_share, meets, step_of
 from replayproxy.report.tables import sweep_section
+from replayproxy.trace import read_tables
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +109,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--auto needs --slo (the target the search must meet)")
     if args.max_runs < 1:
         raise ValueError(f"--max-runs must be at least 1, got {args.max_runs}")
+    if not 0 < args.start_speed < math.inf:
+        raise ValueError(f"--start-speed must be a positive number, got {args.start_speed:g}")
+    check_share("--max-error-rate", args.max_error_rate)
+    check_share("--attainment", args.attainment)
+    speeds_asked = [] if args.auto else parse_speeds(args.speeds)
+    read_tables(args.trace)  # a missing or damaged trace fails here, not in the first replay step
     directory = Path(args.output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     speeds: dict[str, float] = {}  # path -> speed asked for, in case the header lacks options.speed
@@ -134,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             max_runs=args.max_runs,
         )
     else:
-        for speed in parse_speeds(args.speeds):
+        for speed in speeds_asked:
             one_step(speed)
     runs = sorted(_with_speed(load_runs(list(speeds)), speeds), key=lambda r: r.speed or 0.0)
     doc = build_document(runs, slos=slos, slo_spec=args.slo or "", max_error_rate=args.max_error_rate)

@@ -119,6 +119,7 @@ def test_text_and_json_work_without_matplotlib(
     [
         (["--slo", "ttft<500ms"], "needs '<='"),
         (["--resamples", "5"], "--resamples must be at least 100"),
+        (["--max-error-rate", "2"], "--max-error-rate must be in (0, 1]"),
     ],
 )
 def test_bad_input_is_one_line(

@@ -12,6 +12,7 @@ import pytest
 from replayproxy.cli import main
 from replayproxy.report import sweep_command
 from tests.report.helpers import result, write_run
+from tests.report.test_profile import write_baseline_trace
 
 REQUESTS, INTERVAL_MS = 100, 100.0  # the trace: 10 req/s at 1x
 
@@ -42,7 +43,7 @@ def test_sweep_runs_each_speed_and_names_the_knee(
     monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
     argv = [
         "sweep",
-        "t.rpt",
+        str(write_baseline_trace(tmp_path / "t.rpt")),
         "--target",
         "http://engine",
         "--speeds",
@@ -78,7 +79,7 @@ def test_auto_finds_the_highest_speed_meeting_the_slo(
     monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
     argv = [
         "sweep",
-        "t.rpt",
+        str(write_baseline_trace(tmp_path / "t.rpt")),
         "--target",
         "http://engine",
         "--auto",
@@ -104,6 +105,10 @@ def test_auto_finds_the_highest_speed_meeting_the_slo(
         (["--speeds", "1,x"], "--speeds must be numbers"),
         (["--speeds", "0,1"], "--speeds must be positive"),
         (["--auto", "--slo", "ttft<=1ms", "--max-runs", "0"], "--max-runs must be at least 1"),
+        (["--auto", "--slo", "ttft<=1ms", "--start-speed", "0"], "--start-speed must be a positive number"),
+        (["--auto", "--slo", "ttft<=1ms", "--attainment", "5"], "--attainment must be in (0, 1]"),
+        (["--speeds", "1", "--max-error-rate", "nan"], "--max-error-rate must be in (0, 1]"),
+        (["--speeds", "1"], "no such file: t.rpt"),
     ],
 )
 def test_bad_options_are_one_line(
@@ -111,6 +116,19 @@ def test_bad_options_are_one_line(
 ) -> None:
     assert main(["sweep", "t.rpt", "--target", "http://x", "-o", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_damaged_trace_fails_before_any_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
+    trace = tmp_path / "t.rpt"
+    trace.write_bytes(b"not a trace at all")
+    assert main(["sweep", str(trace), "--target", "http://x", "--speeds", "1", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"replayproxy sweep: error: {trace}: not a replayproxy file (bad magic)"]
+    assert calls == []
 
 
 def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
