@@ -11,7 +11,7 @@ import orjson
 
 from replayproxy import inspect, trace
 from replayproxy.formats.exporting import ExportOptions
-from replayproxy.formats.registry import exporters, listing
+from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.replay import flavors, plan
 
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = listing(formats) + "\n\nColumns, units and consumer rules: docs/formats.md"
     parser.add_argument("traces", nargs="+", help="trace files, directories or globs")
-    parser.add_argument("--format", "-f", required=True, choices=sorted(formats), help="output format")
+    parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="output format (below)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
     parser.add_argument(
         "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    write = writer(args.format)
     cols = trace.load(args.traces)
     if not len(cols):
         raise ValueError("the traces hold no requests")
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         inspect=inspect.profile_of(cols) if args.format == "profile" else None,
         prompts=replayer_prompts,
     )
-    result = exporters()[args.format].write(cols, args.output, options)  # type: ignore[misc]
+    result = write(cols, args.output, options)
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
     for warning in cols.report.warnings:
         print(f"note: {warning}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from replayproxy import clock
 from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
-from replayproxy.formats.registry import importers, listing
+from replayproxy.formats.registry import importers, listing, reader
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = listing(formats) + "\n\nUnits, quirks and field mappings: docs/formats.md"
     parser.add_argument("file", type=Path, help="the file to import")
-    parser.add_argument("--format", "-f", required=True, choices=sorted(formats), help="the file's format")
+    parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="the file's format (below)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="trace file to write (.rpt)")
     parser.add_argument(
         "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    read = reader(args.format)
     if args.block_size is not None and args.block_size <= 0:
         raise ValueError(f"--block-size must be positive, got {args.block_size}")
     options = ImportOptions(
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         drop_failed=args.drop_failed,
     )
     with paused_gc():
-        imported = importers()[args.format].read(args.file, options)  # type: ignore[misc]
+        imported = read(args.file, options)
         if not len(imported):
             raise ValueError(f"{args.file}: no requests to import")
         written = write_imported(imported, args.output, clock.wall_ns)

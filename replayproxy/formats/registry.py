@@ -68,6 +68,26 @@ def exporters() -> dict[str, Format]:
     return {name: f for name, f in FORMATS.items() if f.write is not None}
 
 
+def reader(name: str) -> Reader:
+    """The import format's reader; an unknown name is a one-line error listing the valid ones."""
+    read = FORMATS[name].read if name in FORMATS else None
+    if read is None:
+        raise _unknown(name, importers())
+    return read
+
+
+def writer(name: str) -> Writer:
+    """The export format's writer; an unknown name is a one-line error listing the valid ones."""
+    write = FORMATS[name].write if name in FORMATS else None
+    if write is None:
+        raise _unknown(name, exporters())
+    return write
+
+
+def _unknown(name: str, formats: dict[str, Format]) -> ValueError:
+    return ValueError(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
+
+
 def listing(formats: dict[str, Format]) -> str:
     """The table as help text, one format per line."""
     width = max(map(len, formats))

@@ -53,3 +53,13 @@ def test_vllm_custom_prompts_are_the_replayers(tmp_path: Path, capsys: pytest.Ca
 def test_empty_or_missing_traces_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["export", str(tmp_path / "none.rpt"), "-f", "csv", "-o", str(tmp_path / "x.csv")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_unknown_format_lists_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = conversation_trace(tmp_path / "t.rpt")
+    for fmt in ("sharegpt", "azure"):  # azure is import-only
+        assert cli.main(["export", str(trace), "-f", fmt, "-o", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"replayproxy export: error: --format: invalid choice: {fmt!r}")
+        assert err.count("\n") == 1 and ", ".join(sorted(exporters())) in err
+    assert not (tmp_path / "x").exists()

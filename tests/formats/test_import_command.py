@@ -46,9 +46,12 @@ def test_bad_line_is_one_line_and_exit_2_unless_skipped(
 
 
 def test_unknown_format_lists_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        cli.main(["import", "x", "-f", "sharegpt", "-o", "y"])
-    assert "invalid choice: 'sharegpt'" in capsys.readouterr().err
+    assert cli.main(["import", "x", "-f", "sharegpt", "-o", "y"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'sharegpt'" in err and err.count("\n") == 1
+    assert "azure, bailian, burstgpt, jsonl, mooncake" in err
+    assert cli.main(["import", "x", "-f", "csv", "-o", "y"]) == 2  # export-only
+    assert "invalid choice: 'csv'" in capsys.readouterr().err
 
 
 def test_missing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
