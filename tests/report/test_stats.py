@@ -104,6 +104,7 @@ def test_bootstrap_is_seeded_and_checks_lengths() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=300), rng.normal(size=300)
     assert bootstrap_quantile_diff(a, b, (50,), seed=4) == bootstrap_quantile_diff(a, b, (50,), seed=4)
+    assert bootstrap_quantile_diff(a, b, (50,), seed=4) != bootstrap_quantile_diff(a, b, (50,), seed=5)
     with pytest.raises(ValueError):
         bootstrap_quantile_diff(a, b[:10], (50,))
     (empty,) = bootstrap_quantile_diff(np.array([]), np.array([]), (50,))

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import orjson
+import pytest
 
 from replayproxy.sim.truth import TruthLog, TruthRecord
 
@@ -16,7 +17,10 @@ def test_each_record_is_one_flushed_json_line(tmp_path: Path) -> None:
     log.close()
 
 
-def test_without_a_path_nothing_is_written() -> None:
-    log = TruthLog(None)
-    log.write(TruthRecord(endpoint="chat", arrival_ns=1))
-    log.close()
+def test_without_a_path_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for path in (None, ""):
+        log = TruthLog(path)
+        log.write(TruthRecord(endpoint="chat", arrival_ns=1))
+        log.close()
+    assert list(tmp_path.iterdir()) == []
