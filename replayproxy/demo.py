@@ -98,7 +98,12 @@ def _cli(*argv: str, show: bool = False) -> None:
 def _server(command: str, what: str, *argv: str) -> Iterator[str]:
     """Start a server subcommand on loopback and always stop it (SIGTERM, so the proxy drains)."""
     _stage(f"starting the {what}")
-    with run_server(["replayproxy", command, *_loopback(command, argv)]) as server:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(run_server(["replayproxy", command, *_loopback(command, argv)]))
+        except RuntimeError as e:  # its output tail first, then the CLI's one error line
+            sys.stderr.write(f"{e}\n")
+            raise CliError(f"the {what} did not start") from e
         yield server.url
 
 
