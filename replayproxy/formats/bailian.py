@@ -27,7 +27,6 @@ from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
-    drop_rows,
     keep_good,
     read_json_lines,
 )
@@ -42,11 +41,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
     rows, line_nos = read_json_lines(path, bad)
     rows, line_nos = keep_good(rows, line_nos, _problem, bad)
     block = options.block_size or DEFAULT_BLOCK
-    ts, inputs, outputs, ids, counts = mooncake.row_columns(rows)
-    keep = drop_rows(*mooncake.value_problems(ts, inputs, outputs, ids, counts, block), line_nos, bad)
-    if len(keep) < len(rows):
-        rows = [rows[i] for i in keep]
-        ts, inputs, outputs, ids, counts = mooncake.row_columns(rows)
+    columns = mooncake.row_columns(rows)
+    rows, (ts, inputs, outputs, ids, counts) = mooncake.valid_rows(rows, columns, line_nos, block, bad)
     sessions = _root_sessions(rows)
     return Imported(
         source="bailian",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from replayproxy.trace import Columns
 DEFAULT_BLOCK = 512
 UNIT_NS = {"ms": 1_000_000, "s": 1_000_000_000}
 _NUMBER = (int, float)
+# timestamps, input lengths, output lengths, flat hash ids, ids per row
+RowColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 # --------------------------------------------------------------------------- import
@@ -65,11 +67,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     except (KeyError, TypeError, ValueError, OverflowError):
         rows, line_nos = keep_good(rows, line_nos, row_problem, bad)
         columns = row_columns(rows)
-    ts, inputs, outputs, ids, counts = columns
-    keep = drop_rows(*value_problems(ts, inputs, outputs, ids, counts, block), line_nos, bad)
-    if len(keep) < len(rows):
-        rows = [rows[i] for i in keep]
-        ts, inputs, outputs, ids, counts = row_columns(rows)
+    rows, (ts, inputs, outputs, ids, counts) = valid_rows(rows, columns, line_nos, block, bad)
     extra_columns: dict[str, Any] = {}
     if any("session_id" in row for row in rows):
         sessions = np.array(
@@ -96,7 +94,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     )
 
 
-def row_columns(rows: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+def row_columns(rows: list[dict[str, Any]]) -> RowColumns:
     """Vectorized conversion; raises on any row a fast path cannot take (the slow path then reports it)."""
     ts = _field(rows, "timestamp", math.nan)
     if np.isnan(ts).any() and not all("timestamp" in r or ("delay" in r and "session_id" in r) for r in rows):
@@ -144,6 +142,21 @@ def row_problem(row: dict[str, Any]) -> str | None:
     if not isinstance(ids, list) or any(type(i) is not int for i in ids):
         return "hash_ids is not a list of integers"
     return None
+
+
+def valid_rows(
+    rows: list[dict[str, Any]],
+    columns: RowColumns,
+    line_nos: Sequence[int],
+    block: int,
+    bad: BadLines,
+) -> tuple[list[dict[str, Any]], RowColumns]:
+    """Rows keeping the value rules (the others are reported to `bad`) and their `row_columns`."""
+    keep = drop_rows(*value_problems(*columns, block), line_nos, bad)
+    if len(keep) == len(rows):
+        return rows, columns
+    rows = [rows[i] for i in keep]
+    return rows, row_columns(rows)
 
 
 def value_problems(
