@@ -6,6 +6,7 @@ import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_prefix_cache_on_is_faster_on_ttft_with_ci_excluding_zero(
 
 def sweep_knee(
     trace: Path, out: Path, sim_options: tuple[str, ...], capsys: pytest.CaptureFixture[str]
-) -> dict:
+) -> dict[str, Any]:
     with sim("--max-num-seqs", "2", *sim_options) as server:
         code = main(
             [

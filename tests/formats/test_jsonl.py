@@ -15,7 +15,7 @@ from replayproxy.formats.profile import block_reuse
 from replayproxy.trace import load
 from tests.formats.helpers import conversation_trace
 
-HAND_MADE = [
+HAND_MADE: list[dict[str, object]] = [
     {"offset_s": 0, "input_tokens": 2100, "output_tokens": 200, "prefix": [["system-A", 2000]]},
     {
         "offset_s": 0.5,

@@ -29,7 +29,7 @@ def import_file(src: Path, out: Path, **options: object) -> Path:
 def partition(values: np.ndarray) -> np.ndarray:
     """Each value replaced by the position of its first occurrence: equal partitions compare equal."""
     _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    return first[inverse]  # type: ignore[no-any-return]
+    return first[inverse]
 
 
 def test_published_sample_imports_with_sharing_from_hash_ids(tmp_path: Path) -> None:

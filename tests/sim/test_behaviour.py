@@ -39,7 +39,7 @@ def _run(sim: RunningSim, bodies: Sequence[dict[str, Any]], interval_s: float = 
 
 
 def _mean_ttft_s(records: list[dict[str, Any]]) -> float:
-    return statistics.mean(first_content_ns(r) - r["arrival_ns"] for r in records) / 1e9
+    return float(statistics.mean(first_content_ns(r) - r["arrival_ns"] for r in records)) / 1e9
 
 
 def _streams(n: int, max_tokens: int, text: str = "request {i} with a modest prompt") -> list[dict[str, Any]]:

@@ -54,7 +54,8 @@ def test_continuous_usage_rides_on_every_chunk() -> None:
     fmt = Formatter(COMPLETION, "cmpl-1", 5, "m", 10, 0, reasoning_tokens=5, continuous_usage=True)
     event = _event(fmt.content(PLAN, 0, 2))
     assert event["object"] == "text_completion"
-    assert event["choices"][0]["text"] == " a b"  # type: ignore[index]  (no reasoning outside chat)
+    # no reasoning outside chat
+    assert event["choices"][0]["text"] == " a b"  # type: ignore[index]
     assert event["usage"]["completion_tokens"] == 2  # type: ignore[index]
 
 

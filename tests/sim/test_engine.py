@@ -3,12 +3,13 @@
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.engine import Engine, Seq
 from replayproxy.sim.tasks import spawn
 
-FAST = {"speed": 50.0}
+FAST: dict[str, Any] = {"speed": 50.0}
 
 
 async def _drive(engine: Engine, requests: Sequence[tuple[list[int], int]], gap_s: float = 0.0,
