@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from replayproxy import __version__
 
@@ -26,14 +26,18 @@ class Command(NamedTuple):
 
 COMMANDS: dict[str, Command] = {
     "proxy": Command("replayproxy.proxy.command", "run the sidecar recorder in front of a live server"),
-    "replay": Command("replayproxy.replay.command", "reissue a trace against a target engine with its timing"),
+    "replay": Command(
+        "replayproxy.replay.command", "reissue a trace against a target engine with its timing"
+    ),
     "report": Command("replayproxy.report.command", "compare replay results side by side"),
     "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
     "inspect": Command("replayproxy.inspect_command", "print the workload profile of traces"),
     "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),
     "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),
     "import": Command("replayproxy.formats.import_command", "convert public traces into a replayproxy trace"),
-    "capacity": Command("replayproxy.report.capacity_command", "KV-cache / GPU-memory fit of a model and a trace"),
+    "capacity": Command(
+        "replayproxy.report.capacity_command", "KV-cache / GPU-memory fit of a model and a trace"
+    ),
     "demo": Command("replayproxy.demo", "record, replay against two candidates and compare, all locally"),
 }
 SIM_HELP = "start the simulated OpenAI-compatible engine (test double)"
@@ -43,8 +47,15 @@ class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (the project's rule), not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="replayproxy",
         description="Record LLM traffic shapes, replay them against candidate engines, compare.",
     )
@@ -63,7 +74,7 @@ def _run_sim(argv: Sequence[str]) -> int:
 
 def _dispatch(name: str, argv: Sequence[str], verbose: bool) -> int:
     module = importlib.import_module(COMMANDS[name].module)
-    parser = argparse.ArgumentParser(prog=f"replayproxy {name}", description=COMMANDS[name].help)
+    parser = OneLineParser(prog=f"replayproxy {name}", description=COMMANDS[name].help)
     module.add_arguments(parser)
     args = parser.parse_args(argv)
     args.verbose = verbose
@@ -89,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_sim(rest)
     try:
         return _dispatch(top.command, rest, top.verbose)
+    except BrokenPipeError:
+        # The reader went away (e.g. `replayproxy inspect ... | head`): not an error of ours.
+        _silence_stdout()
+        return 0
     except KeyboardInterrupt:
         print(f"replayproxy {top.command}: interrupted", file=sys.stderr)
         return 130
@@ -100,3 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(e: BaseException) -> str:
     text = str(e) or type(e).__name__
     return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail on the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

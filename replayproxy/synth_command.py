@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Iterable
+from dataclasses import replace
 
 from replayproxy.shape import RequestShape
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for, parse_arrival
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 def from_profile(args: argparse.Namespace) -> tuple[TraceHeader, Iterable[RequestShape]]:
     """A profile's shapes, scaled; imported lazily because profiles live in the formats package."""
-    from replayproxy.formats.profile_synth import block_size_of, load_profile, shapes_from_profile
+    from replayproxy.formats.profile_synth import load_profile, profile_header, shapes_from_profile
 
     profile = load_profile(args.profile)
     shapes: Iterable[RequestShape] = shapes_from_profile(
@@ -118,12 +119,8 @@ def from_profile(args: argparse.Namespace) -> tuple[TraceHeader, Iterable[Reques
     )
     if args.requests is not None:
         shapes = itertools.islice(shapes, args.requests)
-    header = TraceHeader(
-        start_wall_ns=0,
-        source="synth:profile",
-        block_size=block_size_of(profile),
-        recorder="replayproxy synth",
-        extra={"synth": {"profile": str(args.profile), "rate_scale": args.rate_scale,
-                         "length_scale": args.length_scale, "seed": args.seed}},
-    )  # fmt: skip
+    base = profile_header(profile)  # carries the hash scheme of synthesized (not keyed-text) hashes
+    synth = {"profile": str(args.profile), "rate_scale": args.rate_scale, "length_scale": args.length_scale,
+             "seed": args.seed}  # fmt: skip
+    header = replace(base, recorder="replayproxy synth", extra={**base.extra, "synth": synth})
     return header, shapes

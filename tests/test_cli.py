@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from replayproxy import trace
+from replayproxy.formats.profile_synth import SYNTH_HASH_SCHEME
+
 SYNTH = [
     "--requests", "300", "--rate", "20", "--arrival", "gamma:2", "--prefix-groups", "3", "--prefix-len", "64",
     "--sessions-share", "0.3", "--input-len", "lognormal:mean=300,sigma=0.5", "--seed", "9",
@@ -98,6 +101,8 @@ def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
         result = cli("synth", "-o", str(path), "--profile", str(profile), "--rate-scale", "2", "--seed", "4")
         assert result.returncode == 0, result.stderr
     assert scaled[0].read_bytes() == scaled[1].read_bytes()
+    header = trace.load(scaled[0]).headers[0]
+    assert header.hash_scheme == SYNTH_HASH_SCHEME and header.extra["synth"]["rate_scale"] == 2.0
     before = json.loads(cli("inspect", "--json", str(source)).stdout)
     after = json.loads(cli("inspect", "--json", str(scaled[0])).stdout)
     assert after["requests"] == pytest.approx(2 * before["requests"], rel=0.2)
@@ -105,3 +110,10 @@ def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
     assert_one_line_error(
         cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile"
     )
+
+
+def test_bad_options_and_unknown_commands_are_one_line_errors() -> None:
+    assert_one_line_error(cli("capacity", "--weight-dtype", "fp3"), "--weight-dtype", "invalid choice", "int4")
+    assert_one_line_error(cli("import"), "required")
+    assert_one_line_error(cli("teleport"), "invalid choice", "replay")
+    assert cli("capacity", "--weight-dtype", "fp3").returncode == 2
