@@ -28,7 +28,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
     assert result.returncode != 0 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert lines[0].startswith("replayproxy ") and "error:" in lines[0]
+    assert lines[0].startswith("replayproxy") and "error:" in lines[0]
     for needle in needles:
         assert needle in lines[0], lines[0]
 
