@@ -16,7 +16,7 @@ install-test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 
 demo: install
-	$(BIN)/replayproxy demo
+	$(BIN)/replayproxy demo --keep demo-output
 
 test: install-test
 	$(BIN)/python -m pytest -q

@@ -21,6 +21,7 @@ from replayproxy.cli import CliError
 from replayproxy.launch import run_server
 
 SLO = "ttft<=300ms,tpot<=60ms"
+REPORT_NAME = "report.html"
 # Candidate engines: same simulated model, prefix cache on (as production) vs off.
 CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
 WORKLOAD = [
@@ -43,11 +44,18 @@ def run(args: argparse.Namespace) -> int:
         return _demo(work)
     finally:
         if keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+            _remove_all_but_the_report(work)
+
+
+def _remove_all_but_the_report(work: Path) -> None:
+    """Without --keep, only the HTML report (whose path was printed) outlives the demo."""
+    for path in work.iterdir():
+        if path.name != REPORT_NAME:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _demo(work: Path) -> int:
-    workload, traces, html = work / "workload.rpt", work / "traces", work / "report.html"
+    workload, traces, html = work / "workload.rpt", work / "traces", work / REPORT_NAME
     _stage("writing a synthetic production workload (shared system prompts, sessions, bursts)")
     _cli("synth", "-o", str(workload), *WORKLOAD)
     with _server("sim", "production engine (simulated)", "--port", "0", "--seed", "1") as production:

@@ -24,3 +24,12 @@ def test_a_failing_stage_shows_its_output_and_one_error_line(capsys: pytest.Capt
     with pytest.raises(cli.CliError, match=r"'replayproxy report' failed with exit status 2"):
         demo._cli("report", "/nonexistent/run.rpr")
     assert "no such file: /nonexistent/run.rpr" in capsys.readouterr().err
+
+
+def test_without_keep_only_the_printed_report_survives(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.rpt").write_bytes(b"x")
+    (tmp_path / "workload.rpt").write_bytes(b"x")
+    (tmp_path / demo.REPORT_NAME).write_text("<html></html>")
+    demo._remove_all_but_the_report(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [demo.REPORT_NAME]
