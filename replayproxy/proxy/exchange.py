@@ -155,7 +155,8 @@ class Exchange:
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # like nginx: answer it here, drop Expect
         observer = ctx.observer
         if observer is not None and ctx.observer_wants(self.endpoint):
-            self.cap = Capture(now_ns(), self.endpoint, method.decode("latin-1"), path.decode("latin-1"))
+            self.cap = Capture(now_ns(), self.endpoint, method.decode("latin-1"), path.decode("latin-1"),
+                               limit_bytes=ctx.settings.max_captured_response_bytes)
             self.buffering = (
                 ctx.settings.inject_usage
                 and self.endpoint in _INJECTABLE
@@ -259,7 +260,8 @@ class Exchange:
         self.upstream = conn
         self.parser = httptools.HttpResponseParser(self)
         self.active_tick = self.ctx.tick
-        self.flush_up()
+        if not self.client.feeding:  # else the client flushes after parsing its read: head + body, one write
+            self.flush_up()
 
     def upstream_failed(self, error: str) -> None:
         """Connect failure or timeout, reset, or a broken response: 502/504 before the head, else cut."""
@@ -395,13 +397,18 @@ class Exchange:
             self.upstream_keep_alive = False  # bytes after a bodiless response: do not reuse
             return
         cap = self.cap
-        if cap is not None:
-            cap.add_piece(piece, self.ctx.settings.max_captured_response_bytes)
-        if self.strip is not None:
-            piece = self.strip.feed(piece)
-            if not piece:
-                return
-        self.out.append(http1.chunk(piece) if self.chunked_out else piece)
+        if cap is not None:  # inlined Capture.add_piece: this runs for every chunk of observed streams
+            cap.response_bytes += len(piece)
+            if cap.response_bytes <= cap.limit_bytes:
+                cap.pieces.append(piece)
+                cap.piece_ns.append(cap.now_ns)
+            else:
+                cap.response_truncated = True
+            if self.strip is not None:
+                piece = self.strip.feed(piece)
+                if not piece:
+                    return
+        self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)
 
     def on_message_complete(self) -> None:
         if self.interim:

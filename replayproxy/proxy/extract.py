@@ -15,7 +15,7 @@ import orjson
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
-from replayproxy.sse import CONTENT, ERROR, SSEDecoder, Usage, classify, parse_usage
+from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, parse_usage
 
 
 def build_shape(cap: Capture, hasher: PromptHasher, origin_ns: int) -> RequestShape:
@@ -90,12 +90,19 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
 
 def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
     decoder = SSEDecoder()
+    classifier = StreamClassifier()
     usage: Usage | None = None
     content_ns: list[int] = []
     bad = False
+    boundary = True  # the decoder holds nothing: a lone `data:` event can skip it
     for piece, at_ns in zip(cap.pieces, cap.piece_ns, strict=True):
-        for event in decoder.feed(piece):
-            info = classify(event.data)
+        if boundary and piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.count(b"\n") == 2:
+            datas = [piece[6:-2]]  # one event per read, as engines write them (the decoder's own fast path)
+        else:
+            datas = [event.data for event in decoder.feed(piece)]
+            boundary = piece.endswith(b"\n\n") and b"\r" not in piece
+        for data in datas:
+            info = classifier.classify(data)
             if info.kind == CONTENT:
                 content_ns.append(at_ns)
             elif info.kind == ERROR:

@@ -163,7 +163,9 @@ def _ticks(seconds: float) -> int:
 
 
 class ClientConnection(asyncio.Protocol):
-    __slots__ = ("ctx", "transport", "parser", "queue", "parsing", "closing", "idle_tick", "peer", "paused")
+    __slots__ = (
+        "ctx", "transport", "parser", "queue", "parsing", "closing", "idle_tick", "peer", "paused", "feeding"
+    )
 
     def __init__(self, ctx: Forwarder) -> None:
         self.ctx = ctx
@@ -175,6 +177,7 @@ class ClientConnection(asyncio.Protocol):
         self.idle_tick = ctx.tick
         self.peer: bytes | None = None
         self.paused = False
+        self.feeding = False  # inside parser.feed_data: upstream writes wait for the end of the read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
@@ -190,6 +193,7 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.feeding = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:  # Upgrade is hop-by-hop and not forwarded
@@ -201,6 +205,8 @@ class ClientConnection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._reject(431 if isinstance(e.__context__, _HeadTooLarge) else 400)
             return
+        finally:
+            self.feeding = False
         if self.queue:
             self.queue[0].flush_up()
 

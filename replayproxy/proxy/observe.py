@@ -26,6 +26,7 @@ class Capture:
     endpoint: str  # ENDPOINT_CLASSES
     method: str
     path: str  # without query string; used only to classify, never recorded
+    limit_bytes: int = 1 << 62  # response bytes kept at most (max_captured_response_bytes)
     request_body: list[bytes] = field(default_factory=list)
     request_bytes: int = 0
     body_truncated: bool = False  # more than max_buffered_body_bytes: the shape is minimal
@@ -42,9 +43,10 @@ class Capture:
     error: str = ""  # shape.ERROR_CLASSES
     now_ns: int = 0  # arrival time of the upstream read being parsed (set per read)
 
-    def add_piece(self, piece: bytes, limit: int) -> None:
+    def add_piece(self, piece: bytes) -> None:
+        """Keep one upstream read (the forwarding path inlines this)."""
         self.response_bytes += len(piece)
-        if self.response_bytes > limit:
+        if self.response_bytes > self.limit_bytes:
             self.response_truncated = True
             return
         self.pieces.append(piece)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import queue
 import random
 import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,7 +29,7 @@ from replayproxy.shape import RequestShape, key_fingerprint
 from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
 
 _log = logging.getLogger("replayproxy.proxy")
-_IDLE_POLL_S = 0.1
+_POLL_S = 0.02
 
 
 class Recorder:
@@ -50,9 +50,10 @@ class Recorder:
         self._sample = sample
         self._endpoints = settings.endpoints_recorded
         self._rate = settings.sample_rate
-        self._queue: queue.Queue[Capture] = queue.Queue(settings.queue_records)
-        self._queued_bytes = 0
-        self._bytes_lock = threading.Lock()
+        self._queue: deque[Capture] = deque()  # bounded by finished(): queue_records and queue_bytes
+        self._max_bytes = settings.queue_bytes
+        self._put_bytes = 0
+        self._taken_bytes = 0
         self._anchor = Anchor.take()
         self._header = TraceHeader(
             start_wall_ns=self._anchor.wall_ns,
@@ -73,6 +74,7 @@ class Recorder:
         self._log = RateLimitedLog(settings.log_interval_s)
         self._rotate = threading.Event()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
         for endpoint in ENDPOINT_CLASSES:
             for family in (
@@ -90,9 +92,14 @@ class Recorder:
         found = self._settings.trace_dir.glob(f"{self._settings.file_prefix}-*{SUFFIX}")  # type: ignore[union-attr]
         return [path for _, path in sorted((_mtime_ns(p), p) for p in found)]
 
+    @property
+    def pending(self) -> int:
+        """Captures waiting for the thread."""
+        return len(self._queue)
+
     def start(self) -> None:
+        self._guard(self._apply_retention)
         self._thread.start()
-        self._apply_retention()
 
     # ------------------------------------------------------------------ event loop side
 
@@ -100,46 +107,43 @@ class Recorder:
         return endpoint in self._endpoints and (self._rate >= 1.0 or self._sample() < self._rate)
 
     def finished(self, capture: Capture) -> None:
+        """Enqueue without waking the thread (it polls): no lock, no syscall on the forwarding path."""
         size = capture.request_bytes + capture.response_bytes
-        with self._bytes_lock:
-            if self._queued_bytes + size > self._settings.queue_bytes:
-                self._metrics.records_dropped.labels("queue_full").inc()
-                return
-            self._queued_bytes += size
-        try:
-            self._queue.put_nowait(capture)
-        except queue.Full:
-            with self._bytes_lock:
-                self._queued_bytes -= size
+        queued_bytes = self._put_bytes - self._taken_bytes
+        if len(self._queue) >= self._settings.queue_records or queued_bytes + size > self._max_bytes:
             self._metrics.records_dropped.labels("queue_full").inc()
+            return
+        self._put_bytes += size  # written by the event loop only; _taken_bytes by the thread only
+        self._queue.append(capture)
 
     def rotate(self) -> None:
         """Close the current file now (SIGHUP); the next record opens a new one."""
         self._rotate.set()
+        self._wake.set()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Write what is queued, then close the file with its footer."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
     # ------------------------------------------------------------------ recorder thread
 
     def _run(self) -> None:
+        """Drain the queue in batches every _POLL_S: a thread woken per request would cost the event
+        loop a futex call and a context switch each time."""
         while True:
-            try:
-                capture = self._queue.get(timeout=_IDLE_POLL_S)
-            except queue.Empty:
-                if self._stop.is_set():
-                    break
-                self._guard(self._idle)
-                continue
-            with self._bytes_lock:
-                self._queued_bytes -= capture.request_bytes + capture.response_bytes
-            self._metrics.queue_depth.set(self._queue.qsize())
-            self._guard(lambda c=capture: self._record(c))  # type: ignore[misc]
-            if self._rotate.is_set():
-                self._guard(self._idle)
+            stopping = self._stop.is_set()
+            while self._queue:
+                capture = self._queue.popleft()
+                self._taken_bytes += capture.request_bytes + capture.response_bytes
+                self._guard(lambda c=capture: self._record(c))  # type: ignore[misc]
+            self._guard(self._idle)
+            if stopping:
+                break
+            self._wake.wait(_POLL_S)
+            self._wake.clear()
         self._guard(self._close_writer)
 
     def _record(self, capture: Capture) -> None:
@@ -159,7 +163,7 @@ class Recorder:
         self._account(writer)
 
     def _idle(self) -> None:
-        self._metrics.queue_depth.set(self._queue.qsize())
+        self._metrics.queue_depth.set(len(self._queue))
         rotate = self._rotate.is_set()
         self._rotate.clear()
         if self._writer is None:

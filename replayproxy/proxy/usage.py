@@ -39,12 +39,20 @@ class UsageStripper:
     __slots__ = ("_decoder", "_held", "_held_at", "_cr_end")
 
     def __init__(self) -> None:
-        self._decoder = SSEDecoder()
+        self._decoder: SSEDecoder | None = None  # only while an event is incomplete or may be usage
         self._held = b""
         self._held_at = 0  # stream offset of _held[0]
         self._cr_end: bool | None = None  # last event ended on CR: True if it was kept, False if dropped
 
     def feed(self, piece: bytes) -> bytes:
+        if not self._held and piece.endswith(b"\n\n") and b'"usage"' not in piece:
+            # Whole events and no usage (nearly every chunk): pass on untouched, restart decoding after them.
+            if self._cr_end is not None and piece[:1] == b"\n":
+                piece = piece if self._cr_end else piece[1:]
+            self._decoder, self._cr_end = None, None
+            return piece
+        if self._decoder is None:
+            self._decoder, self._held_at = SSEDecoder(), 0
         events = self._decoder.feed(piece)
         held = self._held + piece if self._held else piece
         if not events:

@@ -30,7 +30,7 @@ def capture(
     )
     for at_ms, piece in pieces:
         cap.now_ns = (1000 + at_ms) * MS
-        cap.add_piece(piece, 1 << 20)
+        cap.add_piece(piece)
     cap.end_ns = (1000 + (pieces[-1][0] if pieces else 0) + 1) * MS
     return cap
 

@@ -41,7 +41,7 @@ def cap(i: int = 0) -> Capture:
         status=200,
     )
     c.now_ns = now_ns()
-    c.add_piece(answer, 1 << 20)
+    c.add_piece(answer)
     c.end_ns = now_ns()
     return c
 
@@ -167,7 +167,7 @@ def test_rotate_now_and_retention_by_count(tmp_path: Path) -> None:
     recorder.start()
     for i in range(4):
         recorder.finished(cap(i))
-        wait_for(lambda: recorder._queue.empty())
+        wait_for(lambda: not recorder.pending)
         recorder.rotate()
         wait_for(lambda: not recorder._rotate.is_set())
         time.sleep(0.01)
