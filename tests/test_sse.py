@@ -19,6 +19,7 @@ from replayproxy.sse import (
     USAGE,
     SSEDecoder,
     SSEEvent,
+    StreamClassifier,
     Usage,
     classify,
     parse_usage,
@@ -157,3 +158,32 @@ def test_classify_reports_usage_and_finish_reason() -> None:
 def test_parse_usage_ignores_nonsense() -> None:
     assert parse_usage(None) is None
     assert parse_usage({"prompt_tokens": "3", "completion_tokens": True}) == Usage(-1, -1, -1)
+
+
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=8))
+def test_stream_classifier_agrees_with_classify(texts: list[str]) -> None:
+    classifier = StreamClassifier()
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+    chunks = [
+        orjson.dumps(
+            {
+                **head,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            }
+        )
+    ]
+    for text in texts:
+        for key in ("content", "reasoning_content"):
+            chunks.append(
+                orjson.dumps({**head, "choices": [{"index": 0, "delta": {key: text}, "finish_reason": None}]})
+            )
+    chunks.append(
+        orjson.dumps({**head, "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]})
+    )
+    chunks.append(
+        orjson.dumps({**head, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}})
+    )
+    for data in chunks:
+        assert classifier.classify(data) == classify(data), data
