@@ -33,7 +33,12 @@ GLUE_MODULES = {"cli", "demo", "launch", "__main__", "__init__"}
 
 
 def _is_glue(path: Path) -> bool:
-    return path.stem in GLUE_MODULES and path.parent == PACKAGE or path.stem == "command" or path.stem.endswith("_command")
+    return (
+        path.stem in GLUE_MODULES
+        and path.parent == PACKAGE
+        or path.stem == "command"
+        or path.stem.endswith("_command")
+    )
 
 
 def _owner(path: Path) -> str:
@@ -71,8 +76,8 @@ def test_imports_follow_the_design_table(path: Path) -> None:
     assert owner in ALLOWED, f"{owner} is not in the DESIGN.md import table; add it there and here"
     forbidden = imports - ALLOWED[owner]
     assert not forbidden, (
-        f"{path.relative_to(PACKAGE)} may not import {sorted(forbidden)} (DESIGN.md import table; only CLI glue "
-        "modules — cli.py, demo.py, command.py, *_command.py — may combine feature packages)"
+        f"{path.relative_to(PACKAGE)} may not import {sorted(forbidden)} (DESIGN.md import table; "
+        "only CLI glue modules — cli.py, demo.py, command.py, *_command.py — may combine feature packages)"
     )
 
 
@@ -81,8 +86,16 @@ def test_only_clock_reads_clocks_and_tasks_are_spawned(path: Path) -> None:
     if path.name == "clock.py" or _owner(path) == "sim":
         return
     text = path.read_text()
-    for banned in ("time.time(", "time.monotonic(", "time.perf_counter(", "time.perf_counter_ns(", "time.time_ns("):
-        assert banned not in text, f"{path.relative_to(PACKAGE)} reads a clock directly ({banned}); use replayproxy.clock"
+    for banned in (
+        "time.time(",
+        "time.monotonic(",
+        "time.perf_counter(",
+        "time.perf_counter_ns(",
+        "time.time_ns(",
+    ):
+        assert banned not in text, (
+            f"{path.relative_to(PACKAGE)} reads a clock directly ({banned}); use replayproxy.clock"
+        )
     if path.name != "tasks.py":
         assert "asyncio.create_task(" not in text, f"{path.relative_to(PACKAGE)}: use replayproxy.tasks.spawn"
 

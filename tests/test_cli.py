@@ -113,7 +113,9 @@ def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
 
 
 def test_bad_options_and_unknown_commands_are_one_line_errors() -> None:
-    assert_one_line_error(cli("capacity", "--weight-dtype", "fp3"), "--weight-dtype", "invalid choice", "int4")
+    assert_one_line_error(
+        cli("capacity", "--weight-dtype", "fp3"), "--weight-dtype", "invalid choice", "int4"
+    )
     assert_one_line_error(cli("import"), "required")
     assert_one_line_error(cli("teleport"), "invalid choice", "replay")
     assert cli("capacity", "--weight-dtype", "fp3").returncode == 2

@@ -43,7 +43,9 @@ def test_kubernetes_manifests_validate_against_the_schema(path: Path) -> None:
 
 
 def test_sidecar_service_targets_the_proxy_and_key_comes_from_a_secret() -> None:
-    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "tools/k8s/sidecar-deployment.yaml").read_text())}
+    docs = {
+        d["kind"]: d for d in yaml.safe_load_all((ROOT / "tools/k8s/sidecar-deployment.yaml").read_text())
+    }
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     proxy = next(c for c in pod["containers"] if c["name"] == "replayproxy")
     assert docs["Service"]["spec"]["ports"][0]["targetPort"] in {p["name"] for p in proxy["ports"]}
@@ -67,8 +69,21 @@ def test_the_image_install_steps_work_in_a_plain_venv(tmp_path: Path) -> None:
     subprocess.run(build, check=True, timeout=300, capture_output=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     wheel = next(wheels.glob("replayproxy-*.whl"))
-    install = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-index", "--no-deps", str(wheel)]
+    install = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(venv / "bin/python"),
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        str(wheel),
+    ]
     subprocess.run(install, check=True, timeout=300, capture_output=True)
-    done = subprocess.run([str(venv / "bin/replayproxy"), "--version"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(venv / "bin/replayproxy"), "--version"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("replayproxy ")

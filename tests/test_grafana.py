@@ -34,7 +34,14 @@ def test_dashboard_refers_only_to_exported_metrics_and_covers_recorder_health() 
     exprs.append(dashboard["templating"]["list"][1]["query"])
     used = {m for expr in exprs for m in re.findall(r"\breplayproxy_[a-z0-9_]+", expr)}
     assert used <= _exported_series(), used - _exported_series()
-    for needed in ("replayproxy_records_written_total", "replayproxy_records_dropped_total", "replayproxy_writer_queue_depth",
-                   "replayproxy_ttft_seconds_bucket", "replayproxy_tpot_seconds_bucket", "replayproxy_e2e_seconds_bucket",
-                   "replayproxy_requests_in_flight", "replayproxy_output_tokens_total"):  # fmt: skip
+    for needed in (
+        "replayproxy_records_written_total",
+        "replayproxy_records_dropped_total",
+        "replayproxy_writer_queue_depth",
+        "replayproxy_ttft_seconds_bucket",
+        "replayproxy_tpot_seconds_bucket",
+        "replayproxy_e2e_seconds_bucket",
+        "replayproxy_requests_in_flight",
+        "replayproxy_output_tokens_total",
+    ):
         assert needed in used, needed

@@ -42,7 +42,8 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
     "itl_s": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
               "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-    "e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "tgi_request_duration"),
+    "e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
+              "tgi_request_duration"),
 }  # fmt: skip
 
 
@@ -79,7 +80,7 @@ def parse_exposition(text: str) -> Snapshot:
             samples.setdefault(sample.name, []).append(sample)
     snapshot = Snapshot()
     for canonical, (combine, names) in GAUGES.items():
-        _first_found(snapshot, canonical, names, samples, lambda v: max(v) if combine == "max" else math.fsum(v))
+        _first_found(snapshot, canonical, names, samples, max if combine == "max" else math.fsum)
     for canonical, names in COUNTERS.items():
         _first_found(snapshot, canonical, names, samples, math.fsum, suffixes=("_total", ""))
     for canonical, names in HISTOGRAMS.items():
@@ -128,7 +129,9 @@ class TelemetryScraper:
     scrape only, since their difference is the engine's own distribution for the run.
     """
 
-    def __init__(self, url: str, interval_s: float, clock_ns: Callable[[], int], timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, url: str, interval_s: float, clock_ns: Callable[[], int], timeout_s: float = 2.0
+    ) -> None:
         self.url = url
         self._interval_s = interval_s
         self._clock_ns = clock_ns

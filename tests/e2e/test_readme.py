@@ -69,7 +69,9 @@ def test_every_readme_command_runs(tmp_path: Path) -> None:
             command = command.replace(EXAMPLE_DIR, str(tmp_path))
             if command.endswith("&"):
                 argv = shlex.split(command[:-1])
-                background.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+                background.append(
+                    subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                )
                 listen = re.search(r"(?:--listen \S+:|--port )(\d+)", command)
                 assert listen is not None, f"background README command without a port: {command}"
                 _wait_for_port(int(listen.group(1)))

@@ -82,7 +82,9 @@ def test_scraping_a_live_sim_records_samples_and_histograms() -> None:
     with sim("--speed", "20") as server:
         scraper = TelemetryScraper(f"{server.url}/metrics", interval_s=0.05, clock_ns=clock.now_ns)
         scraper.start(clock.now_ns())
-        body = json.dumps({"model": "sim-llama-3.1-8b", "prompt": "hello world " * 20, "max_tokens": 8}).encode()
+        body = json.dumps(
+            {"model": "sim-llama-3.1-8b", "prompt": "hello world " * 20, "max_tokens": 8}
+        ).encode()
         for _ in range(3):
             request = urllib.request.Request(
                 f"{server.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
@@ -101,7 +103,9 @@ def test_scraping_a_live_sim_records_samples_and_histograms() -> None:
 
 
 def test_an_unreachable_endpoint_is_counted_not_raised() -> None:
-    scraper = TelemetryScraper("http://127.0.0.1:9/metrics", interval_s=0.05, clock_ns=clock.now_ns, timeout_s=0.5)
+    scraper = TelemetryScraper(
+        "http://127.0.0.1:9/metrics", interval_s=0.05, clock_ns=clock.now_ns, timeout_s=0.5
+    )
     scraper.start(clock.now_ns())
     record = scraper.stop()
     assert record["errors"] >= 1 and record["samples"] == []
