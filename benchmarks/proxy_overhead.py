@@ -164,7 +164,11 @@ async def _load(host: str, port: int, rate: float, duration_s: float) -> dict[st
             await asyncio.sleep(wait / 1e9)
         elif wait < -5_000_000:
             late += 1
-        client = idle.pop() if idle else await connect()
+        try:
+            client = idle.pop() if idle else await connect()
+        except OSError:
+            results.append((0, 0, False))  # counted as a failed request; the step is not sustained
+            continue
         client.send(request)
     deadline = now_ns() + 10_000_000_000
     while len(results) < total and now_ns() < deadline:
@@ -235,25 +239,15 @@ def _process(argv: list[str], cpu: int, ready: str | None) -> Iterator[subproces
 
 
 def _run_load(port: int, rate: float, duration_s: float, cpu: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--role",
-            "load",
-            "--port",
-            str(port),
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration_s),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
-    )
-    return json.loads(out.stdout)
+    """Run the load generator in its own process; its results come back through a file."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        argv = [sys.executable, __file__, "--role", "load", "--port", str(port), "--rate", str(rate),
+                "--duration", str(duration_s), "--out", out.name]  # fmt: skip
+        pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+        done = subprocess.run(argv, capture_output=True, text=True, preexec_fn=pin)
+        if done.returncode != 0:
+            raise RuntimeError(f"load generator failed at {rate:g} req/s:\n{done.stderr[-2000:]}")
+        return json.loads(Path(out.name).read_text())
 
 
 def _nginx_conf(directory: Path, listen: int, upstream: int) -> Path:
@@ -325,12 +319,17 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per fixed-rate measurement")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="upstream pause between chunks")
     parser.add_argument("--quick", action="store_true", help="shorter runs")
+    parser.add_argument("--out", help="(load role) write the results here instead of stdout")
     args = parser.parse_args()
     if args.role == "upstream":
         uvloop.run(_serve_upstream(args.port, args.gap_ms / 1000))
         return
     if args.role == "load":
-        print(json.dumps(uvloop.run(_load("127.0.0.1", args.port, args.rate, args.duration))))
+        result = json.dumps(uvloop.run(_load("127.0.0.1", args.port, args.rate, args.duration)))
+        if args.out:
+            Path(args.out).write_text(result)
+        else:
+            print(result)
         return
     _bench(args)
 

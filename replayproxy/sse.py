@@ -192,10 +192,26 @@ class StreamClassifier:
     chunk everywhere but inside its content string (same id, model, and a null finish reason) is
     content without being parsed. Engines repeat that envelope for every token."""
 
-    __slots__ = ("_templates",)
+    __slots__ = ("_templates", "_raw")
 
     def __init__(self) -> None:
         self._templates: list[tuple[bytes, bytes]] = []  # (bytes before the string, bytes after it)
+        self._raw: list[tuple[bytes, bytes]] = []  # the same as whole `data: ...\n\n` events
+
+    def plain_event(self, piece: bytes) -> bool:
+        """Whether `piece` is exactly one `data:` event holding a plain content chunk of a known
+        envelope; lets a caller at an event boundary skip decoding (the common read of a stream)."""
+        for prefix, suffix in self._raw:
+            start = len(prefix)
+            if (
+                piece.startswith(prefix)
+                and piece.endswith(suffix)
+                and len(piece) > start + len(suffix)
+                and piece[start : start + 1] != b'"'
+                and piece.count(b"\n") == 2
+            ):
+                return True
+        return False
 
     def classify(self, data: bytes) -> ChunkInfo:
         for prefix, suffix in self._templates:
@@ -210,8 +226,9 @@ class StreamClassifier:
         info = classify(data)
         if info is _PLAIN[CONTENT] and len(self._templates) < 4:
             template = _template(data)
-            if template is not None:
+            if template is not None and b"\n" not in data:
                 self._templates.append(template)
+                self._raw.append((b"data: " + template[0], template[1] + b"\n\n"))
         return info
 
 

@@ -96,6 +96,9 @@ def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
     bad = False
     boundary = True  # the decoder holds nothing: a lone `data:` event can skip it
     for piece, at_ns in zip(cap.pieces, cap.piece_ns, strict=True):
+        if boundary and classifier.plain_event(piece):
+            content_ns.append(at_ns)
+            continue
         if boundary and piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.count(b"\n") == 2:
             datas = [piece[6:-2]]  # one event per read, as engines write them (the decoder's own fast path)
         else:

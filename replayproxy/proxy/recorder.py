@@ -76,15 +76,11 @@ class Recorder:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
-        for endpoint in ENDPOINT_CLASSES:
-            for family in (
-                metrics.ttft,
-                metrics.tpot,
-                metrics.e2e,
-                metrics.input_tokens,
-                metrics.output_tokens,
-            ):
-                family.labels(endpoint)
+        self._series = {  # per-endpoint children looked up once, not per record
+            ep: (metrics.input_tokens.labels(ep), metrics.output_tokens.labels(ep), metrics.ttft.labels(ep),
+                 metrics.e2e.labels(ep), metrics.tpot.labels(ep))
+            for ep in ENDPOINT_CLASSES
+        }  # fmt: skip
 
     @property
     def files(self) -> list[Path]:
@@ -250,19 +246,19 @@ class Recorder:
         self._metrics.trace_files.set(len(files))
 
     def _observe(self, shape: RequestShape) -> None:
-        m, ep = self._metrics, shape.endpoint
+        inputs, outputs, ttft, e2e, tpot = self._series[shape.endpoint]
         if shape.input_tokens > 0:
-            m.input_tokens.labels(ep).inc(shape.input_tokens)
+            inputs.inc(shape.input_tokens)
         if shape.output_tokens > 0:
-            m.output_tokens.labels(ep).inc(shape.output_tokens)
+            outputs.inc(shape.output_tokens)
         if shape.error:
             return
         if shape.ttft_ns >= 0:
-            m.ttft.labels(ep).observe(shape.ttft_ns / 1e9)
+            ttft.observe(shape.ttft_ns / 1e9)
         if shape.e2e_ns >= 0:
-            m.e2e.labels(ep).observe(shape.e2e_ns / 1e9)
+            e2e.observe(shape.e2e_ns / 1e9)
             if shape.ttft_ns >= 0 and shape.output_tokens > 1:
-                m.tpot.labels(ep).observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
+                tpot.observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
 
 
 def _abandon(writer: TraceWriter | None) -> None:
