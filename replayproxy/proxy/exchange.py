@@ -290,7 +290,7 @@ class Exchange:
         if self.done:
             return
         self.upstream = None
-        if self.head_sent and not self.chunked_out and self._close_delimited():
+        if self.head_sent and self._close_delimited():
             self.on_message_complete()  # the close is this response's end
             return
         if not self.got_response and self.reused and not self.retried and self.sent_log is not None:
@@ -434,7 +434,9 @@ class Exchange:
             out.clear()
 
     def _close_delimited(self) -> bool:
-        return http1.header_value(self.resp_headers, b"content-length") is None
+        """The upstream body has no length and no chunking: its end is the connection's close."""
+        headers = self.resp_headers
+        return http1.header_value(headers, b"content-length") is None and not http1.is_chunked(headers)
 
     def _finish(self, reusable: bool) -> None:
         self.done = True
