@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -155,6 +156,8 @@ async def _load(host: str, port: int, rate: float, duration_s: float) -> dict[st
         idle.append(client)
     await asyncio.sleep(0.2)
     total = int(rate * duration_s)
+    gc.freeze()
+    gc.disable()  # a collection in the generator would show up as the path's latency
     start = now_ns()
     late = 0
     for i in range(total):
@@ -404,19 +407,23 @@ def _report_fixed(fixed: dict[str, dict[str, Any]], rate: float, duration: float
 
 def _report_max_rate(paths: list[str], upstream: int, work: Path, quick: bool) -> None:
     """Highest rate of a ladder at which every request succeeds, the generator keeps its schedule and
-    TTFT p99 stays under 50 ms."""
+    TTFT p99 stays under 50 ms; a step gets a second try, since a neighbour's burst on this shared
+    machine can spoil one."""
     ladder = [400, 800, 1200, 1600] if quick else [400, 600, 800, 1000, 1200, 1600, 2000, 2400]
     print("\nmax sustained streaming rate (3 s per step; all ok, schedule kept, TTFT p99 < 50 ms):")
     for name in paths:
         best = 0
         with _path(name, upstream, work) as (port, _):
             for rate in ladder:
-                r = _run_load(port, rate, 3.0, 1)
-                if r["ok"] < r["sent"] or r["late"] > r["sent"] // 100 or _pct(r["ttft_ns"], 0.99) > 50:
+                if not any(_sustained(_run_load(port, rate, 3.0, 1)) for _ in range(2)):
                     break
                 best = rate
         ceiling = " (the load generator's own ceiling)" if best == ladder[-1] else ""
         print(f"  {name:16} {best:>5} req/s = {best * CHUNKS:>7} chunks/s{ceiling}")
+
+
+def _sustained(r: dict[str, Any]) -> bool:
+    return bool(r["ok"] == r["sent"] and r["late"] <= r["sent"] // 100 and _pct(r["ttft_ns"], 0.99) <= 50)
 
 
 if __name__ == "__main__":
