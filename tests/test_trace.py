@@ -471,3 +471,25 @@ def test_equal_looking_sampling_values_keep_their_types(tmp_path: Path) -> None:
     path = write(tmp_path / "t.rpt", written)
     assert [repr(s.sampling) for s in trace.iter_shapes([path])] == [repr(s) for s in samplings]
     assert [repr(s) for s in trace.load(path).sampling] == [repr(s) for s in samplings]
+
+
+def test_an_abandoned_file_keeps_its_complete_frames_and_writing_goes_on(tmp_path: Path) -> None:
+    clock = iter(range(0, 10**12, 1000))
+    writer = TraceWriter(
+        TraceHeader(start_wall_ns=0),
+        directory=tmp_path,
+        mono_ns=lambda: next(clock),
+        wall_ns=lambda: 1_700_000_000 * 10**9,
+        frame_records=2,
+    )
+    for i in range(5):  # two full frames on disk, one record buffered
+        writer.write(RequestShape(offset_ns=i))
+    first = writer.current_path
+    writer.abandon()
+    writer.write(RequestShape(offset_ns=10))
+    writer.close()
+    assert first is not None and writer.files[0] == first and len(writer.files) == 2
+    report = trace.ReadReport()
+    shapes = list(trace.iter_shapes([first], report))
+    assert [s.offset_ns for s in shapes] == [0, 1, 2, 3] and report.footers == 0
+    assert [s.offset_ns for s in trace.iter_shapes([writer.files[1]])] == [10]

@@ -8,7 +8,6 @@ interval) while traffic flows, and writing resumes by itself after `retry_s`.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import random
@@ -224,7 +223,8 @@ class Recorder:
             lost = self._given - self._written
             if lost > 0:
                 self._metrics.records_dropped.labels("writer_error").inc(lost)
-            _abandon(self._writer)
+            if self._writer is not None:
+                self._writer.abandon()
             self._writer, self._given, self._written = None, 0, 0
             self._retry_at_ns = now_ns() + int(self._settings.retry_s * 1e9)
 
@@ -259,15 +259,6 @@ class Recorder:
             e2e.observe(shape.e2e_ns / 1e9)
             if shape.ttft_ns >= 0 and shape.output_tokens > 1:
                 tpot.observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
-
-
-def _abandon(writer: TraceWriter | None) -> None:
-    """Release a failed writer's file handle without writing more (the file just ends early;
-    readers report the missing footer). TraceWriter has no public abandon, so reach its stream."""
-    stream = getattr(getattr(writer, "_file", None), "_stream", None)
-    if stream is not None:
-        with contextlib.suppress(OSError):
-            stream.close()
 
 
 def _error_kind(e: Exception) -> str:

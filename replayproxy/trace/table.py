@@ -7,6 +7,7 @@ into numpy without a Python-level loop per record.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import mmap
 import os
@@ -103,6 +104,12 @@ class TableFile:
         self.flush()
         self._frames.write_frame(self._packer.pack({"type": "footer", "records": self.records, **footer}), 0)
         self._stream.close()
+
+    def abandon(self) -> None:
+        """Release the file after a write failed, writing nothing more: it ends early, and readers
+        report the missing footer; every complete frame before the failure stays readable."""
+        with contextlib.suppress(OSError):
+            self._stream.close()
 
 
 @dataclass(slots=True)

@@ -109,6 +109,13 @@ class TraceWriter:
     def close(self) -> None:
         self.rotate()
 
+    def abandon(self) -> None:
+        """Drop the current file after a write failure (full disk, I/O error) without touching it
+        again; buffered records are lost and the next write opens a new file."""
+        if self._file is not None:
+            self._file.abandon()
+            self._file = None
+
     def _rotate_due(self) -> bool:
         if self._directory is None or self._file is None:
             return False
