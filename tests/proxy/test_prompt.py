@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,15 +56,17 @@ def test_session_needs_a_user_message() -> None:
     assert hasher.session([{"role": "user", "content": "u"}]) != 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tokenizers") is not None, reason="tokenizers is installed")
-def test_missing_tokenizers_package_is_a_clear_config_error(tmp_path: Path) -> None:
+def test_missing_tokenizers_package_is_a_clear_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
     with pytest.raises(ConfigError, match="pip install 'replayproxy\\[tokenizers\\]'"):
         PromptHasher(KEY, tmp_path / "tokenizer.json")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="needs the tokenizers extra")
 def test_token_blocks_with_a_tokenizer(tmp_path: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the tokenizers extra (in .[test])")
+    Tokenizer, models, pre_tokenizers = tokenizers.Tokenizer, tokenizers.models, tokenizers.pre_tokenizers
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate("abcdefghij")}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
