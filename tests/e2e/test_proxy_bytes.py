@@ -16,7 +16,7 @@ from aiohttp import web
 from replayproxy.clock import now_ns
 from replayproxy.trace import iter_shapes
 from tests.proxy.helpers import aiohttp_upstream
-from tests.servers import run_server
+from tests.servers import start_proxy
 
 REQUESTS = 1000
 
@@ -147,20 +147,7 @@ def test_thousand_mixed_requests_are_byte_identical(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with aiohttp_upstream(deterministic) as upstream:
-            with run_server(
-                [
-                    "replayproxy",
-                    "proxy",
-                    "--upstream",
-                    upstream.rstrip("/"),
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--admin-listen",
-                    "",
-                    "--trace-dir",
-                    str(tmp_path),
-                ]
-            ) as proxy:
+            with start_proxy(upstream.rstrip("/"), str(tmp_path), admin_listen="") as proxy:
                 started = now_ns()
                 direct = await fetch_all(upstream, requests)
                 proxied = await fetch_all(proxy.url, requests)

@@ -15,7 +15,7 @@ import pytest
 
 from replayproxy.trace import ReadReport, iter_shapes, read_tables
 from tests.proxy.helpers import admin_url
-from tests.servers import Server, run_server, sim
+from tests.servers import sim, start_proxy
 
 CHAT = {
     "model": "sim-llama-3.1-8b",
@@ -24,24 +24,6 @@ CHAT = {
     "ignore_eos": True,
     "stream": True,
 }
-
-
-def start_proxy(upstream: str, trace_dir: Path, *options: str) -> contextlib.AbstractContextManager[Server]:
-    return run_server(
-        [
-            "replayproxy",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--trace-dir",
-            str(trace_dir),
-            *options,
-        ]
-    )
 
 
 async def stream_all(url: str, n: int, started: asyncio.Event | None = None) -> list[bytes]:

@@ -13,7 +13,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from replayproxy.trace import ReadReport, iter_shapes
-from tests.servers import Server, run_server, sim
+from tests.servers import Server, sim, start_proxy
 
 MODEL = "sim-llama-3.1-8b"
 PROMPTS = ["Tell me about rivers.", "Why is the sky blue? Explain twice.", "List three prime numbers."]
@@ -27,20 +27,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
         sim(
             "--speed", "20", "--truth-log", str(truth), "--reasoning-tokens", "2", "--no-prefix-cache"
         ) as engine,
-        run_server(
-            [
-                "replayproxy",
-                "proxy",
-                "--upstream",
-                engine.url,
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--trace-dir",
-                str(traces),
-            ]
-        ) as proxy,
+        start_proxy(engine.url, traces) as proxy,
     ):
         yield engine, proxy, truth, traces
 

@@ -12,7 +12,7 @@ import orjson
 
 from replayproxy.trace import ReadReport, iter_frame_payloads
 from tests.proxy.helpers import admin_url
-from tests.servers import run_server, sim
+from tests.servers import sim, start_proxy
 
 WINDOW = 8
 
@@ -37,23 +37,13 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
 
     with (
         sim("--speed", "50", "--fail-rate", "0.2", "--reset-rate", "0.1", "--seed", "3") as engine,
-        run_server(
-            [
-                "replayproxy",
-                "proxy",
-                "--upstream",
-                engine.url,
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--trace-dir",
-                str(trace_dir),
-                "--include-endpoints",
-                "chat,completions,embeddings,other",
-                "--hash-key-file",
-                str(tmp_path / "key"),
-            ]
+        start_proxy(
+            engine.url,
+            str(trace_dir),
+            "--include-endpoints",
+            "chat,completions,embeddings,other",
+            "--hash-key-file",
+            str(tmp_path / "key"),
         ) as proxy,
     ):
         admin = admin_url(proxy)
