@@ -8,7 +8,7 @@ it accepts, how to read its version and what to do before a run (e.g. vLLM's pre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Harmless stand-ins for recorded tools / response formats, whose content is never recorded.
@@ -55,39 +55,27 @@ class Flavor:
         return self.ignore_eos or self.min_tokens_key is not None
 
 
+# vLLM, SGLang and TensorRT-LLM share vLLM's OpenAI-server extensions for exact lengths.
+_VLLM_LIKE = Flavor(
+    "vllm",
+    token_id_prompts=True,
+    ignore_eos=True,
+    min_tokens_key="min_tokens",
+    continuous_usage=True,
+    sampling=ENGINE_SAMPLING,
+    tool_choice="none",
+    version_paths=("/version",),
+)
+
 FLAVORS: dict[str, Flavor] = {
-    "vllm": Flavor(
-        "vllm",
-        token_id_prompts=True,
-        ignore_eos=True,
-        min_tokens_key="min_tokens",
-        continuous_usage=True,
-        sampling=ENGINE_SAMPLING,
-        tool_choice="none",
-        version_paths=("/version",),
-        pre_run=(Action("reset_prefix_cache", "POST", "/reset_prefix_cache"),),
-    ),
-    "sglang": Flavor(
-        "sglang",
-        token_id_prompts=True,
-        ignore_eos=True,
-        min_tokens_key="min_tokens",
-        continuous_usage=True,
-        sampling=ENGINE_SAMPLING,
-        tool_choice="none",
+    "vllm": replace(_VLLM_LIKE, pre_run=(Action("reset_prefix_cache", "POST", "/reset_prefix_cache"),)),
+    "sglang": replace(
+        _VLLM_LIKE,
+        name="sglang",
         version_paths=("/version", "/get_server_info"),
         pre_run=(Action("flush_cache", "POST", "/flush_cache"),),
     ),
-    "trtllm": Flavor(
-        "trtllm",
-        token_id_prompts=True,
-        ignore_eos=True,
-        min_tokens_key="min_tokens",
-        continuous_usage=True,
-        sampling=ENGINE_SAMPLING,
-        tool_choice="none",
-        version_paths=("/version",),
-    ),
+    "trtllm": replace(_VLLM_LIKE, name="trtllm"),
     "tgi": Flavor("tgi", sampling=(*COMMON_SAMPLING,), n=False, version_paths=("/info",)),
     "llamacpp": Flavor(
         "llamacpp",
