@@ -116,4 +116,5 @@ def _server(command: str, what: str, *argv: str) -> Iterator[str]:
 
 
 def _loopback(command: str, argv: Sequence[str]) -> list[str]:
-    return ["--host", "127.0.0.1", *argv] if command == "sim" else list(argv)
+    """Sims listen on loopback, with a context long enough for the workload's longest sessions."""
+    return ["--host", "127.0.0.1", "--max-model-len", "32768", *argv] if command == "sim" else list(argv)
