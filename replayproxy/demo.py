@@ -68,7 +68,9 @@ def _demo(work: Path) -> int:
             "--trace-dir", str(traces),
         ) as proxy:  # fmt: skip
             _stage(f"driving live traffic through the proxy at {proxy} (about 30 s)")
+            # Plain clients: no calibration probes or cache resets, which production would not see.
             _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", "--quiet",
+                 "--no-calibrate", "--no-reset-prefix-cache",
                  "--label", "live-clients", "-o", str(work / "live-clients.rpr"))  # fmt: skip
             _stage("stopping the proxy (it drains and closes the trace)")
     _stage("inspecting the recorded trace")
