@@ -197,27 +197,25 @@ def _column_fits(kind: str, column: Any, n: int) -> bool:
     raise TraceFormatError(f"unknown column kind {kind!r}")
 
 
-_BIN_HEADER = {0xC4: 2, 0xC5: 3, 0xC6: 5}  # msgpack bin 8/16/32: marker and length bytes
-_ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
-_MAP_MARKERS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+_BIN_SIZE_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # msgpack bin 8/16/32: bytes of the length after the marker
+_ARRAY_SIZE_BYTES = {**{m: 0 for m in range(0x90, 0xA0)}, 0xDC: 2, 0xDD: 4}
+_MAP_SIZE_BYTES = {**{m: 0 for m in range(0x80, 0x90)}, 0xDE: 2, 0xDF: 4}
 
 
 def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
     """The msgpack records of one frame; a frame that does not decode is reported and dropped.
 
-    A batch's column blobs come back as memoryviews into `payload` rather than copies: loading
-    then copies each column once, into its final array.
+    A batch's column blobs come back as memoryviews into `payload` rather than copies, and the
+    payload is walked in place rather than fed to an Unpacker (which copies it): loading then
+    copies each column once, into its final array.
     """
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(payload), 1 << 20))
-    unpacker.feed(payload)
     view = memoryview(payload)
     records: list[Any] = []
+    at = 0
     try:
-        while unpacker.tell() < len(payload):
-            if payload[unpacker.tell()] in _MAP_MARKERS:
-                records.append(_read_map(unpacker, view))
-            else:
-                records.append(unpacker.unpack())
+        while at < len(view):
+            record, at = _read_map(view, at) if view[at] in _MAP_SIZE_BYTES else _unpack_at(view, at)
+            records.append(record)
     except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as e:
         report.warnings.append(f"{name}: frame {report.frames} does not decode ({e}); skipped")
         report.skipped_frames += 1
@@ -225,28 +223,64 @@ def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
     return records
 
 
-def _read_map(unpacker: msgpack.Unpacker, view: memoryview) -> dict[Any, Any]:
+def _read_map(view: memoryview, at: int) -> tuple[dict[Any, Any], int]:
     record: dict[Any, Any] = {}
-    for _ in range(unpacker.read_map_header()):
-        key = unpacker.unpack()
-        if key == "columns" and record.get("type") == "batch" and view[unpacker.tell()] in _ARRAY_MARKERS:
-            count = unpacker.read_array_header()
-            record[key] = [_read_part(unpacker, view, nested=True) for _ in range(count)]
+    count, at = _size_at(view, at, _MAP_SIZE_BYTES)
+    for _ in range(count):
+        key, at = _unpack_at(view, at)
+        if key == "columns" and record.get("type") == "batch" and view[at] in _ARRAY_SIZE_BYTES:
+            parts, at = _size_at(view, at, _ARRAY_SIZE_BYTES)
+            record[key] = []
+            for _ in range(parts):
+                part, at = _read_part(view, at, nested=True)
+                record[key].append(part)
         else:
-            record[key] = unpacker.unpack()
-    return record
+            record[key], at = _unpack_at(view, at)
+    return record, at
 
 
-def _read_part(unpacker: msgpack.Unpacker, view: memoryview, nested: bool) -> Any:
+def _read_part(view: memoryview, at: int, nested: bool) -> tuple[Any, int]:
     """A bin as a view into the payload, an array of parts one level deep, anything else decoded."""
-    at = unpacker.tell()
     marker = view[at]
-    if marker in _BIN_HEADER:
-        unpacker.skip()
-        return view[at + _BIN_HEADER[marker] : unpacker.tell()]
-    if nested and marker in _ARRAY_MARKERS:
-        return [_read_part(unpacker, view, nested=False) for _ in range(unpacker.read_array_header())]
-    return unpacker.unpack()
+    if marker in _BIN_SIZE_BYTES:
+        size, start = _size_at(view, at, _BIN_SIZE_BYTES)
+        if start + size > len(view):
+            raise ValueError(f"bin of {size} bytes at {at} runs past the frame")
+        return view[start : start + size], start + size
+    if nested and marker in _ARRAY_SIZE_BYTES:
+        count, at = _size_at(view, at, _ARRAY_SIZE_BYTES)
+        items = []
+        for _ in range(count):
+            item, at = _read_part(view, at, nested=False)
+            items.append(item)
+        return items, at
+    return _unpack_at(view, at)
+
+
+def _size_at(view: memoryview, at: int, size_bytes: dict[int, int]) -> tuple[int, int]:
+    """The length or count in the msgpack header at `at` (a fix type keeps it in the marker)."""
+    marker = view[at]
+    width = size_bytes[marker]
+    if width == 0:
+        return marker & 0x0F, at + 1
+    if at + 1 + width > len(view):
+        raise ValueError(f"msgpack header at {at} runs past the frame")
+    return int.from_bytes(view[at + 1 : at + 1 + width], "big"), at + 1 + width
+
+
+def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
+    """One msgpack value at `at`, feeding an Unpacker only as many bytes as the value needs."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(view))
+    fed, step = at, 4096
+    while True:
+        unpacker.feed(view[fed : fed + step])
+        fed = min(len(view), fed + step)
+        try:
+            return unpacker.unpack(), at + unpacker.tell()
+        except msgpack.OutOfData:
+            if fed >= len(view):
+                raise
+            step *= 4
 
 
 def _read_bytes(path: Path) -> bytes | mmap.mmap:

@@ -165,6 +165,10 @@ def encode_shapes(shapes: Sequence[RequestShape], fields: Sequence[str]) -> list
     columns: list[Any] = []
     for name in fields:
         kind = FIELD_KINDS[name]
+        if kind in NUMERIC_KINDS:
+            numbers = np.fromiter(map(attrgetter(name), shapes), NUMERIC_KINDS[kind], len(shapes))
+            columns.append(numbers.tobytes())
+            continue
         values = list(map(attrgetter(name), shapes))
         if kind == "ragged:u8":
             values = [v.packed if type(v) is BlockHashes else pack_u64(v) for v in values]
