@@ -16,6 +16,8 @@ from replayproxy.shape import FIELD_KINDS, BlockHashes, RequestShape, pack_u32, 
 from replayproxy.trace.header import SUFFIX, TraceHeader
 from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
 
+_SLICE = 512  # shapes buffered before they are taken apart into columns
+
 
 class TraceWriter:
     """Writes shapes to rotating trace files; call it from one thread (the recorder's writer thread).
@@ -59,7 +61,8 @@ class TraceWriter:
         self._level = level
         self._seq = 0
         self._file: TableFile | None = None
-        self._shapes: list[RequestShape] = []
+        self._shapes: list[RequestShape] = []  # at most _SLICE, then moved into _columns
+        self._columns = _FrameColumns(header.fields)
         self._opened_ns = 0
         self._flush_due_ns = mono_ns() + self._flush_interval_ns
         self.files: list[Path] = []
@@ -81,21 +84,24 @@ class TraceWriter:
             self._open()
         shapes = self._shapes
         shapes.append(shape)
-        if len(shapes) >= self._frame_records or self._mono() >= self._flush_due_ns:
+        if len(shapes) >= _SLICE:
+            self._columns.add(shapes)
+            shapes.clear()
+        if self._columns.n + len(shapes) >= self._frame_records or self._mono() >= self._flush_due_ns:
             self.flush()
 
     def poll(self) -> None:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
         if self._file is None:
             return
-        if self._shapes and self._mono() >= self._flush_due_ns:
+        if self._pending() and self._mono() >= self._flush_due_ns:
             self.flush()
         elif self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
         self._flush_due_ns = self._mono() + self._flush_interval_ns
-        if self._file is None or not self._shapes:
+        if self._file is None or not self._pending():
             return
         self._cut(self._file)
         if self._rotate_due():
@@ -105,7 +111,7 @@ class TraceWriter:
         """Close the current file (footer included); the next record opens a new one."""
         if self._file is None:
             return
-        if self._shapes:
+        if self._pending():
             self._cut(self._file)
         self._file.close({"end_wall_ns": self._wall()})
         self.bytes_closed += self._file.bytes_written
@@ -118,15 +124,21 @@ class TraceWriter:
         """Drop the current file after a write failure (full disk, I/O error) without touching it
         again; buffered records are lost and the next write opens a new file."""
         self._shapes.clear()
+        self._columns.clear()
         if self._file is not None:
             self._file.abandon()
             self._file = None
 
+    def _pending(self) -> int:
+        return self._columns.n + len(self._shapes)
+
     def _cut(self, file: TableFile) -> None:
         """Write the buffered shapes as one frame."""
-        file.write_batch(encode_shapes(self._shapes, self.header.fields), len(self._shapes))
-        self.records_written += len(self._shapes)
+        self._columns.add(self._shapes)
         self._shapes.clear()
+        n = self._columns.n
+        file.write_batch(self._columns.encode(), n)
+        self.records_written += n
 
     def _rotate_due(self) -> bool:
         if self._directory is None or self._file is None:
@@ -160,22 +172,44 @@ class TraceWriter:
         self.close()
 
 
-def encode_shapes(shapes: Sequence[RequestShape], fields: Sequence[str]) -> list[Any]:
-    """A batch's columns straight from shapes, field by field: the bytes `to_record` rows give."""
-    columns: list[Any] = []
-    for name in fields:
-        kind = FIELD_KINDS[name]
-        if kind in NUMERIC_KINDS:
-            numbers = np.fromiter(map(attrgetter(name), shapes), NUMERIC_KINDS[kind], len(shapes))
-            columns.append(numbers.tobytes())
-            continue
-        values = list(map(attrgetter(name), shapes))
-        if kind == "ragged:u8":
-            values = [v.packed if type(v) is BlockHashes else pack_u64(v) for v in values]
-        elif kind == "ragged:u4":
-            values = [pack_u32(v) if v else b"" for v in values]
-        columns.append(encode_column(kind, values))
-    return columns
+class _FrameColumns:
+    """A frame's columns gathered from shapes a slice at a time: the bytes `to_record` rows give.
+
+    Shapes are released a slice at a time, while still in cache, rather than a frame at a time.
+    """
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self._columns: list[tuple[str, attrgetter[Any], list[Any]]] = [
+            (FIELD_KINDS[name], attrgetter(name), []) for name in fields
+        ]
+        self.n = 0
+
+    def add(self, shapes: Sequence[RequestShape]) -> None:
+        for kind, getter, pieces in self._columns:
+            values = map(getter, shapes)
+            if kind in NUMERIC_KINDS:
+                pieces.append(np.fromiter(values, NUMERIC_KINDS[kind], len(shapes)))
+            elif kind == "ragged:u8":
+                pieces.extend([v.packed if type(v) is BlockHashes else pack_u64(v) for v in values])
+            elif kind == "ragged:u4":
+                pieces.extend([pack_u32(v) if v else b"" for v in values])
+            else:
+                pieces.extend(values)
+        self.n += len(shapes)
+
+    def encode(self) -> list[Any]:
+        """The frame's encoded columns; the buffer starts empty again."""
+        encoded = [
+            np.concatenate(pieces).tobytes() if kind in NUMERIC_KINDS else encode_column(kind, pieces)
+            for kind, _, pieces in self._columns
+        ]
+        self.clear()
+        return encoded
+
+    def clear(self) -> None:
+        for _, _, pieces in self._columns:
+            pieces.clear()
+        self.n = 0
 
 
 def write_trace(
