@@ -404,8 +404,9 @@ class Exchange:
                 cap.piece_ns.append(cap.now_ns)
             else:
                 cap.response_truncated = True
-            if self.strip is not None:
-                piece = self.strip.feed(piece)
+            strip = self.strip
+            if strip is not None and not (strip.idle and piece.endswith(b"\n\n") and b'"usage"' not in piece):
+                piece = strip.feed(piece)  # skipped for whole usage-free events: feed would return them as is
                 if not piece:
                     return
         self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)

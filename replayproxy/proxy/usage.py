@@ -36,9 +36,10 @@ def inject(body: bytes) -> tuple[bytes | None, Any]:
 class UsageStripper:
     """Passes an SSE body through, minus usage-only events; holds back only an incomplete event."""
 
-    __slots__ = ("_decoder", "_held", "_held_at", "_cr_end")
+    __slots__ = ("idle", "_decoder", "_held", "_held_at", "_cr_end")
 
     def __init__(self) -> None:
+        self.idle = True  # nothing held or pending: `feed` returns whole usage-free events as they are
         self._decoder: SSEDecoder | None = None  # only while an event is incomplete or may be usage
         self._held = b""
         self._held_at = 0  # stream offset of _held[0]
@@ -50,7 +51,9 @@ class UsageStripper:
             if self._cr_end is not None and piece[:1] == b"\n":
                 piece = piece if self._cr_end else piece[1:]
             self._decoder, self._cr_end = None, None
+            self.idle = True
             return piece
+        self.idle = False
         if self._decoder is None:
             self._decoder, self._held_at = SSEDecoder(), 0
         events = self._decoder.feed(piece)
