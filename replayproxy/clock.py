@@ -33,16 +33,3 @@ class Anchor:
 
     def to_wall(self, mono_ns: int) -> int:
         return self.wall_ns + (mono_ns - self.mono_ns)
-
-
-def sleep_until_ns_blocking(deadline_ns: int, spin_ns: int = 200_000) -> None:
-    """Block a thread until a monotonic deadline: sleep most of the gap, spin the last bit.
-
-    Used by sender threads where asyncio's ~1 ms timer granularity is too coarse.
-    """
-    while True:
-        remaining = deadline_ns - now_ns()
-        if remaining <= 0:
-            return
-        if remaining > spin_ns:
-            time.sleep((remaining - spin_ns) / 1e9)

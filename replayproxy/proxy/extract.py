@@ -56,8 +56,13 @@ def _error_class(cap: Capture) -> str:
 def _request_json(cap: Capture) -> dict[str, Any] | None:
     if cap.endpoint == "other" or cap.body_truncated or not cap.request_body:
         return None
+    return _json_object(cap.request_body)
+
+
+def _json_object(parts: list[bytes]) -> dict[str, Any] | None:
+    """The JSON object the captured bytes hold, or None when they hold anything else."""
     try:
-        body = orjson.loads(b"".join(cap.request_body))
+        body = orjson.loads(b"".join(parts))
     except orjson.JSONDecodeError:
         return None
     return body if isinstance(body, dict) else None
@@ -132,11 +137,8 @@ def _body_fields(cap: Capture) -> dict[str, Any]:
         fields["ttft_ns"] = cap.piece_ns[0] - cap.arrival_ns
     if cap.endpoint == "other" or cap.response_truncated or not cap.pieces:
         return fields
-    try:
-        body = orjson.loads(b"".join(cap.pieces))
-    except orjson.JSONDecodeError:
-        return fields
-    if isinstance(body, dict):
+    body = _json_object(cap.pieces)
+    if body is not None:
         fields.update(_usage_fields(parse_usage(body.get("usage"))))
     return fields
 
