@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 # Endpoint classes (the path prefix before /v1/... is not kept).
 ENDPOINTS = ("chat", "completions", "embeddings", "other")
@@ -73,7 +73,7 @@ class RequestShape:
     roles: str = ""  # one letter per message (ROLE_LETTERS); "" for non-chat
     has_tools: bool = False
     has_response_format: bool = False
-    prefix_hashes: tuple[int, ...] = ()  # chained keyed 64-bit hashes of full blocks
+    prefix_hashes: Sequence[int] = ()  # chained keyed 64-bit hashes of full blocks
     prefix_units: int = UNKNOWN  # length of the hashed prompt in the header's block unit
     status: int = 0  # HTTP status; 0 when no response came
     error: str = ""  # one of ERROR_CLASSES
@@ -176,19 +176,50 @@ def _array_struct(code: str, count: int) -> struct.Struct:
     return struct.Struct(f"<{count}{code}")
 
 
-class BlockHashes(tuple[int, ...]):
-    """Block hashes as ints that also carry their little-endian u64 bytes (`packed`).
+class BlockHashes(Sequence[int]):
+    """Block hashes kept as their little-endian u64 bytes (`packed`), read as ints on demand.
 
-    Hashes are born as digests and stored as bytes; keeping both views spares a trace writer
-    converting ~100 Python ints per request back to bytes (see benchmarks/trace_io.py).
+    Hashes are born as digests and stored as bytes: a recorder or synth that never looks at them
+    as numbers never builds, nor frees, ~100 Python ints per request (see benchmarks/trace_io.py).
+    Compares and hashes like the tuple of its ints.
     """
 
-    packed: bytes
+    __slots__ = ("packed", "_ints")
 
-    def __new__(cls, packed: bytes) -> BlockHashes:
-        self = super().__new__(cls, _array_struct("Q", len(packed) // 8).unpack(packed))
+    def __init__(self, packed: bytes) -> None:
         self.packed = packed
-        return self
+        self._ints: tuple[int, ...] | None = None
+
+    def ints(self) -> tuple[int, ...]:
+        if self._ints is None:
+            self._ints = unpack_u64(self.packed)
+        return self._ints
+
+    def __len__(self) -> int:
+        return len(self.packed) >> 3
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+    def __getitem__(self, i: int | slice) -> int | tuple[int, ...]:
+        return self.ints()[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ints())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockHashes):
+            return self.packed == other.packed
+        if isinstance(other, tuple):
+            return self.ints() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.ints())
+
+    def __repr__(self) -> str:
+        return f"BlockHashes({self.ints()!r})"
 
 
 def pack_u64(values: Sequence[int]) -> bytes:
@@ -232,8 +263,9 @@ def prefix_block_hashes(
     if block_size <= 0:
         raise ValueError(f"block size must be positive, got {block_size}")
     blocks = len(units) // block_size
+    known_packed = pack_u64(known)
     if len(known) >= blocks:
-        return BlockHashes(pack_u64(known)[: 8 * blocks])
+        return BlockHashes(known_packed[: 8 * blocks])
     first = len(known)
     if isinstance(units, str):
         payloads = [
@@ -246,7 +278,7 @@ def prefix_block_hashes(
         )
         payloads = [data[i : i + width] for i in range(0, len(data), width)]
     base = _keyed_blake2b(key)
-    previous = known[-1].to_bytes(8, "little") if known else b"\0" * 8
+    previous = known_packed[-8:] if known else b"\0" * 8
     digests = []
     for payload in payloads:
         h = base.copy()
@@ -254,7 +286,7 @@ def prefix_block_hashes(
         h.update(payload)
         previous = h.digest()
         digests.append(previous)
-    return BlockHashes(pack_u64(known) + b"".join(digests))
+    return BlockHashes(known_packed + b"".join(digests))
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replayproxy.shape import RequestShape, key_fingerprint, prefix_block_hashes
+from replayproxy.shape import BlockHashes, RequestShape, key_fingerprint, prefix_block_hashes
 from replayproxy.trace import TraceHeader
 
 _CHUNK = 65_536  # draws per batch: bounds memory, and fixes the random streams' layout
@@ -189,7 +189,7 @@ class _Session:
     ident: int  # the keyed session id written to the trace
     turns_left: int
     tokens: list[int]  # the last prompt's token ids
-    hashes: tuple[int, ...]  # its block hashes
+    hashes: BlockHashes  # its block hashes
     answer_tokens: int  # the last turn's output length
     roles: str
     turn: int = 0
@@ -287,7 +287,7 @@ class _Generator:
     def first_roles(self, group: int) -> str:
         return "su" if group >= 0 else "u"
 
-    def first_prompt(self, length: int, group: int) -> tuple[list[int], tuple[int, ...]]:
+    def first_prompt(self, length: int, group: int) -> tuple[list[int], BlockHashes]:
         """A group's system prompt (if any) then fresh ids, `length` in all (at least one fresh id)."""
         length = min(length, self.spec.context_tokens)
         if group < 0:

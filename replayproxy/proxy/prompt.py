@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from replayproxy.config import ConfigError
-from replayproxy.shape import prefix_block_hashes
+from replayproxy.shape import BlockHashes, prefix_block_hashes
 
 DEFAULT_BLOCK = {"token": 16, "char": 64}
 
@@ -32,7 +32,7 @@ class PromptHasher:
         self.tokenizer_name = tokenizer.name if tokenizer is not None else ""
         self._tokenizer: Any = _load_tokenizer(tokenizer) if tokenizer is not None else None
 
-    def prefix(self, rendered: str | list[int]) -> tuple[tuple[int, ...], int]:
+    def prefix(self, rendered: str | list[int]) -> tuple[BlockHashes, int]:
         """Hashes of the full blocks of a rendered prompt, and its length in this hasher's unit."""
         units: str | Sequence[int]
         if isinstance(rendered, list):

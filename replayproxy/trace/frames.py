@@ -63,8 +63,13 @@ class ReadReport:
     footers: int = 0
 
 
-def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[bytes]:
+def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[memoryview]:
     """Decompressed payloads of every readable frame; damage is reported, never raised mid-file.
+
+    Each payload is a view into one buffer that the next frame overwrites: decompressing into
+    memory already touched spares a page fault per 4 KiB, which cost more than zstd itself when
+    a million-record trace was decompressed into fresh `bytes` (BENCHMARKS.md "Trace I/O"). Copy
+    what you keep before asking for the next one.
 
     A frame whose index points past the end is a truncated tail (a crash while writing) unless
     another index follows, in which case the index itself was damaged and reading resumes there.
@@ -75,7 +80,7 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
         raise TraceFormatError(f"{name}: not a replayproxy file (bad magic)")
     pos = 0
     view = memoryview(data)
-    decompressor = zstandard.ZstdDecompressor()
+    buffer = _Buffer()
     while pos < len(data):
         if not _is_index(data, pos):
             nxt = _find_index(data, pos + 1)
@@ -106,7 +111,7 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
             )
             return
         try:
-            payload = decompressor.decompress(view[start : start + length])
+            payload = buffer.decompress(view[start : start + length])
         except zstandard.ZstdError as e:
             report.skipped_frames += 1
             report.lost_records += records
@@ -116,6 +121,53 @@ def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) 
             report.frames += 1
             yield payload
         pos = start + length
+
+
+def frame_totals(data: bytes | mmap.mmap) -> tuple[int, int]:
+    """Records and decompressed bytes that the file's chain of frame indexes announces.
+
+    An estimate read from the frame headers alone (damage ends the walk), so a reader can size
+    its arrays once instead of growing them.
+    """
+    pos = records = payload_bytes = 0
+    while _is_index(data, pos):
+        _, _, length, count = _INDEX.unpack_from(data, pos)
+        start = pos + _INDEX.size
+        if start + length > len(data):
+            break
+        records += count
+        payload_bytes += max(0, _content_size(data[start : start + min(length, 18)]))
+        pos = start + length
+    return records, payload_bytes
+
+
+class _Buffer:
+    """One growing buffer that frames are decompressed into, each over the last."""
+
+    def __init__(self) -> None:
+        self._memory = bytearray()
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    def decompress(self, frame: memoryview) -> memoryview:
+        size = _content_size(frame)
+        if size < 0:  # a writer that did not declare the size: decompress the slow way
+            return memoryview(self._decompressor.decompressobj().decompress(frame))
+        if size > len(self._memory):
+            self._memory = bytearray(size + size // 4)
+        target = memoryview(self._memory)[:size]
+        reader = self._decompressor.stream_reader(frame, read_size=len(frame))
+        got = reader.readinto(target)
+        if got != size or reader.read(1):
+            raise zstandard.ZstdError(f"frame holds other than the {size} bytes its header declares")
+        return target
+
+
+def _content_size(frame: bytes | memoryview) -> int:
+    """The decompressed size a zstd frame header declares; -1 when absent or unreadable."""
+    try:
+        return int(zstandard.frame_content_size(frame))
+    except zstandard.ZstdError:
+        return -1
 
 
 _MARKER = struct.pack("<II", _SKIPPABLE_MAGIC, _INDEX_PAYLOAD)

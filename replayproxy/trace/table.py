@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
+from replayproxy.trace.frames import FrameWriter, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
 # strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
@@ -137,32 +137,74 @@ class Table:
         return zip(*cols, strict=True) if self.n else iter(())
 
 
-def _decode_column(kind: str, parts: list[Any], n: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """One field of a whole file from its per-batch parts: a single copy into a native array."""
-    if kind in NUMERIC_KINDS:
-        return _concat(NUMERIC_KINDS[kind], parts)
-    if kind in RAGGED_KINDS:
-        dtype = RAGGED_KINDS[kind]
-        flat = _concat(dtype, [p[0] for p in parts])
-        lengths = _concat(np.dtype("<u4"), [p[1] for p in parts]).astype(np.int64) // dtype.itemsize
-        return flat, lengths
-    if kind in CODED_KINDS:
-        out = np.empty(n, dtype=object)
-        at = 0
-        for distinct, codes in parts:
-            values = np.empty(len(distinct), dtype=object)
-            values[:] = list(distinct)
-            indices = np.frombuffer(codes, dtype="<u4")
-            out[at : at + len(indices)] = values[indices]
-            at += len(indices)
-        return out
-    raise TraceFormatError(f"unknown column kind {kind!r}")
+class _Growing:
+    """An array filled in order and grown rarely: sized from the frame indexes up front."""
+
+    def __init__(self, dtype: np.dtype[Any], capacity: int) -> None:
+        self._array = np.empty(max(capacity, 16), dtype)
+        self.size = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self.size + len(values)
+        if end > len(self._array):
+            grown = np.empty(max(end, 2 * len(self._array)), self._array.dtype)
+            grown[: self.size] = self._array[: self.size]
+            self._array = grown
+        self._array[self.size : end] = values
+        self.size = end
+
+    def result(self) -> np.ndarray:
+        """The filled part; the unused tail (never touched, so never resident) is released."""
+        self._array.resize(self.size, refcheck=False)
+        return self._array
 
 
-def _concat(dtype: np.dtype[Any], buffers: list[Any]) -> np.ndarray:
-    arrays = [np.frombuffer(b, dtype=dtype) for b in buffers]
-    joined = np.concatenate(arrays) if arrays else np.empty(0, dtype)
-    return joined.astype(dtype.newbyteorder("="), copy=False)
+class _TableColumns:
+    """A file's columns, filled frame by frame: each batch is copied straight into its final array.
+
+    A frame's payload is overwritten by the next one (see iter_frame_payloads), so nothing here
+    keeps a view of it.
+    """
+
+    def __init__(self, kinds: list[str], records: int, payload_bytes: int) -> None:
+        self.kinds = kinds
+        self._columns: list[tuple[_Growing, ...]] = []
+        for kind in kinds:
+            if kind in NUMERIC_KINDS:
+                self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
+            elif kind in RAGGED_KINDS:
+                dtype = RAGGED_KINDS[kind]
+                flat = _Growing(dtype.newbyteorder("="), payload_bytes // dtype.itemsize)
+                self._columns.append((flat, _Growing(np.dtype(np.int64), records)))
+            elif kind in CODED_KINDS:
+                self._columns.append((_Growing(np.dtype(object), records),))
+            else:
+                raise TraceFormatError(f"unknown column kind {kind!r}")
+        self.n = 0
+
+    def add(self, batch: dict[str, Any]) -> None:
+        for kind, column, part in zip(self.kinds, self._columns, batch["columns"], strict=True):
+            if kind in NUMERIC_KINDS:
+                column[0].extend(np.frombuffer(part, NUMERIC_KINDS[kind]))
+            elif kind in RAGGED_KINDS:
+                dtype = RAGGED_KINDS[kind]
+                column[0].extend(np.frombuffer(part[0], dtype))
+                column[1].extend(np.frombuffer(part[1], "<u4") // dtype.itemsize)
+            else:
+                distinct, codes = part
+                values = np.empty(len(distinct), dtype=object)
+                values[:] = list(distinct)
+                column[0].extend(values[np.frombuffer(codes, "<u4")])
+        self.n += int(batch["n"])
+
+    def into(self, table: Table, fields: list[str]) -> Table:
+        table.n = self.n
+        for name, column in zip(fields, self._columns, strict=True):
+            if len(column) == 2:
+                table.ragged[name] = (column[0].result(), column[1].result())
+            else:
+                table.columns[name] = column[0].result()
+        return table
 
 
 _BUFFERS = (bytes, memoryview)
@@ -202,7 +244,7 @@ _ARRAY_SIZE_BYTES = {**{m: 0 for m in range(0x90, 0xA0)}, 0xDC: 2, 0xDD: 4}
 _MAP_SIZE_BYTES = {**{m: 0 for m in range(0x80, 0x90)}, 0xDE: 2, 0xDF: 4}
 
 
-def _records_of(payload: bytes, name: str, report: ReadReport) -> list[Any]:
+def _records_of(payload: bytes | memoryview, name: str, report: ReadReport) -> list[Any]:
     """The msgpack records of one frame; a frame that does not decode is reported and dropped.
 
     A batch's column blobs come back as memoryviews into `payload` rather than copies, and the
@@ -304,28 +346,39 @@ def read_table(
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
     Side records (maps of another `type`) are appended to `extras` by type; the footer, if
-    present, is copied into `footer`.
+    present, is copied into `footer`. Batches before the header (whose frame was lost) cannot be
+    interpreted; the file then fails with the header error below.
     """
     name = str(path)
     seen_warnings = len(report.warnings)
+    data = _read_bytes(path)
     header: dict[str, Any] | None = None
-    batches: list[dict[str, Any]] = []
-    for payload in iter_frame_payloads(_read_bytes(path), name, report):
+    columns: _TableColumns | None = None
+    for payload in iter_frame_payloads(data, name, report):
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
-            if kind == "batch":
-                batches.append(item)
+            if kind == "batch" and columns is not None and _batch_fits(item, columns.kinds, name, report):
+                columns.add(item)
             elif kind == "header" and header is None:
                 header = item
+                columns = _TableColumns(_kinds_of(header, name, format_name, max_version), *frame_totals(data))
             elif kind == "footer":
                 report.footers += 1
                 if footer is not None:
                     footer.update(item)
-            elif isinstance(kind, str) and kind != "header" and extras is not None:
+            elif isinstance(kind, str) and kind not in ("header", "batch") and extras is not None:
                 extras.setdefault(kind, []).append(item)
-    if header is None:
+    if header is None or columns is None:
         damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
         raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")
+    table = columns.into(Table(path, header), header["fields"])
+    report.files += 1
+    report.records += table.n
+    return table
+
+
+def _kinds_of(header: dict[str, Any], name: str, format_name: str, max_version: int) -> list[str]:
+    """The column kinds a header declares, once it is known to be a file this reader can read."""
     if header.get("format") != format_name:
         raise TraceFormatError(f"{name}: is a {header.get('format')!r} file, expected {format_name!r}")
     version = header.get("version")
@@ -334,20 +387,9 @@ def read_table(
             f"{name}: format version {version} is newer than this reader ({max_version}); upgrade replayproxy"
         )
     try:
-        kinds = [header["kinds"][field_name] for field_name in header["fields"]]
+        return [header["kinds"][field_name] for field_name in header["fields"]]
     except (KeyError, TypeError) as e:
         raise TraceFormatError(f"{name}: header lacks a kind for field {e}") from e
-    batches = [b for b in batches if _batch_fits(b, kinds, name, report)]
-    table = Table(path, header, n=sum(int(b["n"]) for b in batches))
-    for i, (field_name, kind) in enumerate(zip(header["fields"], kinds, strict=True)):
-        decoded = _decode_column(kind, [b["columns"][i] for b in batches], table.n)
-        if isinstance(decoded, tuple):
-            table.ragged[field_name] = decoded
-        else:
-            table.columns[field_name] = decoded
-    report.files += 1
-    report.records += table.n
-    return table
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) -> list[Path]:

@@ -86,7 +86,7 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     payloads = b"".join(
         payload
         for path in sorted(trace_dir.glob("*.rpt"))
-        for payload in iter_frame_payloads(path.read_bytes(), str(path), report)
+        for payload in map(bytes, iter_frame_payloads(path.read_bytes(), str(path), report))
     )
     assert len(payloads) > 1000 and b"footer" in payloads
     logs = "\n".join(proxy.output).encode()
