@@ -361,7 +361,8 @@ def read_table(
                 columns.add(item)
             elif kind == "header" and header is None:
                 header = item
-                columns = _TableColumns(_kinds_of(header, name, format_name, max_version), *frame_totals(data))
+                kinds = _kinds_of(header, name, format_name, max_version)
+                columns = _TableColumns(kinds, *frame_totals(data))
             elif kind == "footer":
                 report.footers += 1
                 if footer is not None:
