@@ -83,8 +83,7 @@ def write_both(spec: SynthSpec, rpt: Path, jsonl: Path) -> tuple[int, float, flo
             hashes += sum(len(s.prefix_hashes) for s in chunk)
             gc.collect()
             with rpt_watch:
-                for shape in chunk:
-                    writer.write(shape)
+                writer.write_many(chunk)
             with json_watch:
                 for shape in chunk:
                     out.write(orjson.dumps(as_json(shape), default=list) + b"\n")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from replayproxy.shape import (
+    FIELD_KINDS,
+    FIELDS,
     OTHER_ROLE,
     RequestShape,
     keep_sampling,
@@ -161,3 +164,18 @@ def test_documented_test_vectors() -> None:
         0x852253CD96920BFE,
         0x17FD8EA78695D844,
     )
+
+
+def test_field_kinds_declare_every_field_in_record_order() -> None:
+    """Writers zip shapes into columns by position, so the kinds must follow the tuple's order."""
+    assert tuple(FIELD_KINDS) == FIELDS == RequestShape._fields
+
+
+def test_block_hashes_keep_bytes_and_compare_like_their_ints() -> None:
+    hashes = prefix_block_hashes(list(range(64)), 16, KEY)
+    ints = tuple(reference_hashes([struct.pack("<16I", *range(i, i + 16)) for i in range(0, 64, 16)], KEY))
+    assert len(hashes) == 4 and hashes.packed == struct.pack("<4Q", *ints)
+    assert hashes == ints and ints == hashes and hash(hashes) == hash(ints)
+    assert hashes[1] == ints[1] and hashes[-2:] == ints[-2:] and list(hashes) == list(ints)
+    assert hashes != list(ints)  # like a tuple, unequal to a list
+    assert RequestShape(offset_ns=0, prefix_hashes=hashes) == RequestShape(offset_ns=0, prefix_hashes=ints)

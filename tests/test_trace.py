@@ -244,11 +244,20 @@ def test_a_result_file_is_not_a_trace(tmp_path: Path) -> None:
         trace.load(tmp_path / "r.rpr")
 
 
+def _as_bytes(value: object) -> bytes:
+    """encode_column's blobs (arrays, pieces) as the plain bytes msgpack writes."""
+    if isinstance(value, trace.Pieces):
+        return b"".join(value.items)
+    if isinstance(value, np.ndarray):
+        return value.tobytes()
+    raise TypeError(type(value))
+
+
 def frames_with_header(header: dict[str, Any], batches: list[dict[str, Any]]) -> bytes:
     compressor = zstandard.ZstdCompressor(write_checksum=True)
     out = b""
     for record in [header, *batches]:
-        frame = compressor.compress(msgpack.packb(record, use_bin_type=True))
+        frame = compressor.compress(msgpack.packb(record, use_bin_type=True, default=_as_bytes))
         out += struct.pack("<IIII", 0x184D2A5E, 8, len(frame), record.get("n", 0)) + frame
     return out
 
@@ -301,7 +310,7 @@ def test_malformed_batch_is_skipped(tmp_path: Path) -> None:
         for f, col in zip(FIELDS, zip(*good, strict=True), strict=True)
     ]
     short = list(columns)
-    short[0] = short[0][:8]  # offset_ns column holds one row, the batch says two
+    short[0] = short[0].tobytes()[:8]  # offset_ns column holds one row, the batch says two
     path = tmp_path / "bad-batch.rpt"
     batches = [{"type": "batch", "n": 2, "columns": short}, {"type": "batch", "n": 2, "columns": columns}]
     path.write_bytes(frames_with_header(header, batches))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def iter_shapes(
         shift = header.start_wall_ns - base
         for values in table.rows():
             shape = RequestShape.from_record(values, header.fields)
-            shapes.append(replace(shape, offset_ns=shape.offset_ns + shift) if shift else shape)
+            shapes.append(shape._replace(offset_ns=shape.offset_ns + shift) if shift else shape)
     shapes.sort(key=lambda s: s.offset_ns)
     return iter(shapes)
 

@@ -7,15 +7,18 @@ count, so a reader steps over a corrupt frame and detects a truncated tail exact
 
 from __future__ import annotations
 
+import io
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
 import zstandard
 
 from replayproxy.trace.header import TraceFormatError
+
+Part = bytes | bytearray | memoryview  # a piece of a frame's payload (a numpy array as a memoryview)
 
 _SKIPPABLE_MAGIC = 0x184D2A5E  # one of zstd's 16 skippable-frame magic numbers
 _INDEX = struct.Struct("<IIII")  # magic, payload size (8), compressed length, record count
@@ -32,15 +35,25 @@ def compression_params(level: int) -> zstandard.ZstdCompressionParameters:
 
 
 class FrameWriter:
-    """Appends index + zstd frames to one open file; shared by trace and result files."""
+    """Appends index + zstd frames to one open file; shared by trace and result files.
+
+    A frame's parts (msgpack pieces and the column blobs as they are) are laid end to end in one
+    buffer reused from frame to frame, then compressed in one call: fresh memory costs a page
+    fault per 4 KiB, which on a VM cost as much as compressing the same bytes (BENCHMARKS.md).
+    """
 
     def __init__(self, stream: IO[bytes], level: int = 3) -> None:
         self._stream = stream
         self._compressor = zstandard.ZstdCompressor(compression_params=compression_params(level))
+        self._payload = io.BytesIO()
         self.bytes_written = 0
 
-    def write_frame(self, payload: bytes, records: int) -> None:
-        compressed = self._compressor.compress(payload)
+    def write_frame(self, parts: Iterable[Part], records: int) -> None:
+        """One zstd frame of the parts' bytes, in order."""
+        self._payload.seek(0)
+        self._payload.writelines(parts)
+        with self._payload.getbuffer() as whole, whole[: self._payload.tell()] as payload:
+            compressed = self._compressor.compress(payload)
         self._stream.write(_INDEX.pack(_SKIPPABLE_MAGIC, _INDEX_PAYLOAD, len(compressed), records))
         self._stream.write(compressed)
         self._stream.flush()

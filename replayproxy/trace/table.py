@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from replayproxy.trace.frames import FrameWriter, ReadReport, frame_totals, iter_frame_payloads
+from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
 # strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
@@ -31,22 +31,74 @@ RAGGED_KINDS: dict[str, np.dtype[Any]] = {"ragged:u8": np.dtype("<u8"), "ragged:
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 
+@dataclass(frozen=True, slots=True)
+class Pieces:
+    """A blob given as its pieces in order (a ragged column's rows), written without being joined."""
+
+    items: list[bytes]
+    nbytes: int
+
+
 def encode_column(kind: str, values: Sequence[Any] | np.ndarray) -> Any:
     if kind in NUMERIC_KINDS:
         if isinstance(values, np.ndarray):
-            return values.astype(NUMERIC_KINDS[kind], copy=False).tobytes()
-        return np.fromiter(values, NUMERIC_KINDS[kind], len(values)).tobytes()
+            return values.astype(NUMERIC_KINDS[kind], copy=False)
+        return np.fromiter(values, NUMERIC_KINDS[kind], len(values))
     if kind in RAGGED_KINDS:
-        return [b"".join(values), np.fromiter(map(len, values), "<u4", len(values)).tobytes()]
+        sizes = np.fromiter(map(len, values), "<u4", len(values))
+        return [Pieces(list(values), int(sizes.sum(dtype=np.int64))), sizes]
     if kind in CODED_KINDS:
+        if _all_alike(kind, values):  # the common case: one model, one endpoint, no sampling
+            return [[values[0]], np.zeros(len(values), "<u4")]
         # Maps are keyed by their msgpack bytes: {"n": 1}, {"n": True} and {"n": 1.0} are equal
         # as Python values but must stay distinct.
         keys = list(map(_packb, values)) if kind == "obj" else values
         codes = {key: code for code, key in enumerate(dict.fromkeys(keys))}
         coded = np.fromiter(map(codes.__getitem__, keys), "<u4", len(keys))
         distinct = [msgpack.unpackb(k, strict_map_key=False) for k in codes] if kind == "obj" else list(codes)
-        return [distinct, coded.tobytes()]
+        return [distinct, coded]
     raise ValueError(f"unknown column kind {kind!r}")
+
+
+def _all_alike(kind: str, values: Sequence[Any] | np.ndarray) -> bool:
+    """Whether every value is the first one: equal strings, or all maps empty (equal non-empty
+    maps may still differ in their msgpack bytes, see above)."""
+    if not len(values):
+        return False
+    if kind == "obj":
+        return not any(values)
+    return list(values).count(values[0]) == len(values)
+
+
+# A batch is the map {"type": "batch", "n": n, "columns": [...]}, packed here in parts so that big
+# column blobs go to zstd as they are instead of being copied into one msgpack payload first.
+_BATCH_HEAD = msgpack.Packer().pack_map_header(3) + b"".join(map(msgpack.packb, ("type", "batch", "n")))
+_COLUMNS_KEY = msgpack.packb("columns")
+
+
+def _pack_parts(value: Any, packer: msgpack.Packer, parts: list[Part]) -> None:
+    """Append `value` packed as msgpack to `parts`; arrays and pieces go as they are, uncopied."""
+    if isinstance(value, Pieces):
+        parts.append(_bin_header(value.nbytes))
+        parts.extend(value.items)
+    elif isinstance(value, np.ndarray):
+        parts.append(_bin_header(value.nbytes))
+        parts.append(value.data.cast("B"))
+    elif isinstance(value, list):
+        parts.append(packer.pack_array_header(len(value)))
+        for item in value:
+            _pack_parts(item, packer, parts)
+    else:
+        parts.append(packer.pack(value))
+
+
+def _bin_header(size: int) -> bytes:
+    """msgpack's bin header in its shortest form, as msgpack itself writes it."""
+    if size < 1 << 8:
+        return bytes((0xC4, size))
+    if size < 1 << 16:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
 
 
 class TableFile:
@@ -66,7 +118,7 @@ class TableFile:
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
         self.records = 0
-        self._frames.write_frame(self._packer.pack(header), 0)
+        self._frames.write_frame([self._packer.pack(header)], 0)
 
     @property
     def bytes_written(self) -> int:
@@ -84,25 +136,28 @@ class TableFile:
             return
         rows = zip(*self._rows, strict=True)
         columns = [encode_column(k, c) for k, c in zip(self._kinds, rows, strict=True)]
-        batch = {"type": "batch", "n": len(self._rows), "columns": columns}
-        self._frames.write_frame(self._packer.pack(batch), len(self._rows))
-        self.records += len(self._rows)
+        n = len(self._rows)
         self._rows.clear()
+        self.write_batch(columns, n)
 
     def write_batch(self, columns: list[Any], n: int) -> None:
-        """Append `n` rows already encoded column by column (see write_columns)."""
+        """Append `n` rows already encoded column by column (see write_columns); a column's blobs
+        may be numpy arrays, handed to zstd without a copy."""
         self.flush()
-        self._frames.write_frame(self._packer.pack({"type": "batch", "n": n, "columns": columns}), n)
+        parts: list[Part] = [_BATCH_HEAD, self._packer.pack(n), _COLUMNS_KEY]
+        _pack_parts(columns, self._packer, parts)
+        self._frames.write_frame(parts, n)
         self.records += n
 
     def write_side_record(self, record: dict[str, Any]) -> None:
         """A map with its own `type` (e.g. telemetry samples), in a frame of its own."""
         self.flush()
-        self._frames.write_frame(self._packer.pack(record), 0)
+        self._frames.write_frame([self._packer.pack(record)], 0)
 
     def close(self, footer: dict[str, Any]) -> None:
         self.flush()
-        self._frames.write_frame(self._packer.pack({"type": "footer", "records": self.records, **footer}), 0)
+        record = {"type": "footer", "records": self.records, **footer}
+        self._frames.write_frame([self._packer.pack(record)], 0)
         self._stream.close()
 
     def abandon(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -12,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.shape import FIELD_KINDS, BlockHashes, RequestShape, pack_u32, pack_u64
+from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape, pack_u32, pack_u64
 from replayproxy.trace.header import SUFFIX, TraceHeader
 from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
 
 _SLICE = 512  # shapes buffered before they are taken apart into columns
+_PACKED = attrgetter("packed")
 
 
 class TraceWriter:
@@ -80,15 +82,23 @@ class TraceWriter:
         return self.bytes_closed + (self._file.bytes_written if self._file else 0)
 
     def write(self, shape: RequestShape) -> None:
-        if self._file is None:
-            self._open()
-        shapes = self._shapes
-        shapes.append(shape)
-        if len(shapes) >= _SLICE:
-            self._columns.add(shapes)
-            shapes.clear()
-        if self._columns.n + len(shapes) >= self._frame_records or self._mono() >= self._flush_due_ns:
-            self.flush()
+        self.write_many((shape,))
+
+    def write_many(self, shapes: Sequence[RequestShape]) -> None:
+        """Append shapes in order; a recorder draining its queue, or a whole trace, passes many at
+        once so the frame and clock checks run per slice rather than per shape."""
+        at = 0
+        while at < len(shapes):
+            if self._file is None:  # the first write, or the last flush rotated
+                self._open()
+            room = min(_SLICE - len(self._shapes), self._frame_records - self._pending())
+            self._shapes.extend(shapes[at : at + room])
+            at += room
+            if len(self._shapes) >= _SLICE:
+                self._columns.add(self._shapes)
+                self._shapes.clear()
+            if self._pending() >= self._frame_records or self._mono() >= self._flush_due_ns:
+                self.flush()
 
     def poll(self) -> None:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
@@ -179,20 +189,27 @@ class _FrameColumns:
     """
 
     def __init__(self, fields: Sequence[str]) -> None:
-        self._columns: list[tuple[str, attrgetter[Any], list[Any]]] = [
-            (FIELD_KINDS[name], attrgetter(name), []) for name in fields
+        self._columns: list[tuple[str, int, list[Any]]] = [
+            (FIELD_KINDS[name], FIELDS.index(name), []) for name in fields
         ]
         self.n = 0
 
     def add(self, shapes: Sequence[RequestShape]) -> None:
-        for kind, getter, pieces in self._columns:
-            values = map(getter, shapes)
+        if not shapes:
+            return
+        by_field = list(zip(*shapes, strict=True))
+        for kind, position, pieces in self._columns:
+            values = by_field[position]
             if kind in NUMERIC_KINDS:
-                pieces.append(np.fromiter(values, NUMERIC_KINDS[kind], len(shapes)))
+                pieces.append(np.fromiter(values, NUMERIC_KINDS[kind], len(values)))
             elif kind == "ragged:u8":
-                pieces.extend([v.packed if type(v) is BlockHashes else pack_u64(v) for v in values])
+                try:
+                    packed = list(map(_PACKED, values))  # BlockHashes, as the recorder and synth make them
+                except AttributeError:
+                    packed = list(map(pack_u64, values))
+                pieces.extend(packed)
             elif kind == "ragged:u4":
-                pieces.extend([pack_u32(v) if v else b"" for v in values])
+                pieces.extend(map(pack_u32, values) if any(values) else [b""] * len(values))
             else:
                 pieces.extend(values)
         self.n += len(shapes)
@@ -200,7 +217,7 @@ class _FrameColumns:
     def encode(self) -> list[Any]:
         """The frame's encoded columns; the buffer starts empty again."""
         encoded = [
-            np.concatenate(pieces).tobytes() if kind in NUMERIC_KINDS else encode_column(kind, pieces)
+            np.concatenate(pieces) if kind in NUMERIC_KINDS else encode_column(kind, pieces)
             for kind, _, pieces in self._columns
         ]
         self.clear()
@@ -222,8 +239,9 @@ def write_trace(
 ) -> int:
     """Write a whole trace to one file (synth, import); returns the record count."""
     with TraceWriter(header, path=path, mono_ns=mono_ns, wall_ns=wall_ns, flush_interval_s=1e9) as writer:
-        for shape in shapes:
-            writer.write(shape)
+        iterator = iter(shapes)
+        while chunk := list(itertools.islice(iterator, _SLICE)):
+            writer.write_many(chunk)
     return writer.records_written
 
 
@@ -260,15 +278,15 @@ def write_columns(
                 starts = ragged_starts[name]
                 part = flat[starts[lo] : starts[hi]].astype(RAGGED_KINDS[kind], copy=False)
                 sizes = np.diff(starts[lo : hi + 1]) * RAGGED_KINDS[kind].itemsize
-                encoded.append([part.tobytes(), sizes.astype("<u4").tobytes()])
+                encoded.append([part, sizes.astype("<u4")])
                 continue
             value = columns.get(name, getattr(defaults, name))
             if isinstance(value, np.ndarray | list):
                 encoded.append(encode_column(kind, value[lo:hi]))
             elif kind in CODED_KINDS:  # one value for every row: a one-entry dictionary
-                encoded.append([[value], np.zeros(hi - lo, "<u4").tobytes()])
+                encoded.append([[value], np.zeros(hi - lo, "<u4")])
             else:
-                encoded.append(np.full(hi - lo, value, NUMERIC_KINDS[kind]).tobytes())
+                encoded.append(np.full(hi - lo, value, NUMERIC_KINDS[kind]))
         table.write_batch(encoded, hi - lo)
     table.close({"end_wall_ns": wall_ns()})
     return n

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,4 +34,4 @@ def write_synthetic(path: Path, **spec: Any) -> Path:
 
 
 def rebased(shapes: Iterable[RequestShape], **changes: Any) -> list[RequestShape]:
-    return [replace(s, **changes) for s in shapes]
+    return [s._replace(**changes) for s in shapes]
