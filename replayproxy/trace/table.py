@@ -67,7 +67,8 @@ def _all_alike(kind: str, values: Sequence[Any] | np.ndarray) -> bool:
         return False
     if kind == "obj":
         return not any(values)
-    return list(values).count(values[0]) == len(values)
+    listed = values if isinstance(values, list) else list(values)
+    return listed.count(values[0]) == len(values)
 
 
 # A batch is the map {"type": "batch", "n": n, "columns": [...]}, packed here in parts so that big
