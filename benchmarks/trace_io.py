@@ -67,6 +67,9 @@ def write_both(spec: SynthSpec, rpt: Path, jsonl: Path) -> tuple[int, float, flo
 
     A million shapes do not fit in memory, and a recorder's writer thread never holds more than
     its queue: holding them all would make the garbage collector's passes, not writing, the cost.
+    The collector runs before a chunk is made, not between making and writing it: a recorder
+    writes shapes it has just built, and a full collection in between would evict them from the
+    CPU caches.
     """
     rpt_watch, json_watch = Stopwatch(), Stopwatch()
     shapes = generate(spec)
@@ -78,10 +81,13 @@ def write_both(spec: SynthSpec, rpt: Path, jsonl: Path) -> tuple[int, float, flo
         open(jsonl, "wb") as raw,
         zstandard.ZstdCompressor(level=3).stream_writer(raw) as out,
     ):
-        while chunk := list(itertools.islice(shapes, 4096)):
+        while True:
+            gc.collect()
+            chunk = list(itertools.islice(shapes, 4096))
+            if not chunk:
+                break
             n += len(chunk)
             hashes += sum(len(s.prefix_hashes) for s in chunk)
-            gc.collect()
             with rpt_watch:
                 writer.write_many(chunk)
             with json_watch:
