@@ -502,3 +502,17 @@ def test_an_abandoned_file_keeps_its_complete_frames_and_writing_goes_on(tmp_pat
     shapes = list(trace.iter_shapes([first], report))
     assert [s.offset_ns for s in shapes] == [0, 1, 2, 3] and report.footers == 0
     assert [s.offset_ns for s in trace.iter_shapes([writer.files[1]])] == [10]
+
+
+def test_columns_grow_past_what_the_first_frame_suggests(tmp_path: Path) -> None:
+    """The loader sizes ragged columns from the first batch; later, denser frames must still fit."""
+    sparse = [RequestShape(offset_ns=i) for i in range(50)]
+    dense = [RequestShape(offset_ns=50 + i, prefix_hashes=tuple(range(i, i + 300)), chunk_gaps_us=(7,) * i)
+             for i in range(150)]  # fmt: skip
+    path = write(tmp_path / "t.rpt", sparse + dense, frame_records=50)
+    loaded = trace.load(path)
+    assert len(loaded) == 200 and loaded.report.frames == 1 + 4 + 1
+    assert loaded.hashes_of(0).tolist() == [] and loaded.hashes_of(199).tolist() == list(range(149, 449))
+    assert len(loaded.prefix_hashes) == 150 * 300 and loaded.chunk_gaps_us.tolist() == [7] * sum(range(150))
+    writer_shapes = [exact(s) for s in sparse + dense]
+    assert [exact(s) for s in trace.iter_shapes([path])] == writer_shapes

@@ -203,11 +203,15 @@ class _Growing:
     def extend(self, values: np.ndarray) -> None:
         end = self.size + len(values)
         if end > len(self._array):
-            grown = np.empty(max(end, 2 * len(self._array)), self._array.dtype)
-            grown[: self.size] = self._array[: self.size]
-            self._array = grown
+            self.reserve(max(end, 2 * len(self._array)))
         self._array[self.size : end] = values
         self.size = end
+
+    def reserve(self, capacity: int) -> None:
+        if capacity > len(self._array):
+            grown = np.empty(capacity, self._array.dtype)
+            grown[: self.size] = self._array[: self.size]
+            self._array = grown
 
     def result(self) -> np.ndarray:
         """The filled part; the unused tail (never touched, so never resident) is released."""
@@ -224,13 +228,14 @@ class _TableColumns:
 
     def __init__(self, kinds: list[str], records: int, payload_bytes: int) -> None:
         self.kinds = kinds
+        self._payload_bytes = payload_bytes
         self._columns: list[tuple[_Growing, ...]] = []
         for kind in kinds:
             if kind in NUMERIC_KINDS:
                 self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind]
-                flat = _Growing(dtype.newbyteorder("="), payload_bytes // dtype.itemsize)
+                flat = _Growing(dtype.newbyteorder("="), 0)  # sized by the first batch, see add()
                 self._columns.append((flat, _Growing(np.dtype(np.int64), records)))
             elif kind in CODED_KINDS:
                 self._columns.append((_Growing(np.dtype(object), records),))
@@ -238,12 +243,15 @@ class _TableColumns:
                 raise TraceFormatError(f"unknown column kind {kind!r}")
         self.n = 0
 
-    def add(self, batch: dict[str, Any]) -> None:
+    def add(self, batch: dict[str, Any], frame_bytes: int) -> None:
         for kind, column, part in zip(self.kinds, self._columns, batch["columns"], strict=True):
             if kind in NUMERIC_KINDS:
                 column[0].extend(np.frombuffer(part, NUMERIC_KINDS[kind]))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind]
+                if not column[0].size:  # this column's share of a frame, projected onto the file
+                    share = len(part[0]) / max(frame_bytes, 1)
+                    column[0].reserve(int(1.05 * share * self._payload_bytes) // dtype.itemsize)
                 column[0].extend(np.frombuffer(part[0], dtype))
                 column[1].extend(np.frombuffer(part[1], "<u4") // dtype.itemsize)
             else:
@@ -414,7 +422,7 @@ def read_table(
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "batch" and columns is not None and _batch_fits(item, columns.kinds, name, report):
-                columns.add(item)
+                columns.add(item, len(payload))
             elif kind == "header" and header is None:
                 header = item
                 kinds = _kinds_of(header, name, format_name, max_version)
