@@ -164,10 +164,12 @@ _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 
 def classify(data: bytes) -> ChunkInfo:
     """What one SSE event's data carries; never raises, whatever the bytes."""
+    if not data.lstrip().startswith(b"{"):  # not an object, so never a chunk: no parse, no exception
+        return _DONE_INFO if data.strip() == b"[DONE]" else _OTHER_INFO
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return _DONE_INFO if data.strip() == b"[DONE]" else _OTHER_INFO
+        return _OTHER_INFO
     if type(obj) is not dict:
         return _OTHER_INFO
     choices = obj.get("choices")
@@ -192,16 +194,16 @@ class StreamClassifier:
     chunk everywhere but inside its content string (same id, model, and a null finish reason) is
     content without being parsed. Engines repeat that envelope for every token."""
 
-    __slots__ = ("_templates", "_raw")
+    __slots__ = ("_templates", "event_templates")
 
     def __init__(self) -> None:
         self._templates: list[tuple[bytes, bytes]] = []  # (bytes before the string, bytes after it)
-        self._raw: list[tuple[bytes, bytes]] = []  # the same as whole `data: ...\n\n` events
+        self.event_templates: list[tuple[bytes, bytes]] = []  # the same as whole `data: ...\n\n` events
 
     def plain_event(self, piece: bytes) -> bool:
         """Whether `piece` is exactly one `data:` event holding a plain content chunk of a known
         envelope; lets a caller at an event boundary skip decoding (the common read of a stream)."""
-        for prefix, suffix in self._raw:
+        for prefix, suffix in self.event_templates:
             start = len(prefix)
             if (
                 piece.startswith(prefix)
@@ -228,7 +230,7 @@ class StreamClassifier:
             template = _template(data)
             if template is not None and b"\n" not in data:
                 self._templates.append(template)
-                self._raw.append((b"data: " + template[0], template[1] + b"\n\n"))
+                self.event_templates.append((b"data: " + template[0], template[1] + b"\n\n"))
         return info
 
 
