@@ -17,6 +17,8 @@ from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completio
 from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
 from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, parse_usage
 
+_QUOTE = 0x22
+
 
 def build_shape(cap: Capture, hasher: PromptHasher, origin_ns: int) -> RequestShape:
     """The shape of one exchange; `origin_ns` is the monotonic time of the trace's offset 0."""
@@ -100,8 +102,18 @@ def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
     content_ns: list[int] = []
     bad = False
     boundary = True  # the decoder holds nothing: a lone `data:` event can skip it
+    prefix, suffix = b"\0", b""  # the first envelope, tested inline (plain_event's test, no call)
     for piece, at_ns in zip(cap.pieces, cap.piece_ns, strict=True):
-        if boundary and classifier.plain_event(piece):
+        if boundary and (
+            (
+                piece.startswith(prefix)
+                and piece.endswith(suffix)
+                and len(piece) > len(prefix) + len(suffix)
+                and piece[len(prefix)] != _QUOTE
+                and piece.count(b"\n") == 2
+            )
+            or classifier.plain_event(piece)
+        ):
             content_ns.append(at_ns)
             continue
         if boundary and piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.count(b"\n") == 2:
@@ -117,6 +129,8 @@ def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
                 bad = True
             if info.usage is not None:
                 usage = info.usage
+        if suffix == b"" and classifier.event_templates:
+            prefix, suffix = classifier.event_templates[0]
     fields = _usage_fields(usage)
     if content_ns:
         fields["ttft_ns"] = content_ns[0] - cap.arrival_ns
