@@ -131,9 +131,7 @@ class Recorder:
         while True:
             stopping = self._stop.is_set()
             while self._queue:
-                capture = self._queue.popleft()
-                self._taken_bytes += capture.request_bytes + capture.response_bytes
-                self._guard(lambda c=capture: self._record(c))  # type: ignore[misc]
+                self._guard(self._record_queued)
             self._guard(self._idle)
             if stopping:
                 break
@@ -141,21 +139,34 @@ class Recorder:
             self._wake.clear()
         self._guard(self._close_writer)
 
-    def _record(self, capture: Capture) -> None:
+    def _record_queued(self) -> None:
+        """Shape what is queued now and hand it to the writer in one call, so the writer's frame and
+        clock checks and the metrics export run once per batch, not once per record."""
+        shapes: list[RequestShape] = []
+        while self._queue:
+            capture = self._queue.popleft()
+            self._taken_bytes += capture.request_bytes + capture.response_bytes
+            shape = self._shape(capture)
+            if shape is not None:
+                self._observe(shape)
+                shapes.append(shape)
+        if not shapes:
+            return
+        writer = self._open_writer()
+        if writer is None:
+            self._metrics.records_dropped.labels("writer_error").inc(len(shapes))
+            return
+        self._given += len(shapes)
+        writer.write_many(shapes)
+        self._account(writer)
+
+    def _shape(self, capture: Capture) -> RequestShape | None:
         try:
-            shape = build_shape(capture, self._hasher, self._anchor.mono_ns)
+            return build_shape(capture, self._hasher, self._anchor.mono_ns)
         except Exception as e:  # noqa: BLE001 — a malformed exchange must not stop recording
             self._metrics.records_dropped.labels("shape_error").inc()
             self._log("shape", f"could not build a request shape: {type(e).__name__}")
-            return
-        self._observe(shape)
-        writer = self._open_writer()
-        if writer is None:
-            self._metrics.records_dropped.labels("writer_error").inc()
-            return
-        self._given += 1
-        writer.write(shape)
-        self._account(writer)
+            return None
 
     def _idle(self) -> None:
         self._metrics.queue_depth.set(len(self._queue))

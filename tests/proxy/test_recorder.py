@@ -125,16 +125,18 @@ def test_unwritable_directory_drops_counts_and_recovers(
 
 
 def test_a_writer_crash_is_survived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = TraceWriter.write
-    calls: list[int] = []
+    original = TraceWriter.write_many
+    seen: list[Any] = []
+    crashed: list[int] = []
 
-    def flaky(self: TraceWriter, shape: Any) -> None:
-        calls.append(1)
-        if len(calls) == 2:
+    def flaky(self: TraceWriter, shapes: Any) -> None:
+        seen.extend(shapes)
+        if len(seen) >= 2 and not crashed:  # the batch holding the second record fails
+            crashed.append(1)
             raise RuntimeError("bug")
-        original(self, shape)
+        original(self, shapes)
 
-    monkeypatch.setattr(TraceWriter, "write", flaky)
+    monkeypatch.setattr(TraceWriter, "write_many", flaky)
     recorder, metrics = make(tmp_path, retry_s=0.05)
     recorder.start()
     recorder.finished(cap(0))
