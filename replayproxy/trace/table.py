@@ -194,11 +194,16 @@ class Table:
 
 
 class _Growing:
-    """An array filled in order and grown rarely: sized from the frame indexes up front."""
+    """An array filled in order and grown rarely: sized up front from the frame indexes, or
+    from projections (see _TableColumns._projected)."""
 
     def __init__(self, dtype: np.dtype[Any], capacity: int) -> None:
         self._array = np.empty(max(capacity, 16), dtype)
         self.size = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self._array)
 
     def extend(self, values: np.ndarray) -> None:
         end = self.size + len(values)
@@ -229,13 +234,14 @@ class _TableColumns:
     def __init__(self, kinds: list[str], records: int, payload_bytes: int) -> None:
         self.kinds = kinds
         self._payload_bytes = payload_bytes
+        self._payload_seen = 0
         self._columns: list[tuple[_Growing, ...]] = []
         for kind in kinds:
             if kind in NUMERIC_KINDS:
                 self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind]
-                flat = _Growing(dtype.newbyteorder("="), 0)  # sized by the first batch, see add()
+                flat = _Growing(dtype.newbyteorder("="), 0)  # sized as batches come, see _projected
                 self._columns.append((flat, _Growing(np.dtype(np.int64), records)))
             elif kind in CODED_KINDS:
                 self._columns.append((_Growing(np.dtype(object), records),))
@@ -244,15 +250,16 @@ class _TableColumns:
         self.n = 0
 
     def add(self, batch: dict[str, Any], frame_bytes: int) -> None:
+        self._payload_seen += frame_bytes
         for kind, column, part in zip(self.kinds, self._columns, batch["columns"], strict=True):
             if kind in NUMERIC_KINDS:
                 column[0].extend(np.frombuffer(part, NUMERIC_KINDS[kind]))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind]
-                if not column[0].size:  # this column's share of a frame, projected onto the file
-                    share = len(part[0]) / max(frame_bytes, 1)
-                    column[0].reserve(int(1.05 * share * self._payload_bytes) // dtype.itemsize)
-                column[0].extend(np.frombuffer(part[0], dtype))
+                flat = np.frombuffer(part[0], dtype)
+                if column[0].size + len(flat) > column[0].capacity:
+                    column[0].reserve(self._projected(column[0].size + len(flat)))
+                column[0].extend(flat)
                 column[1].extend(np.frombuffer(part[1], "<u4") // dtype.itemsize)
             else:
                 distinct, codes = part
@@ -260,6 +267,11 @@ class _TableColumns:
                 values[:] = list(distinct)
                 column[0].extend(values[np.frombuffer(codes, "<u4")])
         self.n += int(batch["n"])
+
+    def _projected(self, items: int) -> int:
+        """A ragged column's length for the whole file, from its share of the frames read so far:
+        reserved once (a little over), instead of doubling and copying a multi-GB array."""
+        return int(1.05 * items * max(1.0, self._payload_bytes / max(self._payload_seen, 1)))
 
     def into(self, table: Table, fields: list[str]) -> Table:
         table.n = self.n
