@@ -253,13 +253,31 @@ def _as_bytes(value: object) -> bytes:
     raise TypeError(type(value))
 
 
-def frames_with_header(header: dict[str, Any], batches: list[dict[str, Any]]) -> bytes:
-    compressor = zstandard.ZstdCompressor(write_checksum=True)
+def frames_with_header(header: dict[str, Any], batches: list[dict[str, Any]], sized: bool = True) -> bytes:
+    compressor = zstandard.ZstdCompressor(write_checksum=True, write_content_size=sized)
     out = b""
     for record in [header, *batches]:
         frame = compressor.compress(msgpack.packb(record, use_bin_type=True, default=_as_bytes))
         out += struct.pack("<IIII", 0x184D2A5E, 8, len(frame), record.get("n", 0)) + frame
     return out
+
+
+def test_frames_that_do_not_declare_their_size_still_load(tmp_path: Path) -> None:
+    """Other writers may stream frames without a content size; the reader then decompresses them
+    the slow way instead of into its reused buffer."""
+    header = TraceHeader(start_wall_ns=0).to_record()
+    rows = [
+        RequestShape(offset_ns=i, input_tokens=i, prefix_hashes=(i, 2**64 - 1)).to_record() for i in range(3)
+    ]
+    columns = [
+        trace.encode_column(FIELD_KINDS[f], col)
+        for f, col in zip(FIELDS, zip(*rows, strict=True), strict=True)
+    ]
+    path = tmp_path / "unsized.rpt"
+    path.write_bytes(frames_with_header(header, [{"type": "batch", "n": 3, "columns": columns}], sized=False))
+    loaded = trace.load(path)
+    assert loaded.input_tokens.tolist() == [0, 1, 2] and loaded.hashes_of(2).tolist() == [2, 2**64 - 1]
+    assert loaded.report.warnings == []
 
 
 def test_newer_major_version_is_refused_clearly(tmp_path: Path) -> None:
@@ -290,8 +308,7 @@ def test_files_with_fewer_fields_load_with_defaults(tmp_path: Path) -> None:
     header = TraceHeader(start_wall_ns=0, fields=tuple(kept)).to_record()
     rows = [(i, 5 * i, struct.pack("<Q", i)) for i in range(3)]
     columns = [
-        trace.encode_column(FIELD_KINDS[f], col)
-        for f, col in zip(kept, zip(*rows, strict=True), strict=True)
+        trace.encode_column(FIELD_KINDS[f], col) for f, col in zip(kept, zip(*rows, strict=True), strict=True)
     ]
     path = tmp_path / "old.rpt"
     path.write_bytes(frames_with_header(header, [{"type": "batch", "n": 3, "columns": columns}]))
