@@ -153,9 +153,8 @@ def main() -> None:
         ("bytes per request", rpt_bytes / n, json_bytes / n, "<= 0.6x"),
     ]
     print(
-        f"the load fills {loaded_bytes / 1e9:.2f} GB of new arrays; filling that much fresh memory, and"
-        f" nothing else, took {touch_s:.2f} CPU-s here ({n / (rpt_load_s - touch_s):,.0f} records/CPU-s"
-        " without it)"
+        f"the load fills {loaded_bytes / 1e9:.2f} GB of new arrays ({rpt_load_s:.2f} CPU-s in all);"
+        f" filling that much fresh memory, and nothing else, took {touch_s:.2f} CPU-s here"
     )
     print(f"{'':28} {'.rpt':>12} {'jsonl+zstd':>12} {'ratio':>7}  budget")
     for name, ours, theirs, budget in rows:

@@ -30,9 +30,8 @@ def compression_params(level: int) -> zstandard.ZstdCompressionParameters:
     window, a 128k hash table and acceleration 16 compressed trace frames 1.7x faster than plain
     level 3 for 3% more bytes (419 vs 406 per request, BENCHMARKS.md "Trace I/O"); any zstd
     reader decodes them."""
-    return zstandard.ZstdCompressionParameters.from_level(
-        level, strategy=zstandard.STRATEGY_FAST, window_log=21, hash_log=17, target_length=16, write_checksum=1
-    )
+    fast = {"strategy": zstandard.STRATEGY_FAST, "window_log": 21, "hash_log": 17, "target_length": 16}
+    return zstandard.ZstdCompressionParameters.from_level(level, write_checksum=1, **fast)
 
 
 class FrameWriter:
