@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -179,3 +180,14 @@ def test_block_hashes_keep_bytes_and_compare_like_their_ints() -> None:
     assert hashes[1] == ints[1] and hashes[-2:] == ints[-2:] and list(hashes) == list(ints)
     assert hashes != list(ints)  # like a tuple, unequal to a list
     assert RequestShape(offset_ns=0, prefix_hashes=hashes) == RequestShape(offset_ns=0, prefix_hashes=ints)
+
+
+def test_the_shared_default_sampling_map_cannot_be_changed() -> None:
+    """Every shape made without sampling shares one map: changing it would change them all."""
+    first, second = RequestShape(offset_ns=0), RequestShape(offset_ns=1)
+    assert first.sampling is second.sampling and first.sampling == {}
+    with pytest.raises(TypeError, match="read-only"):
+        first.sampling["temperature"] = 0.5
+    with pytest.raises(TypeError, match="read-only"):
+        first.sampling.update(n=2)
+    assert second.sampling == {} and first._replace(sampling={"n": 2}).sampling == {"n": 2}
