@@ -60,9 +60,6 @@ class FrameWriter:
         self.bytes_written += _INDEX.size + len(compressed)
 
 
-# Column kinds of a table file: fixed-width numbers are stored as raw little-endian arrays,
-
-
 @dataclass(slots=True)
 class ReadReport:
     """What a read saw besides records: every skipped byte is accounted for here."""

@@ -22,7 +22,8 @@ import numpy as np
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
-# strings and small maps dictionary-coded, ragged fields as one blob plus per-row byte lengths.
+# Column kinds: fixed-width numbers as raw little-endian arrays, strings and small maps
+# dictionary-coded, ragged fields as one blob plus per-row byte lengths.
 NUMERIC_KINDS: dict[str, np.dtype[Any]] = {"i8": np.dtype("<i8"), "u8": np.dtype("<u8"), "b1": np.dtype("?")}
 CODED_KINDS = ("str", "obj")
 RAGGED_KINDS: dict[str, np.dtype[Any]] = {"ragged:u8": np.dtype("<u8"), "ragged:u4": np.dtype("<u4")}
