@@ -31,6 +31,7 @@ from replayproxy.clock import now_ns
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for
 from replayproxy.trace import Columns, TraceWriter, load
+from replayproxy.trace.writer import WRITE_SLICE
 
 WORKLOAD = dict(
     rate_rps=100.0, arrival_cv=2.0, prefix_groups=16, prefix_len_tokens=512, sessions_share=0.3,
@@ -67,9 +68,9 @@ def write_both(spec: SynthSpec, rpt: Path, jsonl: Path) -> tuple[int, float, flo
 
     A million shapes do not fit in memory, and a recorder's writer thread never holds more than
     its queue: holding them all would make the garbage collector's passes, not writing, the cost.
-    The collector runs before a chunk is made, not between making and writing it: a recorder
-    writes shapes it has just built, and a full collection in between would evict them from the
-    CPU caches.
+    Chunks are as big as the slices `write_trace` hands over (512) and the collector runs before
+    a chunk is made, not between making and writing it: writers get shapes just built (synth and
+    importers a slice at a time, a recorder its queue every 20 ms), still in the CPU caches.
     """
     rpt_watch, json_watch = Stopwatch(), Stopwatch()
     shapes = generate(spec)
@@ -83,7 +84,7 @@ def write_both(spec: SynthSpec, rpt: Path, jsonl: Path) -> tuple[int, float, flo
     ):
         while True:
             gc.collect()
-            chunk = list(itertools.islice(shapes, 4096))
+            chunk = list(itertools.islice(shapes, WRITE_SLICE))
             if not chunk:
                 break
             n += len(chunk)

@@ -17,7 +17,7 @@ from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape, pack_u32, pack_
 from replayproxy.trace.header import SUFFIX, TraceHeader
 from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
 
-_SLICE = 512  # shapes buffered before they are taken apart into columns
+WRITE_SLICE = 512  # shapes buffered before they are taken apart into columns
 _PACKED = attrgetter("packed")
 
 
@@ -63,7 +63,7 @@ class TraceWriter:
         self._level = level
         self._seq = 0
         self._file: TableFile | None = None
-        self._shapes: list[RequestShape] = []  # at most _SLICE, then moved into _columns
+        self._shapes: list[RequestShape] = []  # at most WRITE_SLICE, then moved into _columns
         self._columns = _FrameColumns(header.fields)
         self._opened_ns = 0
         self._flush_due_ns = mono_ns() + self._flush_interval_ns
@@ -91,10 +91,10 @@ class TraceWriter:
         while at < len(shapes):
             if self._file is None:  # the first write, or the last flush rotated
                 self._open()
-            room = min(_SLICE - len(self._shapes), self._frame_records - self._pending())
+            room = min(WRITE_SLICE - len(self._shapes), self._frame_records - self._pending())
             self._shapes.extend(shapes[at : at + room])
             at += room
-            if len(self._shapes) >= _SLICE:
+            if len(self._shapes) >= WRITE_SLICE:
                 self._columns.add(self._shapes)
                 self._shapes.clear()
             if self._pending() >= self._frame_records or self._mono() >= self._flush_due_ns:
@@ -240,7 +240,7 @@ def write_trace(
     """Write a whole trace to one file (synth, import); returns the record count."""
     with TraceWriter(header, path=path, mono_ns=mono_ns, wall_ns=wall_ns, flush_interval_s=1e9) as writer:
         iterator = iter(shapes)
-        while chunk := list(itertools.islice(iterator, _SLICE)):
+        while chunk := list(itertools.islice(iterator, WRITE_SLICE)):
             writer.write_many(chunk)
     return writer.records_written
 
