@@ -203,28 +203,11 @@ class StreamClassifier:
     def plain_event(self, piece: bytes) -> bool:
         """Whether `piece` is exactly one `data:` event holding a plain content chunk of a known
         envelope; lets a caller at an event boundary skip decoding (the common read of a stream)."""
-        for prefix, suffix in self.event_templates:
-            start = len(prefix)
-            if (
-                piece.startswith(prefix)
-                and piece.endswith(suffix)
-                and len(piece) > start + len(suffix)
-                and piece[start : start + 1] != b'"'
-                and piece.count(b"\n") == 2
-            ):
-                return True
-        return False
+        return _fits_envelope(piece, self.event_templates) and piece.count(b"\n") == 2
 
     def classify(self, data: bytes) -> ChunkInfo:
-        for prefix, suffix in self._templates:
-            start = len(prefix)
-            if (
-                data.startswith(prefix)
-                and data.endswith(suffix)
-                and len(data) > start + len(suffix)
-                and data[start : start + 1] != b'"'
-            ):
-                return _PLAIN[CONTENT]
+        if _fits_envelope(data, self._templates):
+            return _PLAIN[CONTENT]
         info = classify(data)
         if info is _PLAIN[CONTENT] and len(self._templates) < 4:
             template = _template(data)
@@ -232,6 +215,21 @@ class StreamClassifier:
                 self._templates.append(template)
                 self.event_templates.append((b"data: " + template[0], template[1] + b"\n\n"))
         return info
+
+
+def _fits_envelope(data: bytes, templates: list[tuple[bytes, bytes]]) -> bool:
+    """Whether `data` is one of the envelopes around a non-empty string: each prefix ends with the
+    string's opening quote, so a quote right after it would mean an empty string, not a token."""
+    for prefix, suffix in templates:
+        start = len(prefix)
+        if (
+            data.startswith(prefix)
+            and data.endswith(suffix)
+            and len(data) > start + len(suffix)
+            and data[start : start + 1] != b'"'
+        ):
+            return True
+    return False
 
 
 _STRING_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')
