@@ -348,7 +348,8 @@ class Exchange:
 
     def on_headers_complete(self) -> None:
         parser = self.parser
-        assert parser is not None
+        if parser is None:  # another response in the read that ended this exchange: not answered to anyone
+            return
         status = parser.get_status_code()
         if status < 200:
             self.interim = True
@@ -441,6 +442,9 @@ class Exchange:
 
     def _finish(self, reusable: bool) -> None:
         self.done = True
+        # The parser holds this exchange (its callbacks): letting go of it breaks the cycle, so an
+        # ended exchange, its buffers and its capture are freed at once instead of by the collector.
+        self.parser = None
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             self.ctx.pool.release(upstream, reusable, self.ctx.tick)

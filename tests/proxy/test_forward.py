@@ -83,6 +83,20 @@ def test_bodiless_responses_head_204_304() -> None:
     run(main())
 
 
+def test_a_second_response_in_the_same_read_reaches_nobody() -> None:
+    def script(request: RawRequest) -> None:
+        request.connection.write(answer(200, b"first") + answer(500, b"unasked"))
+
+    async def main() -> None:
+        async with RawUpstream(script) as up, proxy(up.url) as px:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(3):
+                    async with session.get(px.url + "/") as resp:
+                        assert (resp.status, await resp.read()) == (200, b"first")
+
+    run(main())
+
+
 def test_chunked_request_body_and_chunked_response() -> None:
     def script(request: RawRequest) -> None:
         assert header(request.headers, b"transfer-encoding") == b"chunked"
