@@ -6,7 +6,7 @@ generator. The path under test is pinned to CPU 0, the upstream and the load gen
 (the budgets in issue 4 are "on one core"). Figures are differences and ratios against the direct
 path measured in the same run, so machine noise mostly cancels.
 
-    python benchmarks/proxy_overhead.py                   # full run (about 2 minutes)
+    python benchmarks/proxy_overhead.py                   # full run (about 6 minutes)
     python benchmarks/proxy_overhead.py --quick           # shorter, for a smoke check
 """
 
@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -250,7 +251,8 @@ def _run_load(port: int, rate: float, duration_s: float, cpu: int) -> dict[str, 
         done = subprocess.run(argv, capture_output=True, text=True, preexec_fn=pin)
         if done.returncode != 0:
             raise RuntimeError(f"load generator failed at {rate:g} req/s:\n{done.stderr[-2000:]}")
-        return json.loads(Path(out.name).read_text())
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+        return result
 
 
 def _nginx_conf(directory: Path, listen: int, upstream: int) -> Path:
@@ -360,14 +362,36 @@ def _bench(args: argparse.Namespace) -> None:
         work = Path(tmp)
         fixed: dict[str, dict[str, Any]] = {}
         for name in paths:
-            with _path(name, upstream, work) as (port, pid):
-                _run_load(port, args.rate, 1.0, 1)  # warm-up: connections, caches
-                cpu0 = _cpu_s(pid) if pid else 0.0
-                result = _run_load(port, args.rate, duration, 1)
-                result["cpu_s"] = (_cpu_s(pid) - cpu0) if pid else float("nan")
-                fixed[name] = result
+            fixed[name] = _measure(name, upstream, work, args.rate, duration)
         _report_fixed(fixed, args.rate, duration)
+        _report_recording_cpu(fixed, upstream, work, args.rate, duration, pairs=2 if args.quick else 4)
         _report_max_rate(paths, upstream, work, quick=args.quick)
+
+
+def _measure(name: str, upstream: int, work: Path, rate: float, duration: float) -> dict[str, Any]:
+    """One path at a fixed rate, after a 1 s warm-up (connections, caches); CPU of the path's process."""
+    with _path(name, upstream, work) as (port, pid):
+        _run_load(port, rate, 1.0, 1)
+        cpu0 = _cpu_s(pid) if pid else 0.0
+        result = _run_load(port, rate, duration, 1)
+        result["cpu_s"] = (_cpu_s(pid) - cpu0) if pid else float("nan")
+        return result
+
+
+def _report_recording_cpu(
+    fixed: dict[str, dict[str, Any]], upstream: int, work: Path, rate: float, duration: float, pairs: int
+) -> None:
+    """Recording's CPU cost as the median of several off/on pairs run back to back: one pair's ratio
+    swings by a third on a shared machine (a neighbour's burst lands in one half of it)."""
+    if "replayproxy+rec" not in fixed:
+        return
+    ratios = [fixed["replayproxy+rec"]["cpu_s"] / fixed["replayproxy"]["cpu_s"]]
+    for _ in range(pairs - 1):
+        off = _measure("replayproxy", upstream, work, rate, duration)["cpu_s"]
+        on = _measure("replayproxy+rec", upstream, work, rate, duration)["cpu_s"]
+        ratios.append(on / off)
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"recording on / off CPU, median of {pairs} pairs: {statistics.median(ratios):.3f} ({shown})")
 
 
 def _report_fixed(fixed: dict[str, dict[str, Any]], rate: float, duration: float) -> None:
