@@ -52,6 +52,11 @@ SAMPLING_VALUE_KEYS = (
 # Parameters that may carry user text: only their presence is kept.
 SAMPLING_PRESENCE_KEYS = ("stop", "logit_bias", "user", "response_format", "tools", "tool_choice")
 
+_SAMPLING_ORDER = {name: i for i, name in enumerate(SAMPLING_VALUE_KEYS + SAMPLING_PRESENCE_KEYS)}
+_PRESENCE = frozenset(SAMPLING_PRESENCE_KEYS)
+_NUMBER = (bool, int, float)
+_ABSENT: tuple[object, ...] = (None, [], {}, "")
+
 HASH_SCHEME = "blake2b64-chain-v1"
 UNKNOWN = -1
 
@@ -316,13 +321,16 @@ def role_letters(roles: Sequence[object]) -> str:
 
 
 def keep_sampling(body: dict[str, Any]) -> dict[str, float | int | bool]:
-    """The sampling parameters a trace may hold: numeric values, and presence flags for text ones."""
+    """The sampling parameters a trace may hold: numeric values, and presence flags for text ones.
+
+    Runs for every recorded request, so only the keys the body has are visited (a set
+    intersection), in the order of the key lists, so equal settings encode equally."""
     kept: dict[str, float | int | bool] = {}
-    for name in SAMPLING_VALUE_KEYS:
-        value = body.get(name)
-        if isinstance(value, bool | int | float):
+    for name in sorted(body.keys() & _SAMPLING_ORDER.keys(), key=_SAMPLING_ORDER.__getitem__):
+        value = body[name]
+        if name in _PRESENCE:
+            if value not in _ABSENT:
+                kept[name] = True
+        elif isinstance(value, _NUMBER):
             kept[name] = value
-    for name in SAMPLING_PRESENCE_KEYS:
-        if body.get(name) not in (None, [], {}, ""):
-            kept[name] = True
     return kept

@@ -54,7 +54,7 @@ class SSEDecoder:
             and chunk.endswith(b"\n\n")
             and not (self._tail or self._data or self._event or self._skip_lf)
             and chunk.count(b"\n") == 2
-            and b"\r" not in chunk
+            and chunk.find(b"\r") < 0
         ):  # exactly one `data:` event, the way engines write them: no line splitting needed
             self._started = True
             self._offset += len(chunk)
@@ -76,7 +76,7 @@ class SSEDecoder:
                 buf = buf[3:]
                 self._offset += 3
         events: list[SSEEvent] = []
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             pos = 0
             for match in _LINE_END.finditer(buf):
                 self._line(buf[pos : match.start()], self._offset + match.end(), events)

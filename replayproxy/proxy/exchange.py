@@ -406,8 +406,12 @@ class Exchange:
             else:
                 cap.response_truncated = True
             strip = self.strip
-            if strip is not None and not (strip.idle and piece.endswith(b"\n\n") and b'"usage"' not in piece):
-                piece = strip.feed(piece)  # skipped for whole usage-free events: feed would return them as is
+            # `find`, not `in`: bytes.__contains__ first tries its operand as an int and raises and
+            # clears a TypeError inside, which costs twice the search here.
+            if strip is not None and not (
+                strip.idle and piece.endswith(b"\n\n") and piece.find(b'"usage"') < 0
+            ):  # whole usage-free events skip feed, which would return them as they are
+                piece = strip.feed(piece)
                 if not piece:
                     return
         self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)

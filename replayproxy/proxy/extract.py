@@ -14,10 +14,9 @@ import orjson
 
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
+from replayproxy.proxy.stream_scan import StreamScan
 from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
-from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, parse_usage
-
-_QUOTE = 0x22
+from replayproxy.sse import Usage, parse_usage
 
 
 def build_shape(cap: Capture, hasher: PromptHasher, origin_ns: int) -> RequestShape:
@@ -96,51 +95,15 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
 
 
 def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
-    decoder = SSEDecoder()
-    classifier = StreamClassifier()
-    usage: Usage | None = None
-    content_ns: list[int] = []
-    bad = False
-    boundary = True  # the decoder holds nothing: a lone `data:` event can skip it
-    prefix, suffix = b"\0", b""  # the first envelope, tested inline (plain_event's test, no call)
-    for piece, at_ns in zip(cap.pieces, cap.piece_ns, strict=True):
-        if boundary and (
-            (
-                piece.startswith(prefix)
-                and piece.endswith(suffix)
-                and len(piece) > len(prefix) + len(suffix)
-                and piece[len(prefix)] != _QUOTE
-                and piece.count(b"\n") == 2
-            )
-            or classifier.plain_event(piece)
-        ):
-            content_ns.append(at_ns)
-            continue
-        if boundary and piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.count(b"\n") == 2:
-            datas = [piece[6:-2]]  # one event per read, as engines write them (the decoder's own fast path)
-        else:
-            datas = [event.data for event in decoder.feed(piece)]
-            boundary = piece.endswith(b"\n\n") and b"\r" not in piece
-        for data in datas:
-            info = classifier.classify(data)
-            if info.kind == CONTENT:
-                content_ns.append(at_ns)
-            elif info.kind == ERROR:
-                bad = True
-            if info.usage is not None:
-                usage = info.usage
-        if suffix == b"" and classifier.event_templates:
-            prefix, suffix = classifier.event_templates[0]
-    fields = _usage_fields(usage)
-    if content_ns:
-        fields["ttft_ns"] = content_ns[0] - cap.arrival_ns
-        fields["chunk_gaps_us"] = tuple(
-            (b - a) // 1000 for a, b in zip(content_ns, content_ns[1:], strict=False)
-        )
+    scan = StreamScan(cap.pieces, cap.piece_ns)
+    fields = _usage_fields(scan.usage)
+    if scan.content_ns:
+        fields["ttft_ns"] = scan.content_ns[0] - cap.arrival_ns
+        fields["chunk_gaps_us"] = scan.gaps_us()
     if fields.get("output_tokens", UNKNOWN) == UNKNOWN and not cap.response_truncated:
-        fields["output_tokens"] = len(content_ns)
+        fields["output_tokens"] = len(scan.content_ns)
         fields["output_estimated"] = True
-    if bad and not error:
+    if scan.bad and not error:
         fields["error"] = "bad_stream"
     return fields
 

@@ -21,7 +21,7 @@ _OPTION = b'"stream_options":{"include_usage":true}'
 
 def inject(body: bytes) -> tuple[bytes | None, Any]:
     """(new body or None if not needed, the parsed JSON or None) for a chat/completions request body."""
-    if b'"stream"' not in body:
+    if body.find(b'"stream"') < 0:
         return None, None
     try:
         obj = orjson.loads(body)
@@ -46,7 +46,7 @@ class UsageStripper:
         self._cr_end: bool | None = None  # last event ended on CR: True if it was kept, False if dropped
 
     def feed(self, piece: bytes) -> bytes:
-        if not self._held and piece.endswith(b"\n\n") and b'"usage"' not in piece:
+        if not self._held and piece.endswith(b"\n\n") and piece.find(b'"usage"') < 0:
             # Whole events and no usage (nearly every chunk): pass on untouched, restart decoding after them.
             if self._cr_end is not None and piece[:1] == b"\n":
                 piece = piece if self._cr_end else piece[1:]
@@ -67,7 +67,7 @@ class UsageStripper:
             end = event.end - self._held_at
             raw = held[cut:end]
             cut = end
-            drop = b'"usage"' in event.data and classify(event.data).kind == USAGE
+            drop = event.data.find(b'"usage"') >= 0 and classify(event.data).kind == USAGE
             if self._cr_end is not None and raw[:1] == b"\n":  # the LF of the previous event's CRLF
                 if self._cr_end:
                     out.append(b"\n")
