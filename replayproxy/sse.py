@@ -53,12 +53,15 @@ class SSEDecoder:
             chunk.startswith(b"data: ")
             and chunk.endswith(b"\n\n")
             and not (self._tail or self._data or self._event or self._skip_lf)
-            and chunk.count(b"\n") == 2
             and chunk.find(b"\r") < 0
-        ):  # exactly one `data:` event, the way engines write them: no line splitting needed
-            self._started = True
-            self._offset += len(chunk)
-            return [SSEEvent(chunk[6:-2], "", self._id, self._retry, self._offset)]
+        ):  # whole `data:` events, the way engines write them: no line-by-line parsing needed
+            if chunk.count(b"\n") == 2:
+                self._started = True
+                self._offset += len(chunk)
+                return [SSEEvent(chunk[6:-2], "", self._id, self._retry, self._offset)]
+            whole = self._data_events(chunk)
+            if whole:
+                return whole
         if not chunk:
             return []
         if self._skip_lf:
@@ -91,6 +94,19 @@ class SSEDecoder:
             pos = len(buf) - len(lines[-1])
         self._offset += pos
         self._tail = buf[pos:]
+        return events
+
+    def _data_events(self, chunk: bytes) -> list[SSEEvent]:
+        """Several one-line `data:` events (a usage event and [DONE], say), or [] for anything else."""
+        lines = chunk.split(b"\n\n")
+        lines.pop()  # the empty rest after the last event
+        if not all(line.startswith(b"data: ") and line.find(b"\n") < 0 for line in lines):
+            return []
+        self._started = True
+        events = []
+        for line in lines:
+            self._offset += len(line) + 2
+            events.append(SSEEvent(line[6:], "", self._id, self._retry, self._offset))
         return events
 
     def _line(self, line: bytes, end: int, events: list[SSEEvent]) -> None:

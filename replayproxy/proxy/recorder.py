@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from replayproxy import __version__
 from replayproxy.clock import Anchor, now_ns, wall_ns
 from replayproxy.proxy.extract import build_shape
-from replayproxy.proxy.metrics import ProxyMetrics
+from replayproxy.proxy.metrics import EndpointFigures, ProxyMetrics
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.settings import ENDPOINT_CLASSES, ProxySettings
@@ -75,11 +75,8 @@ class Recorder:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
-        self._series = {  # per-endpoint children looked up once, not per record
-            ep: (metrics.input_tokens.labels(ep), metrics.output_tokens.labels(ep), metrics.ttft.labels(ep),
-                 metrics.e2e.labels(ep), metrics.tpot.labels(ep))
-            for ep in ENDPOINT_CLASSES
-        }  # fmt: skip
+        for endpoint in ENDPOINT_CLASSES:
+            metrics.recorded[endpoint] = EndpointFigures()
 
     @property
     def files(self) -> list[Path]:
@@ -257,19 +254,19 @@ class Recorder:
         self._metrics.trace_files.set(len(files))
 
     def _observe(self, shape: RequestShape) -> None:
-        inputs, outputs, ttft, e2e, tpot = self._series[shape.endpoint]
+        figures = self._metrics.recorded[shape.endpoint]
         if shape.input_tokens > 0:
-            inputs.inc(shape.input_tokens)
+            figures.input_tokens += shape.input_tokens
         if shape.output_tokens > 0:
-            outputs.inc(shape.output_tokens)
+            figures.output_tokens += shape.output_tokens
         if shape.error:
             return
         if shape.ttft_ns >= 0:
-            ttft.observe(shape.ttft_ns / 1e9)
+            figures.ttft.observe(shape.ttft_ns / 1e9)
         if shape.e2e_ns >= 0:
-            e2e.observe(shape.e2e_ns / 1e9)
+            figures.e2e.observe(shape.e2e_ns / 1e9)
             if shape.ttft_ns >= 0 and shape.output_tokens > 1:
-                tpot.observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
+                figures.tpot.observe((shape.e2e_ns - shape.ttft_ns) / (shape.output_tokens - 1) / 1e9)
 
 
 def _error_kind(e: Exception) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from replayproxy.proxy.metrics import METRIC_NAMES, METRICS
+from replayproxy.proxy.metrics import METRIC_NAMES, METRICS, Buckets
 from tests.proxy.helpers import RawRequest, RawUpstream, proxy, run
 
 ALLOWED_LABELS = {"endpoint", "status_class", "error", "reason", "kind", "le"}
@@ -55,3 +55,11 @@ async def _wait_written(session: aiohttp.ClientSession, admin_url: str) -> None:
             if "replayproxy_records_written_total 2.0" in await resp.text():
                 return
         await __import__("asyncio").sleep(0.05)
+
+
+def test_buckets_are_inclusive_and_cumulative_like_prometheus_client() -> None:
+    buckets = Buckets((0.01, 0.1, 1.0))
+    for value in (0.005, 0.01, 0.0100001, 0.1, 5.0):
+        buckets.observe(value)
+    assert buckets.cumulative() == [("0.01", 2), ("0.1", 4), ("1.0", 4), ("+Inf", 5)]
+    assert abs(buckets.sum - 5.1250001) < 1e-9
