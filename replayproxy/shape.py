@@ -7,9 +7,11 @@ repeats, so readers map values by name and old files keep loading when fields ar
 
 from __future__ import annotations
 
+import array
 import functools
 import hashlib
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn, overload
 
@@ -191,6 +193,9 @@ FIELDS: tuple[str, ...] = RequestShape._fields
 _FIELD_SET = frozenset(FIELDS)
 
 
+_U32 = "I" if array.array("I").itemsize == 4 else "L"
+
+
 @functools.cache
 def _array_struct(code: str, count: int) -> struct.Struct:
     return struct.Struct(f"<{count}{code}")
@@ -254,10 +259,17 @@ def unpack_u64(data: bytes) -> tuple[int, ...]:
 
 
 def pack_u32(values: Sequence[int]) -> bytes:
-    """Pack microsecond gaps; a gap beyond u32 (71 minutes) is clamped rather than wrapped."""
-    if values and max(values) > 0xFFFFFFFF:
-        values = [min(v, 0xFFFFFFFF) for v in values]
-    return _array_struct("I", len(values)).pack(*values)
+    """Pack microsecond gaps; a gap beyond u32 (71 minutes) is clamped rather than wrapped.
+
+    Through `array`, whose range check is the clamp test: a `max` first would cost more than the
+    packing (the recorder packs every recorded stream's gaps)."""
+    try:
+        packed = array.array(_U32, values)
+    except OverflowError:
+        packed = array.array(_U32, [min(v, 0xFFFFFFFF) for v in values])
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
 
 
 def unpack_u32(data: bytes) -> tuple[int, ...]:

@@ -16,8 +16,10 @@ from replayproxy.shape import (
     RequestShape,
     keep_sampling,
     key_fingerprint,
+    pack_u32,
     prefix_block_hashes,
     role_letters,
+    unpack_u32,
 )
 
 KEY = b"0123456789abcdef"
@@ -191,3 +193,10 @@ def test_the_shared_default_sampling_map_cannot_be_changed() -> None:
     with pytest.raises(TypeError, match="read-only"):
         first.sampling.update(n=2)
     assert second.sampling == {} and first._replace(sampling={"n": 2}).sampling == {"n": 2}
+
+
+def test_gaps_pack_little_endian_and_clamp_beyond_u32() -> None:
+    packed = pack_u32((1, 70_000, 2**32 + 5))
+    assert packed == (1).to_bytes(4, "little") + (70_000).to_bytes(4, "little") + b"\xff" * 4
+    assert unpack_u32(packed) == (1, 70_000, 2**32 - 1)
+    assert pack_u32(()) == b""
