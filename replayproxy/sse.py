@@ -33,6 +33,17 @@ class SSEEvent(NamedTuple):
     end: int = 0
 
 
+def data_lines(chunk: bytes) -> list[bytes] | None:
+    """The lines of a chunk that is only whole one-line `data:` events with LF endings (a usage
+    event and [DONE] in one read, say), without their blank lines; None for anything else.
+    The caller has checked that the chunk starts with `data: `, ends with a blank line, has no CR."""
+    lines = chunk.split(b"\n\n")
+    lines.pop()  # the empty rest after the last event
+    if all(line.startswith(b"data: ") and line.find(b"\n") < 0 for line in lines):
+        return lines
+    return None
+
+
 class SSEDecoder:
     """Incremental decoder; one per stream. Holds only the incomplete tail between calls."""
 
@@ -59,9 +70,9 @@ class SSEDecoder:
                 self._started = True
                 self._offset += len(chunk)
                 return [SSEEvent(chunk[6:-2], "", self._id, self._retry, self._offset)]
-            whole = self._data_events(chunk)
-            if whole:
-                return whole
+            lines = data_lines(chunk)
+            if lines is not None:
+                return self._data_events(lines)
         if not chunk:
             return []
         if self._skip_lf:
@@ -96,12 +107,7 @@ class SSEDecoder:
         self._tail = buf[pos:]
         return events
 
-    def _data_events(self, chunk: bytes) -> list[SSEEvent]:
-        """Several one-line `data:` events (a usage event and [DONE], say), or [] for anything else."""
-        lines = chunk.split(b"\n\n")
-        lines.pop()  # the empty rest after the last event
-        if not all(line.startswith(b"data: ") and line.find(b"\n") < 0 for line in lines):
-            return []
+    def _data_events(self, lines: list[bytes]) -> list[SSEEvent]:
         self._started = True
         events = []
         for line in lines:

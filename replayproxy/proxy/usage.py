@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from replayproxy.sse import USAGE, SSEDecoder, classify
+from replayproxy.sse import USAGE, SSEDecoder, classify, data_lines
 
 _OPTION = b'"stream_options":{"include_usage":true}'
 
@@ -53,6 +53,11 @@ class UsageStripper:
             self._decoder, self._cr_end = None, None
             self.idle = True
             return piece
+        if self._decoder is None and self._cr_end is None and _whole_lf_events(piece):
+            lines = data_lines(piece)
+            if lines is not None:  # one-line events only (the usage event and [DONE]): no decoder needed
+                kept = [line for line in lines if not _is_usage(line[6:])]
+                return piece if len(kept) == len(lines) else b"".join(line + b"\n\n" for line in kept)
         self.idle = False
         if self._decoder is None:
             self._decoder, self._held_at = SSEDecoder(), 0
@@ -67,7 +72,7 @@ class UsageStripper:
             end = event.end - self._held_at
             raw = held[cut:end]
             cut = end
-            drop = event.data.find(b'"usage"') >= 0 and classify(event.data).kind == USAGE
+            drop = _is_usage(event.data)
             if self._cr_end is not None and raw[:1] == b"\n":  # the LF of the previous event's CRLF
                 if self._cr_end:
                     out.append(b"\n")
@@ -83,3 +88,12 @@ class UsageStripper:
         """Bytes of an unterminated last event, passed on unchanged at the end of the body."""
         rest, self._held = self._held, b""
         return rest
+
+
+def _whole_lf_events(piece: bytes) -> bool:
+    return piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.find(b"\r") < 0
+
+
+def _is_usage(data: bytes) -> bool:
+    """A usage-only event: the one injection adds (any event with content is kept)."""
+    return data.find(b'"usage"') >= 0 and classify(data).kind == USAGE
