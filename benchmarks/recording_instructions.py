@@ -1,0 +1,82 @@
+"""Recording's cost in instructions per stream, per thread: a figure that shared machines do not blur.
+
+CPU time on a shared VM moves by ±20% between identical runs (BENCHMARKS.md), more than most
+changes to the recorder. Instructions counted by callgrind repeat to within a percent whatever
+else runs, so this script puts the proxy under `valgrind --tool=callgrind`, with recording off
+then on, and counts the instructions that each of its threads spends per streamed request (the
+same 64-chunk requests as benchmarks/proxy_overhead.py, from its upstream and load generator).
+Instructions are not time: cache misses are not counted, so this tells which code costs what,
+and proxy_overhead.py tells what it costs on the machine.
+
+Under callgrind the proxy runs ~50x slower, so the load is 10 req/s; the trace writer's flush
+interval is raised to 20 s so that a frame holds ~200 records, as it does at 200 req/s.
+
+    python benchmarks/recording_instructions.py              # 100 streams per variant, about 2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import proxy_overhead as bench
+
+_COUNT = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--streams", type=int, default=100, help="streamed requests counted per variant")
+    parser.add_argument("--rate", type=float, default=10.0, help="requests per second (callgrind is slow)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("recording_instructions: valgrind (with callgrind_control) is not installed")
+    os.environ["REPLAYPROXY_PROXY_FLUSH_INTERVAL_S"] = "20"  # frames of ~200 records, as at 200 req/s
+    upstream = bench._free_port()
+    argv = [sys.executable, bench.__file__, "--role", "upstream", "--port", str(upstream), "--gap-ms", "1"]
+    with tempfile.TemporaryDirectory() as tmp, bench._process(argv, 1, "upstream ready"):
+        off = _count(Path(tmp), upstream, False, args.streams, args.rate)
+        on = _count(Path(tmp), upstream, True, args.streams, args.rate)
+    loop_off, loop_on = off[0], on[0]
+    recorder = sum(on[1:])
+    print(f"{args.streams} streams of {bench.CHUNKS} chunks at {args.rate:g} req/s, instructions per stream:")
+    print(f"  recording off: event loop {loop_off / 1e3:,.0f}k")
+    print(f"  recording on:  event loop {loop_on / 1e3:,.0f}k (+{(loop_on - loop_off) / 1e3:,.0f}k), "
+          f"recorder thread {recorder / 1e3:,.0f}k")  # fmt: skip
+    print(f"  recording on / off, all threads: {(loop_on + recorder) / loop_off:.3f} "
+          f"(user-space instructions only: the kernel's share of the CPU is not counted)")  # fmt: skip
+
+
+def _count(work: Path, upstream: int, record: bool, streams: int, rate: float) -> list[float]:
+    """Instructions per stream of each proxy thread that did work: the event loop first."""
+    out = work / ("on" if record else "off")
+    port = bench._free_port()
+    argv = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+            sys.executable, "-m", "replayproxy", "proxy", "--upstream", f"http://127.0.0.1:{upstream}",
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", ""]  # fmt: skip
+    argv += ["--trace-dir", str(work / "traces")] if record else ["--no-record"]
+    with bench._process(argv, 0, "proxy listening on") as proc:
+        bench._run_load(port, rate, 2.0, 1)  # warm-up: connections, imports, caches
+        time.sleep(1.0)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        result = bench._run_load(port, rate, streams / rate, 1)
+        time.sleep(1.5)  # the recorder polls its queue every 20 ms
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+    if result["ok"] != result["sent"]:
+        sys.exit(f"recording_instructions: {result['sent'] - result['ok']} requests failed")
+    dumps = sorted(work.glob(f"{out.name}.1-*"))  # part 1 (the dump after zeroing), one file per thread
+    counts = [int(_COUNT.search(path.read_bytes()).group(1)) / result["ok"] for path in dumps]  # type: ignore[union-attr]
+    return [counts[0], *(c for c in counts[1:] if c > 1000)]
+
+
+if __name__ == "__main__":
+    main()
