@@ -211,11 +211,13 @@ class Exchange:
         if self.buffering:
             body = b"".join(self.body)
             self.body = []
-            new_body, _ = inject(body)
+            new_body, parsed = inject(body)
+            cap = self.cap
+            if cap is not None:
+                cap.request_json = parsed
+                cap.injected_usage = new_body is not None
             if new_body is not None:
                 body = new_body
-                if self.cap is not None:
-                    self.cap.injected_usage = True
             self._queue_up(self._request_head_bytes(len(body)) + body)
         elif self.req_chunked:
             self._queue_up(http1.CHUNKED_END)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from replayproxy.proxy.observe import Capture
-from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
+from replayproxy.proxy.prompt import PromptHasher, render_chat_opening, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
 from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
 from replayproxy.sse import Usage, parse_usage
@@ -57,6 +57,8 @@ def _error_class(cap: Capture) -> str:
 def _request_json(cap: Capture) -> dict[str, Any] | None:
     if cap.endpoint == "other" or cap.body_truncated or not cap.request_body:
         return None
+    if isinstance(cap.request_json, dict):  # parsed already, by usage injection
+        return cap.request_json
     return _json_object(cap.request_body)
 
 
@@ -86,8 +88,9 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         fields["roles"] = role_letters([m.get("role") if isinstance(m, dict) else None for m in messages])
-        fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(render_chat(body))
-        fields["session"] = hasher.session(messages)
+        rendered, opening = render_chat_opening(body)
+        fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(rendered)
+        fields["session"] = hasher.session_of(opening)
         fields["turn"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
     elif endpoint == "completions":
         fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(render_completion(body))

@@ -28,6 +28,7 @@ class Capture:
     path: str  # without query string; used only to classify, never recorded
     limit_bytes: int = 1 << 62  # response bytes kept at most (max_captured_response_bytes)
     request_body: list[bytes] = field(default_factory=list)
+    request_json: object = None  # the body as usage injection parsed it, so the recorder need not again
     request_bytes: int = 0
     body_truncated: bool = False  # more than max_buffered_body_bytes: the shape is minimal
     injected_usage: bool = False  # the proxy added stream_options.include_usage

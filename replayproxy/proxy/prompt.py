@@ -45,14 +45,13 @@ class PromptHasher:
 
     def session(self, messages: list[Any]) -> int:
         """Keyed 64-bit id of a conversation: the system/developer messages and the first user message."""
-        opening: list[Any] = []
-        for message in messages:
-            opening.append(message)
-            if isinstance(message, dict) and message.get("role") == "user":
-                break
-        else:
+        return self.session_of(_render(messages, None)[1])
+
+    def session_of(self, opening: str | None) -> int:
+        """`session` from the opening's rendering (`render_chat_opening`), rendered once for both."""
+        if opening is None:
             return 0
-        payload = b"session\0" + render_messages(opening, None).encode("utf-8", "surrogatepass")
+        payload = b"session\0" + opening.encode("utf-8", "surrogatepass")
         digest = hashlib.blake2b(payload, key=self.key, digest_size=8).digest()
         return int.from_bytes(digest, "little") or 1
 
@@ -71,16 +70,22 @@ def _load_tokenizer(path: Path) -> Any:
 
 
 def render_chat(body: dict[str, Any]) -> str:
+    return render_chat_opening(body)[0]
+
+
+def render_chat_opening(body: dict[str, Any]) -> tuple[str, str | None]:
+    """The rendering of a chat request, and of its opening (what `session` hashes; None when no
+    message is from the user)."""
     messages = body.get("messages")
-    return render_messages(
-        messages if isinstance(messages, list) else [], body.get("tools") or body.get("functions")
-    )
+    return _render(messages if isinstance(messages, list) else [], body.get("tools") or body.get("functions"))
 
 
-def render_messages(messages: list[Any], tools: Any) -> str:
+def _render(messages: list[Any], tools: Any) -> tuple[str, str | None]:
     parts: list[str] = []
     if tools:
         parts.append("<|tools|>\n" + _json(tools) + "\n")
+    opening_from = len(parts)
+    opening_to = -1  # parts up to the first user message
     for message in messages:
         if not isinstance(message, dict):
             continue
@@ -92,7 +97,10 @@ def render_messages(messages: list[Any], tools: Any) -> str:
             if message.get(key):
                 parts.append(f"<|{key}|>" + _json(message[key]))
         parts.append("\n")
-    return "".join(parts)
+        if opening_to < 0 and message.get("role") == "user":
+            opening_to = len(parts)
+    opening = "".join(parts[opening_from:opening_to]) if opening_to >= 0 else None
+    return "".join(parts), opening
 
 
 def render_completion(body: dict[str, Any]) -> str | list[int]:
