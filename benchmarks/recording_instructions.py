@@ -9,7 +9,9 @@ Instructions are not time: cache misses are not counted, so this tells which cod
 and proxy_overhead.py tells what it costs on the machine.
 
 Under callgrind the proxy runs ~50x slower, so the load is 10 req/s; the trace writer's flush
-interval is raised to 20 s so that a frame holds ~200 records, as it does at 200 req/s.
+interval is raised to 20 s so that a frame holds ~200 records, as it does at 200 req/s. What the
+threads spend idle (the recorder polls its queue 50 times a second) is counted over a second window
+of the same length without load and taken off, so the figures do not depend on the rate.
 
     python benchmarks/recording_instructions.py              # 100 streams per variant, about 2 minutes
 """
@@ -27,6 +29,8 @@ import time
 from pathlib import Path
 
 import proxy_overhead as bench
+
+from replayproxy.clock import now_ns
 
 _COUNT = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
 
@@ -67,15 +71,33 @@ def _count(work: Path, upstream: int, record: bool, streams: int, rate: float) -
     with bench._process(argv, 0, "proxy listening on") as proc:
         bench._run_load(port, rate, 2.0, 1)  # warm-up: connections, imports, caches
         time.sleep(1.0)
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        _callgrind("-z", proc.pid)
+        started = now_ns()
         result = bench._run_load(port, rate, streams / rate, 1)
         time.sleep(1.5)  # the recorder polls its queue every 20 ms
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+        loaded_s = (now_ns() - started) / 1e9
+        _callgrind("-d", proc.pid)  # part 1: the load
+        _callgrind("-z", proc.pid)
+        time.sleep(loaded_s)
+        _callgrind("-d", proc.pid)  # part 2: as long, idle
     if result["ok"] != result["sent"]:
         sys.exit(f"recording_instructions: {result['sent'] - result['ok']} requests failed")
-    dumps = sorted(work.glob(f"{out.name}.1-*"))  # part 1 (the dump after zeroing), one file per thread
-    counts = [int(_COUNT.search(path.read_bytes()).group(1)) / result["ok"] for path in dumps]  # type: ignore[union-attr]
+    loaded, idle = _per_thread(work, out.name, 1), _per_thread(work, out.name, 2)
+    counts = [(loaded[thread] - idle.get(thread, 0)) / result["ok"] for thread in sorted(loaded)]
     return [counts[0], *(c for c in counts[1:] if c > 1000)]
+
+
+def _callgrind(option: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", option, str(pid)], check=True, capture_output=True)
+
+
+def _per_thread(work: Path, name: str, part: int) -> dict[str, int]:
+    """Instructions of each thread in one dump (callgrind writes NAME.PART-THREAD files)."""
+    counts = {}
+    for path in work.glob(f"{name}.{part}-*"):
+        found = _COUNT.search(path.read_bytes())
+        counts[path.name.rsplit("-", 1)[1]] = int(found.group(1)) if found else 0
+    return counts
 
 
 if __name__ == "__main__":
