@@ -42,16 +42,15 @@ class Capture:
     response_truncated: bool = False
     end_ns: int = -1  # response complete, cut, or cancelled
     error: str = ""  # shape.ERROR_CLASSES
-    now_ns: int = 0  # arrival time of the upstream read being parsed (set per read)
 
-    def add_piece(self, piece: bytes) -> None:
-        """Keep one upstream read (the forwarding path inlines this)."""
+    def add_piece(self, piece: bytes, at_ns: int) -> None:
+        """Keep one piece of the upstream body and when it was parsed (the forwarding path inlines this)."""
         self.response_bytes += len(piece)
         if self.response_bytes > self.limit_bytes:
             self.response_truncated = True
             return
         self.pieces.append(piece)
-        self.piece_ns.append(self.now_ns)
+        self.piece_ns.append(at_ns)
 
 
 class Observer(Protocol):

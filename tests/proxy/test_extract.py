@@ -29,8 +29,7 @@ def capture(
         **fields,
     )
     for at_ms, piece in pieces:
-        cap.now_ns = (1000 + at_ms) * MS
-        cap.add_piece(piece)
+        cap.add_piece(piece, (1000 + at_ms) * MS)
     cap.end_ns = (1000 + (pieces[-1][0] if pieces else 0) + 1) * MS
     return cap
 

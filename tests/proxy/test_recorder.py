@@ -40,8 +40,7 @@ def cap(i: int = 0) -> Capture:
         request_bytes=len(body),
         status=200,
     )
-    c.now_ns = now_ns()
-    c.add_piece(answer)
+    c.add_piece(answer, now_ns())
     c.end_ns = now_ns()
     return c
 
