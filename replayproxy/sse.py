@@ -222,13 +222,8 @@ class StreamClassifier:
         self._templates: list[tuple[bytes, bytes]] = []  # (bytes before the string, bytes after it)
         self.event_templates: list[tuple[bytes, bytes]] = []  # the same as whole `data: ...\n\n` events
 
-    def plain_event(self, piece: bytes) -> bool:
-        """Whether `piece` is exactly one `data:` event holding a plain content chunk of a known
-        envelope; lets a caller at an event boundary skip decoding (the common read of a stream)."""
-        return _fits_envelope(piece, self.event_templates) and piece.count(b"\n") == 2
-
     def classify(self, data: bytes) -> ChunkInfo:
-        if _fits_envelope(data, self._templates):
+        if fitting_envelope(data, self._templates) is not None:
             return _PLAIN[CONTENT]
         info = classify(data)
         if info is _PLAIN[CONTENT] and len(self._templates) < 4:
@@ -239,19 +234,20 @@ class StreamClassifier:
         return info
 
 
-def _fits_envelope(data: bytes, templates: list[tuple[bytes, bytes]]) -> bool:
-    """Whether `data` is one of the envelopes around a non-empty string: each prefix ends with the
-    string's opening quote, so a quote right after it would mean an empty string, not a token."""
-    for prefix, suffix in templates:
+def fitting_envelope(data: bytes, envelopes: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes] | None:
+    """The envelope (prefix, suffix) around a non-empty string that `data` is, if any: each prefix
+    ends with the string's opening quote, so a quote right after it would mean an empty string."""
+    for envelope in envelopes:
+        prefix, suffix = envelope
         start = len(prefix)
         if (
             data.startswith(prefix)
             and data.endswith(suffix)
             and len(data) > start + len(suffix)
-            and data[start : start + 1] != b'"'
+            and data[start] != 0x22
         ):
-            return True
-    return False
+            return envelope
+    return None
 
 
 _STRING_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')

@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import repeat
 from operator import floordiv, sub
 
-from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage
+from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, fitting_envelope
 
 _Envelope = tuple[bytes, bytes]  # (bytes before the token, bytes after it) of a whole `data:` event
 _SEP = b"\0"  # joins tokens for the bulk test
@@ -73,18 +73,9 @@ class StreamScan:
 
 
 def _envelope_of(piece: bytes, envelopes: list[_Envelope]) -> _Envelope | None:
-    """The envelope `piece` is one whole event of (StreamClassifier.plain_event's test), if any."""
-    for prefix, suffix in envelopes:
-        start = len(prefix)
-        if (
-            piece.startswith(prefix)
-            and piece.endswith(suffix)
-            and len(piece) > start + len(suffix)
-            and piece[start] != 0x22  # a quote right after the prefix: an empty string, no token
-            and piece.count(b"\n") == 2
-        ):
-            return prefix, suffix
-    return None
+    """The envelope `piece` is exactly one whole `data:` event of, if any."""
+    envelope = fitting_envelope(piece, envelopes)
+    return envelope if envelope is not None and piece.count(b"\n") == 2 else None
 
 
 def _run_end(
