@@ -35,8 +35,9 @@ class SSEEvent(NamedTuple):
 
 def data_lines(chunk: bytes) -> list[bytes] | None:
     """The lines of a chunk that is only whole one-line `data:` events with LF endings (a usage
-    event and [DONE] in one read, say), without their blank lines; None for anything else.
-    The caller has checked that the chunk starts with `data: `, ends with a blank line, has no CR."""
+    event and [DONE] in one read, say), without their blank lines; None for anything else."""
+    if not (chunk.startswith(b"data: ") and chunk.endswith(b"\n\n") and chunk.find(b"\r") < 0):
+        return None
     lines = chunk.split(b"\n\n")
     lines.pop()  # the empty rest after the last event
     if all(line.startswith(b"data: ") and line.find(b"\n") < 0 for line in lines):

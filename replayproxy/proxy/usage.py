@@ -53,11 +53,10 @@ class UsageStripper:
             self._decoder, self._cr_end = None, None
             self.idle = True
             return piece
-        if self._decoder is None and self._cr_end is None and _whole_lf_events(piece):
-            lines = data_lines(piece)
-            if lines is not None:  # one-line events only (the usage event and [DONE]): no decoder needed
-                kept = [line for line in lines if not _is_usage(line[6:])]
-                return piece if len(kept) == len(lines) else b"".join(line + b"\n\n" for line in kept)
+        lines = data_lines(piece) if self._decoder is None and self._cr_end is None else None
+        if lines is not None:  # one-line events only (the usage event and [DONE]): no decoder needed
+            kept = [line for line in lines if not _is_usage(line[6:])]
+            return piece if len(kept) == len(lines) else b"".join(line + b"\n\n" for line in kept)
         self.idle = False
         if self._decoder is None:
             self._decoder, self._held_at = SSEDecoder(), 0
@@ -88,10 +87,6 @@ class UsageStripper:
         """Bytes of an unterminated last event, passed on unchanged at the end of the body."""
         rest, self._held = self._held, b""
         return rest
-
-
-def _whole_lf_events(piece: bytes) -> bool:
-    return piece.startswith(b"data: ") and piece.endswith(b"\n\n") and piece.find(b"\r") < 0
 
 
 def _is_usage(data: bytes) -> bool:
