@@ -215,7 +215,8 @@ class Pool:
             ssl=self._ssl,
             server_hostname=self.target.host if self._ssl else None,
         )
-        _, protocol = await asyncio.wait_for(connecting, self.connect_timeout_s)
+        async with asyncio.timeout(self.connect_timeout_s):  # not wait_for: see _warm
+            _, protocol = await connecting
         self.opened += 1
         return protocol
 
@@ -239,7 +240,10 @@ class Pool:
     async def _warm(self, connection: Connection) -> None:
         probe = _Probe()
         connection.send(probe, self._probe)
-        await asyncio.wait_for(probe.done, self.connect_timeout_s)
+        # Not asyncio.wait_for: on Python 3.11 it loses a cancellation (Ctrl-C) that arrives as the
+        # awaited future completes (python/cpython#86296), and the run would go on.
+        async with asyncio.timeout(self.connect_timeout_s):
+            await probe.done
 
     def acquire(self) -> Connection | None:
         while self.idle:

@@ -100,7 +100,8 @@ async def run_workers(
 
 
 async def _expect(pipe: Pipe, wanted: str, timeout_s: float) -> Any:
-    message, payload = await asyncio.wait_for(asyncio.to_thread(pipe.recv), timeout_s)
+    async with asyncio.timeout(timeout_s):  # not wait_for, which can lose a cancellation on 3.11
+        message, payload = await asyncio.to_thread(pipe.recv)
     if message == "error":
         raise RuntimeError(payload)
     if message != wanted:

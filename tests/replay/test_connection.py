@@ -11,6 +11,7 @@ from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.results import ReplayResult
+from replayproxy.tasks import spawn
 from tests.replay.sse_server import SSE_HEAD, chunk, serving, sse_answer
 
 PREPARED = Prepared(0, 0, "chat", "/v1/chat/completions", b'{"x":1}', True, 5, 3)
@@ -107,5 +108,29 @@ def test_refresh_pings_the_longest_idle_connections_first() -> None:
             fresh = [c for c in pool.idle if clock.now_ns() - c.idle_since < 1_000_000_000]
             assert len(fresh) == 2 and youngest not in fresh  # the two longest idle were pinged
             pool.close()
+
+    asyncio.run(main())
+
+
+def test_a_cancel_during_warm_up_is_not_lost_when_the_answer_lands_in_the_same_tick() -> None:
+    """Ctrl-C while the pool warms up must stop the run; asyncio.wait_for on 3.11 could swallow a
+    cancellation arriving just as the awaited answer completed (python/cpython#86296)."""
+
+    class Answering:
+        probe: object = None
+
+        def send(self, probe: object, wire: bytes) -> int:
+            self.probe = probe
+            return 0
+
+    async def main() -> None:
+        pool = Pool(Target.parse("http://127.0.0.1:9"), clock.now_ns)
+        connection = Answering()
+        warming = spawn(pool._warm(connection), name="warm")  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # warming now waits for the probe's answer
+        connection.probe.done.set_result(200)  # type: ignore[attr-defined]
+        warming.cancel()  # in the same tick
+        with pytest.raises(asyncio.CancelledError):
+            await warming
 
     asyncio.run(main())
