@@ -20,7 +20,7 @@ from replayproxy.replay import command
 from replayproxy.results import load_results
 from replayproxy.shape import RequestShape
 from tests.replay import traces
-from tests.replay.sse_server import serving, sse_answer
+from tests.replay.sse_server import Server, serving, sse_answer
 
 MODELS = b'HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n{"data":[{"id":"bench"}]}'
 
@@ -77,10 +77,10 @@ def test_bad_input_gives_one_line_and_exit_2(
 
 
 @contextmanager
-def slow_server() -> Iterator[str]:
+def slow_server() -> Iterator[Server]:
     """A server in a thread whose streams take half a second."""
     loop = asyncio.new_event_loop()
-    url: list[str] = []
+    started: list[Server] = []
     ready, stop = threading.Event(), threading.Event()
 
     async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
@@ -92,7 +92,7 @@ def slow_server() -> Iterator[str]:
 
     async def run() -> None:
         async with serving(respond) as server:
-            url.append(server.url)
+            started.append(server)
             ready.set()
             while not stop.is_set():
                 await asyncio.sleep(0.05)
@@ -101,7 +101,7 @@ def slow_server() -> Iterator[str]:
     thread.start()
     assert ready.wait(10)
     try:
-        yield url[0]
+        yield started[0]
     finally:
         stop.set()
         thread.join(10)
@@ -114,7 +114,7 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
     ]
     trace = traces.write(tmp_path / "long.rpt", shapes)
     out = tmp_path / "partial.rpr"
-    with slow_server() as url:
+    with slow_server() as server:
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -123,7 +123,7 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
                 "replay",
                 str(trace),
                 "--target",
-                url,
+                server.url,
                 "-o",
                 str(out),
                 "--flavor",
@@ -133,7 +133,10 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(2.5)  # well into the 6 s trace
+        for _ in range(400):  # well into the 6 s trace, however slow the start on a busy machine
+            if sum(request.startswith(b"POST") for request in server.requests) >= 10:
+                break
+            time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=20)
     assert process.returncode == 130, err
