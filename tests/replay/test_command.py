@@ -132,6 +132,9 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
             ],
             stderr=subprocess.PIPE,
             text=True,
+            # A shell without job control starts background jobs with SIGINT ignored, and a child
+            # inherits that (the test then failed whenever CI was started with `&`).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         for _ in range(400):  # well into the 6 s trace, however slow the start on a busy machine
             if sum(request.startswith(b"POST") for request in server.requests) >= 10:
