@@ -10,6 +10,7 @@ every chunk).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ import orjson
 from replayproxy.sse import USAGE, SSEDecoder, classify, data_lines
 
 _OPTION = b'"stream_options":{"include_usage":true}'
+_NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
 
 
 def inject(body: bytes) -> tuple[bytes | None, Any]:
@@ -90,5 +92,11 @@ class UsageStripper:
 
 
 def _is_usage(data: bytes) -> bool:
-    """A usage-only event: the one injection adds (any event with content is kept)."""
-    return data.find(b'"usage"') >= 0 and classify(data).kind == USAGE
+    """A usage-only event: the one injection adds (any event with content is kept). OpenAI's API
+    also puts `"usage":null` in every other chunk once usage is asked for: those are told apart
+    without parsing them."""
+    if data.find(b'"usage"') < 0:
+        return False
+    if data.count(b'"usage"') == 1 and _NULL_USAGE.search(data) is not None:
+        return False
+    return classify(data).kind == USAGE

@@ -58,6 +58,15 @@ def test_stripper_removes_only_the_usage_event_at_any_split(newline: bytes) -> N
             assert out == expected, (i, j)
 
 
+def test_openai_null_usage_in_every_chunk_is_kept_and_the_real_one_dropped() -> None:
+    """OpenAI's API sends "usage":null in each chunk once include_usage is set, then the usage event."""
+    token = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}\n\n'
+    spaced = b'data: {"choices": [{"index": 0, "delta": {"content": "y"}}], "usage": null}\n\n'
+    stripper = UsageStripper()
+    out = [stripper.feed(piece) for piece in (token, spaced, token + USAGE, DONE)]
+    assert out == [token, spaced, token, DONE]
+
+
 def test_stripper_keeps_usage_that_rides_on_content_and_an_unterminated_tail() -> None:
     riding = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"completion_tokens":1}}\n\n'
     stripper = UsageStripper()
