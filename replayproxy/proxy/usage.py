@@ -92,9 +92,9 @@ class UsageStripper:
 
 
 def _is_usage(data: bytes) -> bool:
-    """A usage-only event: the one injection adds (any event with content is kept). OpenAI's API
-    also puts `"usage":null` in every other chunk once usage is asked for: those are told apart
-    without parsing them."""
+    """A usage-only event: the one injection adds (any event with content is kept). Once usage is
+    asked for, OpenAI's API also puts `"usage":null` in every chunk before that event: those are
+    told apart without parsing them."""
     if data.find(b'"usage"') < 0:
         return False
     if data.count(b'"usage"') == 1 and _NULL_USAGE.search(data) is not None:
