@@ -5,7 +5,8 @@ label can carry a path, a model name, a header value or any other user data. Fig
 per request are plain numbers, each written by one thread and read at scrape time: counters on
 the event loop (forwarding pays no locks) and the production latencies and token counts of
 recorded requests on the recorder thread (a prometheus-client `observe` takes a lock and several
-calls per value, ~7x the cost). The rare rest goes through prometheus-client.
+calls per value: the five updates per request measured 28k instructions, against ~3k for these).
+The rare rest goes through prometheus-client.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Runs on the recorder thread for every recorded stream, so its cost is most of what recording
 costs (issue 4's CPU budget). Engines write one `data:` event per read with the same envelope
 around every token; once `StreamClassifier` has learned that envelope, a whole run of such reads
-is accepted with a few scans of the joined bytes (`_all_whole_events`) instead of a test per
-read: in CPython a bytes method call costs about a thousand instructions, a byte scanned about
-one. Anything else goes through the decoder and `classify`, one read at a time.
+is accepted by comparing the joined reads with the envelope put back around their tokens
+(`_all_whole_events`) instead of a test per read: in CPython a bytes method call costs about a
+thousand instructions, a byte compared or copied far less than one. Anything else goes through
+the decoder and `classify`, one read at a time.
 """
 
 from __future__ import annotations
