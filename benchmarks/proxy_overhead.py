@@ -2,11 +2,12 @@
 
 Three processes per measurement: a fast raw SSE upstream, the path under test (nothing, replayproxy
 with recording off / on, nginx with `proxy_buffering off` when installed) and an open-loop load
-generator. The path under test is pinned to CPU 0, the upstream and the load generator to CPU 1
-(the budgets in issue 4 are "on one core"). Figures are differences and ratios against the direct
+generator; recording's CPU is also measured in steps, from a do-nothing observer to the default.
+The path under test is pinned to CPU 0, the upstream and the load generator to CPU 1 (the budgets
+in issue 4 are "on one core"). Figures are differences and ratios against the direct
 path measured in the same run, so machine noise mostly cancels.
 
-    python benchmarks/proxy_overhead.py                   # full run (about 6 minutes)
+    python benchmarks/proxy_overhead.py                   # full run (about 8 minutes)
     python benchmarks/proxy_overhead.py --quick           # shorter, for a smoke check
 """
 
@@ -25,6 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,9 @@ import httptools
 import uvloop
 
 from replayproxy.clock import now_ns
+from replayproxy.proxy import server
+from replayproxy.proxy.observe import Capture
+from replayproxy.proxy.settings import ProxySettings
 
 CHUNKS = 64
 REQUEST_BODY = json.dumps(
@@ -189,6 +196,41 @@ async def _load(host: str, port: int, rate: float, duration_s: float) -> dict[st
     }
 
 
+# --------------------------------------------------------------------------- the least a recorder costs
+
+
+class _KeepOnly:
+    """An observer that takes every exchange and does nothing with it: the forwarding path keeps
+    each read and its time, hands the capture over, and a thread polling like the recorder's drops
+    it. What this costs, any recorder that times every chunk in this process costs at least."""
+
+    def __init__(self) -> None:
+        self.captures: deque[Capture] = deque()
+        threading.Thread(target=self._drop, daemon=True).start()
+
+    def wants(self, endpoint: str) -> bool:
+        return True
+
+    def finished(self, capture: Capture) -> None:
+        self.captures.append(capture)
+
+    def _drop(self) -> None:
+        while True:
+            self.captures.clear()
+            time.sleep(0.02)  # the recorder's poll
+
+
+def _serve_keep_only(port: int, upstream: int) -> int:
+    settings = ProxySettings(
+        upstream=f"http://127.0.0.1:{upstream}",
+        listen=f"127.0.0.1:{port}",
+        admin_listen="",
+        record=False,
+        inject_usage=False,
+    )
+    return server.run(settings, _KeepOnly())
+
+
 # --------------------------------------------------------------------------- orchestration
 
 
@@ -288,22 +330,22 @@ def _path(name: str, upstream: int, work: Path) -> Iterator[tuple[int, int | Non
             _wait_port(port)
             yield port, proc.pid
         return
-    record = name == "replayproxy+rec"
-    argv = [
-        sys.executable,
-        "-m",
-        "replayproxy",
-        "proxy",
-        "--upstream",
-        f"http://127.0.0.1:{upstream}",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--admin-listen",
-        "",
-    ]
-    argv += ["--trace-dir", str(work / "traces")] if record else ["--no-record"]
-    with _process(argv, 0, "proxy listening on") as proc:
+    with _process(proxy_argv(name, port, upstream, work), 0, "proxy listening on") as proc:
         yield port, proc.pid
+
+
+def proxy_argv(name: str, port: int, upstream: int, work: Path) -> list[str]:
+    """The command line of a replayproxy path: recording off, on, on without usage injection, or
+    the do-nothing observer (`_KeepOnly`)."""
+    if name == "replayproxy+keep":
+        return [sys.executable, __file__, "--role", "keep-proxy", "--port", str(port),
+                "--upstream", str(upstream)]  # fmt: skip
+    argv = [sys.executable, "-m", "replayproxy", "proxy", "--upstream", f"http://127.0.0.1:{upstream}",
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", ""]  # fmt: skip
+    if name == "replayproxy":
+        return [*argv, "--no-record"]
+    argv += ["--trace-dir", str(work / "traces")]
+    return [*argv, "--no-inject-usage"] if name == "replayproxy+rec-noinject" else argv
 
 
 def _wait_port(port: int) -> None:
@@ -318,8 +360,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--role", choices=["bench", "upstream", "load"], default="bench")
+    parser.add_argument("--role", choices=["bench", "upstream", "load", "keep-proxy"], default="bench")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--upstream", type=int, default=0, help="(keep-proxy role) the upstream's port")
     parser.add_argument("--rate", type=float, default=200.0, help="streaming requests per second")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per fixed-rate measurement")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="upstream pause between chunks")
@@ -329,6 +372,8 @@ def main() -> None:
     if args.role == "upstream":
         uvloop.run(_serve_upstream(args.port, args.gap_ms / 1000))
         return
+    if args.role == "keep-proxy":
+        sys.exit(_serve_keep_only(args.port, args.upstream))
     if args.role == "load":
         result = json.dumps(uvloop.run(_load("127.0.0.1", args.port, args.rate, args.duration)))
         if args.out:
@@ -364,7 +409,7 @@ def _bench(args: argparse.Namespace) -> None:
         for name in paths:
             fixed[name] = _measure(name, upstream, work, args.rate, duration)
         _report_fixed(fixed, args.rate, duration)
-        _report_recording_cpu(fixed, upstream, work, args.rate, duration, pairs=2 if args.quick else 4)
+        _report_recording_cpu(upstream, work, args.rate, duration, rounds=2 if args.quick else 4)
         _report_max_rate(paths, upstream, work, quick=args.quick)
 
 
@@ -378,20 +423,29 @@ def _measure(name: str, upstream: int, work: Path, rate: float, duration: float)
         return result
 
 
-def _report_recording_cpu(
-    fixed: dict[str, dict[str, Any]], upstream: int, work: Path, rate: float, duration: float, pairs: int
-) -> None:
-    """Recording's CPU cost as the median of several off/on pairs run back to back: one pair's ratio
-    swings by a third on a shared machine (a neighbour's burst lands in one half of it)."""
-    if "replayproxy+rec" not in fixed:
-        return
-    ratios = [fixed["replayproxy+rec"]["cpu_s"] / fixed["replayproxy"]["cpu_s"]]
-    for _ in range(pairs - 1):
+# The steps from recording off to recording on, each measured against recording off.
+CPU_STEPS = {
+    "replayproxy+keep": "each read and its time kept, then dropped",
+    "replayproxy+rec-noinject": "recording, usage injection off",
+    "replayproxy+rec": "recording (the default)",
+}
+
+
+def _report_recording_cpu(upstream: int, work: Path, rate: float, duration: float, rounds: int) -> None:
+    """Recording's CPU against recording off, as the median of rounds run back to back (one pair's
+    ratio swings by a third on a shared machine: a neighbour's burst lands in one half of it). The
+    steps between tell the least any recorder costs here (`_KeepOnly`), what building and writing
+    the shapes adds, and what usage injection adds (the body rewrite and stripping the extra
+    event, which needs a test of every read on the forwarding path)."""
+    ratios: dict[str, list[float]] = {name: [] for name in CPU_STEPS}
+    for _ in range(rounds):
         off = _measure("replayproxy", upstream, work, rate, duration)["cpu_s"]
-        on = _measure("replayproxy+rec", upstream, work, rate, duration)["cpu_s"]
-        ratios.append(on / off)
-    shown = ", ".join(f"{r:.2f}" for r in ratios)
-    print(f"recording on / off CPU, median of {pairs} pairs: {statistics.median(ratios):.3f} ({shown})")
+        for name, found in ratios.items():
+            found.append(_measure(name, upstream, work, rate, duration)["cpu_s"] / off)
+    print(f"\nCPU against recording off, median of {rounds} rounds:")
+    for name, label in CPU_STEPS.items():
+        shown = ", ".join(f"{r:.2f}" for r in ratios[name])
+        print(f"  {label:40} {statistics.median(ratios[name]):.3f} ({shown})")
 
 
 def _report_fixed(fixed: dict[str, dict[str, Any]], rate: float, duration: float) -> None:

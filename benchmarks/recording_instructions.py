@@ -2,8 +2,8 @@
 
 CPU time on a shared VM moves by ±20% between identical runs (BENCHMARKS.md), more than most
 changes to the recorder. Instructions counted by callgrind repeat to within a percent whatever
-else runs, so this script puts the proxy under `valgrind --tool=callgrind`, with recording off
-then on, and counts the instructions that each of its threads spends per streamed request (the
+else runs, so this script puts the proxy under `valgrind --tool=callgrind`, with recording off,
+then at each of proxy_overhead.py's steps to recording on (`CPU_STEPS`), and counts the instructions that each of its threads spends per streamed request (the
 same 64-chunk requests as benchmarks/proxy_overhead.py, from its upstream and load generator).
 Instructions are not time: cache misses are not counted, so this tells which code costs what,
 and proxy_overhead.py tells what it costs on the machine.
@@ -13,7 +13,7 @@ interval is raised to 20 s so that a frame holds ~200 records, as it does at 200
 threads spend idle (the recorder polls its queue 50 times a second) is counted over a second window
 of the same length without load and taken off, so the figures do not depend on the rate.
 
-    python benchmarks/recording_instructions.py              # 100 streams per variant, about 2 minutes
+    python benchmarks/recording_instructions.py              # 100 streams per variant, about 4 minutes
 """
 
 from __future__ import annotations
@@ -48,26 +48,28 @@ def main() -> None:
     upstream = bench._free_port()
     argv = [sys.executable, bench.__file__, "--role", "upstream", "--port", str(upstream), "--gap-ms", "1"]
     with tempfile.TemporaryDirectory() as tmp, bench._process(argv, 1, "upstream ready"):
-        off = _count(Path(tmp), upstream, False, args.streams, args.rate)
-        on = _count(Path(tmp), upstream, True, args.streams, args.rate)
-    loop_off, loop_on = off[0], on[0]
-    recorder = sum(on[1:])
+        counts = {name: _count(Path(tmp), upstream, name, args.streams, args.rate) for name in _STEPS}
     print(f"{args.streams} streams of {bench.CHUNKS} chunks at {args.rate:g} req/s, instructions per stream:")
-    print(f"  recording off: event loop {loop_off / 1e3:,.0f}k")
-    print(f"  recording on:  event loop {loop_on / 1e3:,.0f}k (+{(loop_on - loop_off) / 1e3:,.0f}k), "
-          f"recorder thread {recorder / 1e3:,.0f}k")  # fmt: skip
-    print(f"  recording on / off, all threads: {(loop_on + recorder) / loop_off:.3f} "
-          f"(user-space instructions only: the kernel's share of the CPU is not counted)")  # fmt: skip
+    loop_off = counts["replayproxy"][0]
+    for name, label in _STEPS.items():
+        loop, *others = counts[name]
+        line = f"  {label:42} event loop {loop / 1e3:>6,.0f}k"
+        if name != "replayproxy":
+            line += f" (+{(loop - loop_off) / 1e3:,.0f}k), other threads {sum(others) / 1e3:,.0f}k, "
+            line += f"all / recording off {(loop + sum(others)) / loop_off:.3f}"
+        print(line)
+    print("  (user-space instructions only: the kernel's share of the CPU is not counted)")
 
 
-def _count(work: Path, upstream: int, record: bool, streams: int, rate: float) -> list[float]:
+_STEPS = {"replayproxy": "recording off", **bench.CPU_STEPS}
+
+
+def _count(work: Path, upstream: int, name: str, streams: int, rate: float) -> list[float]:
     """Instructions per stream of each proxy thread that did work: the event loop first."""
-    out = work / ("on" if record else "off")
+    out = work / name.replace("+", "-")
     port = bench._free_port()
     argv = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "replayproxy", "proxy", "--upstream", f"http://127.0.0.1:{upstream}",
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", ""]  # fmt: skip
-    argv += ["--trace-dir", str(work / "traces")] if record else ["--no-record"]
+            *bench.proxy_argv(name, port, upstream, work)]  # fmt: skip
     with bench._process(argv, 0, "proxy listening on") as proc:
         bench._run_load(port, rate, 2.0, 1)  # warm-up: connections, imports, caches
         time.sleep(1.0)

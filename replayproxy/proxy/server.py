@@ -123,8 +123,8 @@ async def serving(settings: ProxySettings, observer: Observer | None = None) -> 
         await server.stop(drain_timeout_s=1.0)
 
 
-async def _serve(settings: ProxySettings) -> int:
-    server = ProxyServer(settings)
+async def _serve(settings: ProxySettings, observer: Observer | None) -> int:
+    server = ProxyServer(settings, observer)
     await server.start()
     # Everything allocated so far (imports, settings) lives as long as the process: moving it out of the
     # collector's reach turns the periodic full collection from ~50-100 ms (a stall of every stream) into
@@ -145,12 +145,13 @@ async def _serve(settings: ProxySettings) -> int:
     return 0
 
 
-def run(settings: ProxySettings) -> int:
-    """Serve until SIGTERM/SIGINT on uvloop (plain asyncio where uvloop is unavailable)."""
+def run(settings: ProxySettings, observer: Observer | None = None) -> int:
+    """Serve until SIGTERM/SIGINT on uvloop (plain asyncio where uvloop is unavailable); `observer`
+    replaces the recorder (benchmarks/proxy_overhead.py measures a do-nothing one)."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(_serve(settings))
+        return asyncio.run(_serve(settings, observer))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_serve(settings))
+        return runner.run(_serve(settings, observer))
