@@ -7,7 +7,7 @@ The path under test is pinned to CPU 0, the upstream and the load generator to C
 in issue 4 are "on one core"). Figures are differences and ratios against the direct
 path measured in the same run, so machine noise mostly cancels.
 
-    python benchmarks/proxy_overhead.py                   # full run (about 8 minutes)
+    python benchmarks/proxy_overhead.py                   # full run (about 9 minutes)
     python benchmarks/proxy_overhead.py --quick           # shorter, for a smoke check
 """
 

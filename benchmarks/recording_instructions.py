@@ -13,7 +13,7 @@ interval is raised to 20 s so that a frame holds ~200 records, as it does at 200
 threads spend idle (the recorder polls its queue 50 times a second) is counted over a second window
 of the same length without load and taken off, so the figures do not depend on the rate.
 
-    python benchmarks/recording_instructions.py              # 100 streams per variant, about 4 minutes
+    python benchmarks/recording_instructions.py              # 100 streams per variant, about 3 minutes
 """
 
 from __future__ import annotations
