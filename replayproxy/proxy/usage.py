@@ -18,7 +18,7 @@ import orjson
 from replayproxy.sse import USAGE, SSEDecoder, classify, data_lines
 
 _OPTION = b'"stream_options":{"include_usage":true}'
-_NULL_USAGE = re.compile(rb'"usage"\s*:\s*null')
+_ONLY_NULL_USAGE = re.compile(rb'"usage"\s*:\s*null(?!.*"usage")', re.DOTALL)  # and no other "usage" after
 
 
 def inject(body: bytes) -> tuple[bytes | None, Any]:
@@ -48,7 +48,7 @@ class UsageStripper:
         self._cr_end: bool | None = None  # last event ended on CR: True if it was kept, False if dropped
 
     def feed(self, piece: bytes) -> bytes:
-        if not self._held and piece.endswith(b"\n\n") and piece.find(b'"usage"') < 0:
+        if not self._held and piece.endswith(b"\n\n") and _usage_free(piece):
             # Whole events and no usage (nearly every chunk): pass on untouched, restart decoding after them.
             if self._cr_end is not None and piece[:1] == b"\n":
                 piece = piece if self._cr_end else piece[1:]
@@ -92,11 +92,14 @@ class UsageStripper:
 
 
 def _is_usage(data: bytes) -> bool:
-    """A usage-only event: the one injection adds (any event with content is kept). Once usage is
-    asked for, OpenAI's API also puts `"usage":null` in every chunk before that event: those are
-    told apart without parsing them."""
-    if data.find(b'"usage"') < 0:
-        return False
-    if data.count(b'"usage"') == 1 and _NULL_USAGE.search(data) is not None:
-        return False
-    return classify(data).kind == USAGE
+    """A usage-only event: the one injection adds (any event with content is kept)."""
+    return not _usage_free(data) and classify(data).kind == USAGE
+
+
+def _usage_free(chunk: bytes) -> bool:
+    """No event in `chunk` can be a usage event: it has no `"usage"` key, or only one, set to null.
+    Once usage is asked for, OpenAI's API puts `"usage":null` in every chunk before the usage event;
+    telling those apart here keeps them off the decoder (~22k instructions a read, callgrind).
+    Inside a JSON string the quotes would be escaped, so a match is a key (or a whole string)."""
+    at = chunk.find(b'"usage"')
+    return at < 0 or _ONLY_NULL_USAGE.match(chunk, at) is not None

@@ -63,8 +63,8 @@ def test_openai_null_usage_in_every_chunk_is_kept_and_the_real_one_dropped() -> 
     token = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}\n\n'
     spaced = b'data: {"choices": [{"index": 0, "delta": {"content": "y"}}], "usage": null}\n\n'
     stripper = UsageStripper()
-    out = [stripper.feed(piece) for piece in (token, spaced, token + USAGE, DONE)]
-    assert out == [token, spaced, token, DONE]
+    pieces = (token, spaced, token + spaced, token + USAGE, USAGE + token, DONE)
+    assert [stripper.feed(piece) for piece in pieces] == [token, spaced, token + spaced, token, token, DONE]
 
 
 def test_stripper_keeps_usage_that_rides_on_content_and_an_unterminated_tail() -> None:
