@@ -216,9 +216,14 @@ def classify(data: bytes) -> ChunkInfo:
 class StreamClassifier:
     """`classify` for the chunks of one stream, faster: a chunk that equals an earlier plain content
     chunk everywhere but inside its content string (same id, model, and a null finish reason) is
-    content without being parsed. Engines repeat that envelope for every token."""
+    content without being parsed. Engines repeat that envelope for every token. Some change it
+    now and then (llama.cpp and TGI stamp each chunk's `created` with the current second), so the
+    newest envelopes are kept, newest first, and a stream of any length is parsed about once per
+    change rather than for every chunk once a fixed number of envelopes is used up."""
 
     __slots__ = ("_templates", "event_templates")
+
+    _KEPT = 4
 
     def __init__(self) -> None:
         self._templates: list[tuple[bytes, bytes]] = []  # (bytes before the string, bytes after it)
@@ -228,11 +233,12 @@ class StreamClassifier:
         if fitting_envelope(data, self._templates) is not None:
             return _PLAIN[CONTENT]
         info = classify(data)
-        if info is _PLAIN[CONTENT] and len(self._templates) < 4:
+        if info is _PLAIN[CONTENT]:
             template = _template(data)
             if template is not None and b"\n" not in data:
-                self._templates.append(template)
-                self.event_templates.append((b"data: " + template[0], template[1] + b"\n\n"))
+                self._templates.insert(0, template)
+                self.event_templates.insert(0, (b"data: " + template[0], template[1] + b"\n\n"))
+                del self._templates[self._KEPT :], self.event_templates[self._KEPT :]
         return info
 
 

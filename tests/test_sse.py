@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replayproxy import sse
 from replayproxy.sse import (
     CONTENT,
     DONE,
@@ -187,3 +188,26 @@ def test_stream_classifier_agrees_with_classify(texts: list[str]) -> None:
     )
     for data in chunks:
         assert classifier.classify(data) == classify(data), data
+
+
+def test_stream_classifier_follows_an_envelope_that_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp stamps each chunk's `created` with the current second: a new envelope is parsed
+    once, then recognised, however many there are in a long stream."""
+    parsed: list[bytes] = []
+    real = sse.classify
+    monkeypatch.setattr(sse, "classify", lambda data: parsed.append(data) or real(data))
+    classifier = StreamClassifier()
+    chunks = [
+        orjson.dumps(
+            {
+                "choices": [{"delta": {"content": f"t{i}"}, "finish_reason": None, "index": 0}],
+                "created": 1_700_000_000 + i // 5,
+                "id": "chatcmpl-1",
+                "model": "m",
+                "object": "chat.completion.chunk",
+            }
+        )
+        for i in range(50)
+    ]
+    assert [classifier.classify(data).kind for data in chunks] == [CONTENT] * 50
+    assert len(parsed) == 10
