@@ -43,12 +43,9 @@ class PromptHasher:
             units = rendered
         return prefix_block_hashes(units, self.block_size, self.key), len(units)
 
-    def session(self, messages: list[Any]) -> int:
-        """Keyed 64-bit id of a conversation: the system/developer messages and the first user message."""
-        return self.session_of(_render(messages, None)[1])
-
     def session_of(self, opening: str | None) -> int:
-        """`session` from the opening's rendering (`render_chat_opening`), rendered once for both."""
+        """Keyed 64-bit id of a conversation, from the rendering of its opening (the system/developer
+        messages and the first user message; `render_chat_opening`); 0 when there is none."""
         if opening is None:
             return 0
         payload = b"session\0" + opening.encode("utf-8", "surrogatepass")
@@ -69,18 +66,12 @@ def _load_tokenizer(path: Path) -> Any:
         raise ConfigError(f"tokenizer {path}: cannot load ({type(e).__name__})") from e
 
 
-def render_chat(body: dict[str, Any]) -> str:
-    return render_chat_opening(body)[0]
-
-
 def render_chat_opening(body: dict[str, Any]) -> tuple[str, str | None]:
-    """The rendering of a chat request, and of its opening (what `session` hashes; None when no
-    message is from the user)."""
+    """The rendering of a chat request, and of its opening (what `session_of` hashes; None when no
+    message is from the user), rendered once for both."""
     messages = body.get("messages")
-    return _render(messages if isinstance(messages, list) else [], body.get("tools") or body.get("functions"))
-
-
-def _render(messages: list[Any], tools: Any) -> tuple[str, str | None]:
+    messages = messages if isinstance(messages, list) else []
+    tools = body.get("tools") or body.get("functions")
     parts: list[str] = []
     if tools:
         parts.append("<|tools|>\n" + _json(tools) + "\n")
