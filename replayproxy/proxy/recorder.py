@@ -70,6 +70,7 @@ class Recorder:
         self._given = 0  # records handed to the current writer
         self._written = 0  # of those, flushed to disk
         self._bytes = 0
+        self._lost = 0  # of those, lost with a file deleted while open
         self._retry_at_ns = 0
         self._files_state: tuple[int, Path | None] = (0, None)
         self._log = RateLimitedLog(settings.log_interval_s)
@@ -195,7 +196,7 @@ class Recorder:
                 rotate_seconds=s.rotate_s or None,
                 count_unfit=self._count_unfit,
             )
-            self._given = self._written = self._bytes = 0
+            self._given = self._written = self._bytes = self._lost = 0
             self._files_state = (0, None)
         return self._writer
 
@@ -209,6 +210,14 @@ class Recorder:
         if state != self._files_state:
             self._files_state = state
             self._apply_retention()
+        if writer.records_lost > self._lost:
+            self._metrics.records_lost.labels("file_deleted").inc(writer.records_lost - self._lost)
+            _log.error(
+                "trace file %s was deleted while open: %d records lost with it; writing on in a new file",
+                writer.lost_files[-1].name,
+                writer.records_lost - self._lost,
+            )
+            self._lost = writer.records_lost
         if writer.records_written > self._written:
             self._metrics.records_written.inc(writer.records_written - self._written)
             self._written = writer.records_written

@@ -120,7 +120,11 @@ class TableFile:
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
         self.records = 0
-        self._frames.write_frame([self._packer.pack(header)], 0)
+        try:
+            self._frames.write_frame([self._packer.pack(header)], 0)
+        except BaseException:
+            self.abandon()  # a full disk must not leave an empty file for every retry
+            raise
 
     @property
     def bytes_written(self) -> int:
@@ -162,11 +166,19 @@ class TableFile:
         self._frames.write_frame([self._packer.pack(record)], 0)
         self._stream.close()
 
+    def unlinked(self) -> bool:
+        """Whether the open file was deleted (its directory removed, say): writes would vanish."""
+        return os.fstat(self._stream.fileno()).st_nlink == 0
+
     def abandon(self) -> None:
         """Release the file after a write failed, writing nothing more: it ends early, and readers
-        report the missing footer; every complete frame before the failure stays readable."""
+        report the missing footer; every complete frame before the failure stays readable. A file
+        that holds no record yet (empty, or its header alone) is removed."""
         with contextlib.suppress(OSError):
             self._stream.close()
+        if not self.records:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
 
 @dataclass(slots=True)

@@ -74,6 +74,8 @@ class TraceWriter:
         self._flush_due_ns = mono_ns() + self._flush_interval_ns
         self.files: list[Path] = []
         self.records_written = 0
+        self.records_lost = 0  # written to a file that was deleted while open (see flush)
+        self.lost_files: list[Path] = []
         self.bytes_closed = 0  # bytes of files already closed
         if self._path is not None:
             self._open()  # a single-file trace exists (header and footer) even with no records
@@ -109,15 +111,26 @@ class TraceWriter:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
         if self._file is None:
             return
-        if self._pending() and self._mono() >= self._flush_due_ns:
+        if self._mono() >= self._flush_due_ns:
             self.flush()
         elif self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
+        """Cut a frame of what is buffered. Once per call (a flush interval at most, not per
+        record) the open file is checked to still exist: records written into a deleted file are
+        counted in `records_lost` and writing goes on in a new file (the directory re-created)."""
         self._flush_due_ns = self._mono() + self._flush_interval_ns
-        if self._file is None or not self._pending():
+        if self._file is None:
             return
+        if self._file.unlinked():
+            self.records_lost += self._file.records
+            self.lost_files.append(self._file.path)
+            self._file.abandon()
+            self._open()  # at once, so the directory is back for whoever looks
+        if not self._pending():
+            return
+        assert self._file is not None
         self._cut(self._file)
         if self._rotate_due():
             self.rotate()
