@@ -22,6 +22,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
+from replayproxy.config import check_finite
 from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
@@ -66,6 +67,7 @@ class ReplayOptions:
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
         if self.workers < 1 or self.max_concurrency < 0 or self.timeout <= 0:

@@ -7,6 +7,7 @@ the library API (`make_app(SimConfig(...))`) can never disagree about names or d
 from __future__ import annotations
 
 import argparse
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -48,6 +49,10 @@ class SimConfig:
     stall_seconds: float = _opt(1.0, "length of a stall, wall-clock seconds")
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
         positive = ("max_model_len", "speed", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
                     "block_size", "mean_output_tokens", "tokens_per_chunk")
         for name in positive:
