@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,18 @@ def test_replay_job_shards_on_a_common_clock() -> None:
     assert "--start-at" in command
 
 
+def test_the_license_is_an_spdx_string_for_a_setuptools_that_reads_it() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in project["build-system"]["requires"]  # the first to accept the string
+
+
 def test_the_image_install_steps_work_in_a_plain_venv(tmp_path: Path) -> None:
     """The Dockerfile's two steps: build a wheel of the source tree, install it from that wheel alone."""
     wheels, venv = tmp_path / "wheels", tmp_path / "venv"
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)]
-    subprocess.run(build, check=True, timeout=300, capture_output=True)
+    built = subprocess.run(build, check=True, timeout=300, capture_output=True, text=True)
+    assert "deprecated" not in (built.stdout + built.stderr).lower(), built.stderr
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     wheel = next(wheels.glob("replayproxy-*.whl"))
     install = [
