@@ -27,7 +27,7 @@ SERVER_NICENESS = 5  # the simulated engines and the proxy yield the CPU to the 
 # Candidate engines: same simulated model, prefix cache on (as production) vs off.
 CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
 WORKLOAD = [
-    "--requests", "360", "--rate", "12", "--arrival", "gamma:2.0",
+    "--requests", "240", "--rate", "8", "--arrival", "gamma:2.0",
     "--input-len", "lognormal:mean=900,sigma=0.6", "--output-len", "lognormal:mean=60,sigma=0.5",
     "--prefix-groups", "4", "--prefix-len", "512", "--sessions-share", "0.3",
     "--model", "sim-llama-3.1-8b", "--seed", "7",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import sys
 from typing import Any
 
@@ -18,9 +19,10 @@ from replayproxy.results import ReplayResult
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs (.rpt)")
-    add("--target", help="base URL of the engine, e.g. http://127.0.0.1:8000")
+    add("--target", "--base-url", dest="target", help="base URL of the engine, e.g. http://127.0.0.1:8000/v1")
     add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
     add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
+    add("--request-rate", type=float, metavar="R", help="scale the trace's timing to R req/s on average")
     add(
         "--max-concurrency",
         type=int,
@@ -29,12 +31,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
     add("--model", help="send every request to this model")
-    add("--limit", type=int, metavar="N", help="replay at most N requests")
+    add("--limit", "--num-prompts", dest="limit", type=int, metavar="N", help="replay at most N requests")
     add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
     add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
     add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
     add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 600)")
     add("--label", help="name of this run in reports")
+    add(
+        "--api-key",
+        metavar="KEY",
+        help="bearer token for the target (default: $OPENAI_API_KEY), never stored",
+    )
+    add(
+        "--max-error-rate",
+        type=float,
+        metavar="SHARE",
+        help="exit 1 when more than this share of requests failed (default 0.5)",
+    )
     add("--quiet", action="store_const", const=True, help="no progress line")
     add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
     add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
@@ -85,6 +98,9 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
     file_values = config.read_toml(args.config).get("replay", {})
     overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _OPTION_NAMES}
     overrides["traces"] = tuple(args.traces)
+    overrides["api_key"] = getattr(args, "api_key", None)
+    if overrides.get("request_rate") is not None and overrides.get("speed") is not None:
+        raise config.ConfigError("--request-rate and --speed both set the timing; give one")
     options = config.build(
         session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides
     )
@@ -92,6 +108,8 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
         raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    if not options.api_key and os.environ.get("OPENAI_API_KEY"):  # what the OpenAI SDK and peers read
+        options = dataclasses.replace(options, api_key=os.environ["OPENAI_API_KEY"])
     return options
 
 
@@ -100,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
     show_progress = not options.quiet and sys.stderr.isatty()
     facts = _run_loop(options, show_progress)
     print(summary.render(facts, options.max_concurrency))
+    failure = summary.failure(facts, options.max_error_rate)
+    if failure:
+        print(f"replayproxy replay: {failure} (results in {options.output})", file=sys.stderr)
+        return 1
     return 0
 
 

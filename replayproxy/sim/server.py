@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from replayproxy.sim import api
 from replayproxy.sim.chunks import DONE, Formatter, chunk_count, chunk_ranges
@@ -55,7 +56,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     metrics = Metrics(config.model)
     engine = Engine(config, metrics)
     metrics.engine = engine
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    middlewares = [_require_api_key(config.api_key)] if config.api_key else []
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     sampler = Sampler(config.mean_output_tokens, config.seed)
     app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config))
     app.cleanup_ctx.append(_lifecycle)
@@ -67,6 +69,19 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     return app
+
+
+def _require_api_key(key: str) -> Middleware:
+    """vLLM's --api-key: every /v1 route needs `Authorization: Bearer <key>`, or it answers 401."""
+    expected = f"Bearer {key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1") and request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
 
 
 @contextlib.asynccontextmanager

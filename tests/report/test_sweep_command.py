@@ -134,3 +134,12 @@ def test_damaged_trace_fails_before_any_replay(
 def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="replay step failed: boom"):
         sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit('boom')"])
+
+
+def test_a_replay_step_that_exits_1_with_its_result_written_is_a_step(tmp_path: Path) -> None:
+    """Too many errors at a high speed is what a sweep looks for, not a reason to stop it."""
+    out = tmp_path / "speed-8.rpr"
+    script = f"import pathlib, sys; pathlib.Path({str(out)!r}).write_bytes(b'x'); sys.exit(1)"
+    sweep_command.run_replay([sys.executable, "-c", script, "-o", str(out)])
+    with pytest.raises(ValueError, match="replay step failed"):
+        sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit(1)", "-o", str(tmp_path / "x")])
