@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import session, summary, workers
+from replayproxy.replay import progress, session, summary, workers
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SHARE",
         help="exit 1 when more than this share of requests failed (default 0.5)",
     )
-    add("--quiet", action="store_const", const=True, help="no progress line")
+    add("--quiet", action="store_const", const=True, help="no progress display (--progress none)")
+    add(
+        "--progress",
+        choices=progress.MODES,
+        help="live panel (tty), a line every 10 s (log) or none (default auto: tty on a terminal, else log)",
+    )
     add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
     add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
     add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
@@ -115,8 +120,7 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    show_progress = not options.quiet and sys.stderr.isatty()
-    facts = _run_loop(options, show_progress)
+    facts = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
     print(summary.render(facts, options.max_concurrency))
     failure = summary.failure(facts, options.max_error_rate)
     if failure:
@@ -125,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, Any]:
+def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, Any]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -133,10 +137,10 @@ def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, 
     else:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(replay(options, show_progress))
+        return runner.run(replay(options, progress_mode))
 
 
-async def replay(options: session.ReplayOptions, show_progress: bool = False) -> dict[str, Any]:
+async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> dict[str, Any]:
     """The whole run; returns the summary written to the result footer.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
@@ -145,6 +149,8 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     try:
         plan = await session.prepare_run(options)
+        scheduled = sorted(p.scheduled_ns for p in plan.prepared)
+        tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
         def start() -> int:
             start_ns = session.start_ns_for(options)
@@ -152,23 +158,28 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
             return start_ns
 
         if options.workers > 1:
-            results, start_ns = await workers.run_workers(options, plan, show_progress, start)
-            return _finish(options, plan, results, start_ns, show_progress, sidecars)
-        progress = session.stderr_progress if show_progress else None
+            results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
+            return _finish(options, plan, results, start_ns, tracker, sidecars)
+        readings = session.RunnerReadings()
         outcome = session.Outcome()
         try:
             await session.run_local(
-                options, plan.prepared, plan.pool_size, start, progress=progress, outcome=outcome
+                options,
+                plan.prepared,
+                plan.pool_size,
+                start,
+                progress=lambda runner: tracker.update(readings(runner), runner.start_ns),
+                outcome=outcome,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:
-                _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
                 )
             raise
-        return _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
 
@@ -178,10 +189,13 @@ def _finish(
     plan: session.RunPlan,
     results: list[ReplayResult],
     start_ns: int,
-    show_progress: bool,
+    tracker: progress.Tracker,
     sidecars: Sidecars,
 ) -> dict[str, Any]:
-    if show_progress:
-        print(file=sys.stderr)
+    ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
+    errors = sum(1 for r in results if r.error)
+    lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
+    tracker.start_ns = tracker.start_ns or start_ns
+    tracker.close(progress.Reading(len(plan.prepared), len(lags), len(results), errors, lags, ttfts))
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
     return session.write_results(options, plan, results, start_wall_ns, sidecars.stop())

@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import logging
 import socket
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +24,7 @@ from replayproxy import __version__, clock, trace
 from replayproxy.replay import calibrate, flavors, models, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.progress import MODES, Reading
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.target import TargetInfo, describe, pre_run
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
@@ -54,7 +54,8 @@ class ReplayOptions:
     seed: int = 0
     timeout: float = 600.0  # per request, seconds
     label: str = ""
-    quiet: bool = False
+    quiet: bool = False  # no progress display at all (as progress = "none")
+    progress: str = "auto"  # auto | tty (live panel) | log (a line every 10 s) | none
     workers: int = 1
     shard: str = ""  # "i/N": only requests with index % N == i
     start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
@@ -80,6 +81,8 @@ class ReplayOptions:
             raise ValueError(f"limit must be >= 0, got {self.limit}")
         if self.shard:
             schedule.parse_shard(self.shard)
+        if self.progress not in MODES:
+            raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
             raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
 
@@ -315,15 +318,18 @@ async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -
         progress(runner)
 
 
-def stderr_progress(runner: Runner) -> None:
-    c = runner.counters
-    lags, c.lags_ns = c.lags_ns, []
-    print(
-        "\r" + summary.progress_line(c.total, c.sent, c.done, c.errors, lags),
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+class RunnerReadings:
+    """Progress readings of a local runner: its counts, and the lags and TTFTs new since the last."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+
+    def __call__(self, runner: Runner) -> Reading:
+        c = runner.counters
+        lags, c.lags_ns = c.lags_ns, []
+        new, self._seen = runner.results[self._seen :], len(runner.results)
+        ttfts = [r.ttft_ns for r in new if not r.error and r.ttft_ns >= 0]
+        return Reading(c.total, c.sent, c.done, c.errors, lags, ttfts)
 
 
 def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_timing: str) -> RunHeader:

@@ -103,8 +103,3 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
 
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
-
-
-def progress_line(total: int, sent: int, done: int, errors: int, lags_ns: Sequence[int]) -> str:
-    lag = f"{np.percentile(lags_ns, 99) / 1e6:.2f} ms" if len(lags_ns) else "-"
-    return f"sent {sent}/{total}  in flight {sent - done}  done {done}  errors {errors}  lag p99 {lag}"

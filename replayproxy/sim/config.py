@@ -49,13 +49,27 @@ class SimConfig:
     api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
 
     def __post_init__(self) -> None:
-        positive = ("max_model_len", "speed", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
-                    "block_size", "mean_output_tokens", "tokens_per_chunk")
+        positive = (
+            "max_model_len",
+            "speed",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "num_gpu_blocks",
+            "block_size",
+            "mean_output_tokens",
+            "tokens_per_chunk",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("step_base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "reasoning_tokens",
-                     "first_byte_delay", "stall_seconds"):
+        for name in (
+            "step_base_ms",
+            "per_prefill_token_ms",
+            "per_decode_seq_ms",
+            "reasoning_tokens",
+            "first_byte_delay",
+            "stall_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):

@@ -4,6 +4,7 @@ OpenAI-style base URLs and API keys, and the flags other benchmark tools taught 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -145,3 +146,27 @@ def test_the_api_key_reaches_the_target_and_nothing_else(tmp_path: Path, how: st
     data = out.read_bytes()
     decoded = b"".join(bytes(p) for p in iter_frame_payloads(data, str(out), ReadReport()))
     assert decoded and SECRET.encode() not in data + decoded
+
+
+def test_without_a_terminal_progress_is_a_line_every_ten_seconds(tmp_path: Path, engine: Server) -> None:
+    trace = traces.write(tmp_path / "t.rpt", [
+        RequestShape(i * 500_000_000, model=traces.SIM_MODEL, input_tokens=40, output_tokens=4, roles="u")
+        for i in range(25)
+    ])  # fmt: skip
+    args = [str(trace), "--target", engine.url, "-o", str(tmp_path / "r.rpr"), "--no-calibrate"]
+    done = subprocess.run(
+        [sys.executable, "-m", "replayproxy", "replay", "--flavor", "vllm", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("replay: ")]
+    assert len(lines) == 2, done.stderr  # at 10 s, and the last one at the end
+    first = r"replay: 0:1\d elapsed, ETA 0:0\d  sent 2\d/25  done \d+  in flight \d+  errors 0"
+    assert re.match(first, lines[0]), lines[0]
+    assert "TTFT p50" in lines[0] and "lag p99" in lines[0] and "\x1b" not in done.stderr
+    assert lines[1].startswith("replay: 0:1") and "done 25" in lines[1] and "ETA 0:00" in lines[1]
+    quiet = subprocess.run(
+        [sys.executable, "-m", "replayproxy", "replay", "--flavor", "vllm", *args, "--progress", "none",
+         "--limit", "3"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert quiet.returncode == 0 and "replay: " not in quiet.stderr

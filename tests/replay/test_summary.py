@@ -43,12 +43,6 @@ def test_max_concurrency_says_timing_was_not_preserved_and_by_how_much() -> None
     assert "timing not preserved" in text and "lag p99 40 ms" in text
 
 
-def test_progress_line() -> None:
-    line = summary.progress_line(100, 40, 30, 2, [1_000_000, 3_000_000])
-    assert line.startswith("sent 40/100  in flight 10  done 30  errors 2  lag p99 2.9")
-    assert summary.progress_line(1, 0, 0, 0, []).endswith("lag p99 -")
-
-
 def test_a_run_fails_when_nothing_succeeded_or_too_much_failed() -> None:
     def facts(requests: int, errors: int) -> dict[str, object]:
         return {
