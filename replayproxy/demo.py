@@ -36,6 +36,12 @@ WORKLOAD = [
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep the trace, results and report in DIR")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "tty", "log", "none"),
+        default="auto",
+        help="each replay's live progress: panel (tty), a line every 10 s (log), none (default auto)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     _clear_previous_run(work)
     try:
-        return _demo(work)
+        return _demo(work, args.progress)
     finally:
         if keep is None:
             _remove_all_but_the_report(work)
@@ -72,7 +78,7 @@ def _remove_all_but_the_report(work: Path) -> None:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _demo(work: Path) -> int:
+def _demo(work: Path, progress: str = "none") -> int:
     workload, traces, html = work / "workload.rpt", work / "traces", work / REPORT_NAME
     _stage("writing a synthetic production workload (shared system prompts, sessions, bursts)")
     _cli("synth", "-o", str(workload), *WORKLOAD)
@@ -87,7 +93,7 @@ def _demo(work: Path) -> int:
         ) as proxy:  # fmt: skip
             _stage(f"driving live traffic through the proxy at {proxy} (about 30 s)")
             # Plain clients: no calibration probes or cache resets, which production would not see.
-            _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", "--quiet",
+            _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", *_progress(progress),
                  "--no-calibrate", "--no-reset-prefix-cache",
                  "--label", "live-clients", "-o", str(work / "live-clients.rpr"))  # fmt: skip
             _stage("stopping the proxy (it drains and closes the trace)")
@@ -98,7 +104,7 @@ def _demo(work: Path) -> int:
         with _server("sim", f"candidate engine '{label}'", "--port", "0", "--seed", "1", *options) as target:
             _stage(f"replaying the recorded trace against '{label}' (about 30 s)")
             result = work / f"{label}.rpr"
-            _cli("replay", str(traces), "--target", target, "--flavor", "vllm", "--quiet",
+            _cli("replay", str(traces), "--target", target, "--flavor", "vllm", *_progress(progress),
                  "--label", label, "-o", str(result))  # fmt: skip
             results.append(str(result))
     _stage(f"comparing candidates against the production baseline (SLO {SLO})")
@@ -114,18 +120,33 @@ def _demo(work: Path) -> int:
     return 0
 
 
+def _progress(mode: str) -> list[str]:
+    """The replay's own progress display goes straight to the demo's terminal (or log)."""
+    if mode == "auto":
+        mode = "tty" if sys.stderr.isatty() else "log"
+    return ["--progress", mode]
+
+
 def _stage(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
 
 def _cli(*argv: str, show: bool = False) -> None:
-    """Run one replayproxy subcommand; its output is shown only when `show` or when it fails."""
+    """Run one replayproxy subcommand; its output is shown only when `show` or when it fails.
+
+    A replay's stderr (its progress) always passes through, so a stage of half a minute is visibly alive.
+    """
+    live_stderr = show or argv[0] == "replay"
     done = subprocess.run(
-        [sys.executable, "-m", "replayproxy", *argv], capture_output=not show, text=True, check=False
+        [sys.executable, "-m", "replayproxy", *argv],
+        stdout=None if show else subprocess.PIPE,
+        stderr=None if live_stderr else subprocess.PIPE,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         if not show:
-            sys.stderr.write(done.stdout + done.stderr)
+            sys.stderr.write((done.stdout or "") + (done.stderr or ""))
         raise CliError(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
 
 

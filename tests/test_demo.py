@@ -61,6 +61,8 @@ def test_without_matplotlib_the_report_is_text_only_and_says_how_to_get_html(
     assert cli.main(["demo", "--keep", str(tmp_path)]) == 0
     report = next(argv for argv in calls if argv[0] == "report")
     assert "--html" not in report and "--baseline" in report
+    replays = [argv for argv in calls if argv[0] == "replay"]
+    assert len(replays) == 3 and all(argv[argv.index("--progress") + 1] == "log" for argv in replays)
     assert "demo: HTML report skipped: its plots need matplotlib" in capsys.readouterr().out
 
 
