@@ -11,17 +11,28 @@ mean length is flagged (preemption likely at full concurrency), not pruned.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from replayproxy.report.capacity import Setup, plan
+from replayproxy.report.capacity import GIB, Plan, Setup, plan
 from replayproxy.report.capacity_command import load_model, parse_memory_size
 from replayproxy.trace import load
 from replayproxy.tune.candidates import Config, Knob
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's and the sim's default KV block size
+# The same engine setting under vLLM's (and the sim's) knob name, then SGLang's.
+SYNONYMS = {
+    "max_model_len": ("max_model_len", "context_length"),
+    "max_num_seqs": ("max_num_seqs", "max_running_requests"),
+    "max_num_batched_tokens": ("max_num_batched_tokens", "chunked_prefill_size"),
+    "gpu_memory_utilization": ("gpu_memory_utilization", "mem_fraction_static"),
+    "kv_cache_dtype": ("kv_cache_dtype",),
+    "num_gpu_blocks": ("num_gpu_blocks", "num_gpu_blocks_override"),
+    "block_size": ("block_size", "page_size"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +71,7 @@ def trace_facts(paths: Iterable[str | os.PathLike[str]]) -> TraceFacts:
 
 
 def check_fit(config: Config, facts: TraceFacts) -> Fit:
-    knobs = config.knobs
+    knobs = _normalised(config.knobs)
     max_model_len = _int(knobs.get("max_model_len"))
     if max_model_len is not None and facts.longest_tokens > max_model_len:
         return Fit(
@@ -71,7 +82,14 @@ def check_fit(config: Config, facts: TraceFacts) -> Fit:
     seqs, budget = _int(knobs.get("max_num_seqs")), _int(knobs.get("max_num_batched_tokens"))
     if seqs is not None and budget is not None and budget < seqs:
         return Fit(f"max_num_batched_tokens {budget} is below max_num_seqs {seqs} (vLLM refuses it)", ())
-    kv_tokens = _kv_tokens(config)
+    memory = _memory_plan(knobs, config.engine.capacity)
+    if memory is not None and not memory.weights_fit:
+        return Fit(
+            f"the weights need {memory.weights_per_gpu_bytes / GIB:.1f} GiB per GPU, more than the "
+            f"{memory.budget_per_gpu_bytes / GIB:.1f} GiB this memory share allows",
+            (),
+        )
+    kv_tokens = _kv_tokens(knobs, memory)
     if kv_tokens is None:
         return Fit("", ())
     if kv_tokens < facts.longest_tokens:
@@ -91,14 +109,29 @@ def check_fit(config: Config, facts: TraceFacts) -> Fit:
     return Fit("", ())
 
 
-def _kv_tokens(config: Config) -> int | None:
-    knobs, capacity = config.knobs, config.engine.capacity
+def _normalised(knobs: Mapping[str, Knob]) -> dict[str, Knob]:
+    """Knob values under vLLM's names, whichever engine's spelling the candidates file used."""
+    found: dict[str, Knob] = {}
+    for name, spellings in SYNONYMS.items():
+        for spelling in spellings:
+            if spelling in knobs:
+                found[name] = knobs[spelling]
+                break
+    return found
+
+
+def _kv_tokens(knobs: Mapping[str, Knob], memory: Plan | None) -> int | None:
     blocks = _int(knobs.get("num_gpu_blocks"))
-    block_size = _int(knobs.get("block_size")) or DEFAULT_BLOCK_SIZE
     if blocks is not None:
-        return blocks * block_size
+        return blocks * (_int(knobs.get("block_size")) or DEFAULT_BLOCK_SIZE)
+    return memory.kv_tokens if memory is not None else None
+
+
+def _memory_plan(knobs: Mapping[str, Knob], capacity: Mapping[str, Any]) -> Plan | None:
+    """The capacity calculator's split of GPU memory, when the engine says which model and GPU."""
     if not capacity:
         return None
+    block_size = _int(knobs.get("block_size")) or DEFAULT_BLOCK_SIZE
     spec, _ = load_model(str(capacity["model"]))
     setup = Setup(
         gpu_memory_bytes=parse_memory_size(str(capacity["gpu_memory"])),
@@ -111,7 +144,7 @@ def _kv_tokens(config: Config) -> int | None:
         max_num_batched_tokens=_int(knobs.get("max_num_batched_tokens")) or 8192,
         max_num_seqs=_int(knobs.get("max_num_seqs")) or 256,
     )
-    return plan(spec, setup).kv_tokens
+    return plan(spec, setup)
 
 
 def _int(value: Knob | None) -> int | None:

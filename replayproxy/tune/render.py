@@ -29,7 +29,8 @@ def table(outcomes: list[Outcome], facts: TraceFacts) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    notes = [f"  {o.engine}[{o.config}]: {o.reason}" for o in outcomes if o.reason]
+    notes = [f"  {o.engine}[{o.config}]: {o.reason}{_last_line(o.log_tail)}" for o in outcomes if o.reason]
+    notes += [f"  {o.engine}[{o.config}]: {o.stopped}" for o in outcomes if o.stopped]
     notes += [f"  {o.engine}[{o.config}]: note: {flag}" for o in outcomes for flag in o.flags]
     tail = ["", "why:", *notes] if notes else []
     return "\n".join(["", *lines, *tail, ""]) + "\n"
@@ -56,11 +57,16 @@ def best_vs_best(best: dict[str, Outcome], repeat: int, precision: float) -> str
     return "\n".join(lines) + "\n"
 
 
+def _last_line(log_tail: str) -> str:
+    lines = [line for line in log_tail.splitlines() if line.strip()]
+    return f"; its log ends: {lines[-1].strip()}" if lines else ""
+
+
 def _status(o: Outcome) -> str:
     if o.status != "measured":
         return o.status
     if o.best_speed is None:
-        return "below best" if o.stopped else "never met SLO"
+        return "below best" if o.stopped else "never met the SLO"
     return "measured"
 
 

@@ -83,6 +83,8 @@ def search(
     origin = beat if beat is not None else start
     auto_search(run_once, passes, start=origin, max_runs=max_runs, precision=precision)
     _confirm(found, verdicts, run_step, passes, repeat)
+    if beat is not None and found.best_speed is None:
+        found.stopped = f"cannot beat the best so far: failed a repeat at {beat:g}x"
     return found
 
 
