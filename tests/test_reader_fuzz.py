@@ -325,7 +325,7 @@ def classify(e: BaseException) -> str | None:
     return f"{type(e).__name__}: {str(e)[:80]} at {Path(where.filename).name}:{where.lineno}"
 
 
-def worker(count: int, seed: int) -> None:
+def worker(count: int, seed: int, kinds: list[str]) -> None:
     directory = Path(tempfile.mkdtemp(prefix="fuzz-"))
     sources = make_sources(directory)
     read = readers()
@@ -346,7 +346,7 @@ def worker(count: int, seed: int) -> None:
     failures: Counter[str] = Counter()
     rng = random.Random(seed)
     target = directory / "m"
-    for name in ("trace", "golden", "result"):
+    for name in kinds:
         n = count if name != "golden" else count // 10
         for _ in range(n):
             data, consume = mutate(originals[name], rng)
@@ -377,11 +377,26 @@ def worker(count: int, seed: int) -> None:
 @pytest.mark.timeout(300)
 def test_damaged_files_never_crash_exhaust_memory_or_hang() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, __file__, str(MUTATIONS), "1"], capture_output=True, text=True, timeout=280, env=env
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    workers = [  # traces and results side by side, one core each
+        subprocess.Popen(
+            [sys.executable, __file__, str(MUTATIONS), str(seed), kinds],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for seed, kinds in ((1, "trace,golden"), (2, "result"))
+    ]  # fmt: skip
+    summary: dict[str, Counter[str]] = {"outcomes": Counter(), "failures": Counter()}
+    try:
+        for process in workers:
+            out, err = process.communicate(timeout=280)
+            assert process.returncode == 0, err[-3000:]
+            part = json.loads(out.strip().splitlines()[-1])
+            for key in summary:
+                summary[key].update(part[key])
+    finally:
+        for process in workers:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert not summary["failures"], json.dumps(summary, indent=1)
     outcomes = summary["outcomes"]
     for name in ("trace", "result"):
@@ -432,4 +447,4 @@ def test_a_damaged_result_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]))
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(","))

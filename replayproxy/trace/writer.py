@@ -113,7 +113,7 @@ class TraceWriter:
             return
         if self._mono() >= self._flush_due_ns:
             self.flush()
-        elif self._rotate_due():
+        if self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
