@@ -446,5 +446,46 @@ def test_a_damaged_result_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.stderr.strip().count("\n") == 0 and "header lacks 'target'" in done.stderr
 
 
+def test_consistent_but_odd_headers_are_refused_or_read_never_a_crash(tmp_path: Path) -> None:
+    """Files no mutation of a good one makes: a header without offset_ns whose batches agree with it,
+    and start times so far apart that shifting offsets between files would overflow."""
+    from replayproxy.clock import now_ns, wall_ns
+    from replayproxy.shape import RequestShape
+    from replayproxy.trace import ReadReport, TraceFormatError, TraceHeader, iter_shapes, load, write_trace
+
+    def write(name: str, header: TraceHeader) -> Path:
+        shapes = [RequestShape(offset_ns=i, input_tokens=i) for i in range(3)]
+        write_trace(tmp_path / name, header, shapes, mono_ns=now_ns, wall_ns=wall_ns)
+        return tmp_path / name
+
+    no_offsets = write("a.rpt", TraceHeader(start_wall_ns=0, fields=("input_tokens", "model")))
+    for read in (load, lambda paths: list(iter_shapes(paths))):
+        try:
+            read([no_offsets])
+        except TraceFormatError as e:
+            assert "lacks the required field 'offset_ns'" in str(e)
+        else:
+            raise AssertionError("a trace without arrival offsets was read")
+    write("b.rpt", TraceHeader(start_wall_ns=0))
+    assert len(load([tmp_path])) == 3  # a.rpt skipped and reported, b.rpt read
+    far = tmp_path / "far"
+    far.mkdir()
+    header = msgpack.unpackb(
+        zstandard.ZstdDecompressor().decompress(split_frames(no_offsets.read_bytes())[0][1])
+    )
+    assert header["type"] == "header"
+    for i, start in enumerate((-(2**63), 2**63 - 1)):
+        frames = split_frames(write(f"c{i}.rpt", TraceHeader(start_wall_ns=0)).read_bytes())
+        record = msgpack.unpackb(zstandard.ZstdDecompressor().decompress(frames[0][1]))
+        record["start_wall_ns"] = start
+        frames[0] = frame_of(msgpack.packb(record), 0)
+        (far / f"c{i}.rpt").write_bytes(join(frames))
+    report = ReadReport()
+    try:
+        list(iter_shapes([far], report))
+    except TraceFormatError as e:
+        assert "start_wall_ns" in str(e)
+
+
 if __name__ == "__main__":
     worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(","))

@@ -27,6 +27,8 @@ def read_tables(
 
 def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, Table]:
     table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
+    if "offset_ns" not in table.header["fields"]:
+        raise TraceFormatError(f"{path}: lacks the required field 'offset_ns'")
     try:
         return TraceHeader.from_record(table.header), table
     except TraceFormatError as e:

@@ -72,8 +72,8 @@ def checked_fields(cls: type[Any], record: dict[str, Any]) -> dict[str, Any]:
 def _is_a(value: Any, hint: Any) -> bool:
     if hint is Any:
         return True
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is int:  # within ±2**62, so that differences (of start times, say) fit in int64
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 62
     if hint in (str, bool, float):
         return isinstance(value, hint)
     origin = typing.get_origin(hint)
