@@ -136,7 +136,7 @@ class SynthSpec:
             raise ValueError("requests and duration must be finite and not negative")
         if not 0 < self.rate_rps < math.inf or not 0 < self.arrival_cv < math.inf:
             raise ValueError(
-                f"rate and arrival CV must be finite and > 0, got {self.rate_rps}, {self.arrival_cv}"
+                f"rate and arrival CV must be positive and finite, got {self.rate_rps}, {self.arrival_cv}"
             )
         if self.endpoint not in ("chat", "completions"):
             raise ValueError(f"endpoint must be chat or completions, got {self.endpoint!r}")

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,9 +122,16 @@ def test_recording_failures_leave_traffic_intact(tmp_path: Path, case: str) -> N
         "read-only": ("-o", "bind,ro", str(tmp_path / "traces")),
         "full": ("-t", "tmpfs", "-o", "size=8k", "tmpfs"),
     }[case]
-    if options is None:
+    if options is None:  # a regular file where the directory should be is refused at start
         trace_dir.write_text("a file where the trace directory should be")
-        context: contextlib.AbstractContextManager[bool] = contextlib.nullcontext(True)
+        refused = subprocess.run(
+            [sys.executable, "-m", "replayproxy", "proxy", "--upstream", "http://127.0.0.1:9"]
+            + ["--trace-dir", str(trace_dir)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "is not a directory" in refused.stderr
+        return
     else:
         context = mounted(trace_dir, *options)
     with context as ready:
