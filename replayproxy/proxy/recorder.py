@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from replayproxy import __version__
 from replayproxy.clock import Anchor, now_ns, wall_ns
 from replayproxy.proxy.extract import build_shape
+from replayproxy.proxy.links import SessionLinker
 from replayproxy.proxy.metrics import EndpointFigures, ProxyMetrics
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
@@ -47,6 +48,7 @@ class Recorder:
         self._settings = settings
         self._metrics = metrics
         self._hasher = hasher
+        self._links = SessionLinker(hasher.key)  # touched by the recorder thread only
         self._sample = sample
         self._endpoints = settings.endpoints_recorded
         self._rate = settings.sample_rate
@@ -159,7 +161,7 @@ class Recorder:
 
     def _shape(self, capture: Capture) -> RequestShape | None:
         try:
-            return build_shape(capture, self._hasher, self._anchor.mono_ns)
+            return build_shape(capture, self._hasher, self._anchor.mono_ns, self._links)
         except Exception as e:  # noqa: BLE001 — a malformed exchange must not stop recording
             self._metrics.records_dropped.labels("shape_error").inc()
             self._log("shape", f"could not build a request shape: {type(e).__name__}")
