@@ -56,6 +56,10 @@ class ReplayResult:
     cached_tokens: int = UNKNOWN
     new_connection: bool = False  # a connection had to be opened on the send path
     worker: int = 0
+    session: int = 0  # the trace's session id (0: not in a session)
+    turn: int = 0  # 0-based turn within the session
+    after: int = UNKNOWN  # trace index of the session's previous replayed turn
+    think_ns: int = UNKNOWN  # think time the schedule gave after that turn's end (at the run's speed)
 
     def to_record(self) -> tuple[Any, ...]:
         values = [getattr(self, name) for name in RESULT_FIELDS]
@@ -86,6 +90,10 @@ RESULT_KINDS: dict[str, str] = {
     "cached_tokens": "i8",
     "new_connection": "b1",
     "worker": "i8",
+    "session": "u8",
+    "turn": "i8",
+    "after": "i8",
+    "think_ns": "i8",
 }
 RESULT_FIELDS = tuple(RESULT_KINDS)
 _GAPS = RESULT_FIELDS.index("chunk_gaps_us")

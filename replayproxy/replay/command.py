@@ -29,7 +29,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
     add("--model", help="send every request to this model")
-    add("--limit", type=int, metavar="N", help="replay at most N requests")
+    add("--limit", type=int, metavar="N", help="replay at most N requests (whole sessions in closed loop)")
+    add(
+        "--sessions",
+        choices=["auto", "closed", "open"],
+        help="closed: a session's next turn goes at the previous turn's end plus its think time; "
+        "open: every request at its recorded offset (default auto: closed if any session has 2+ turns)",
+    )
+    add(
+        "--sample-sessions",
+        type=float,
+        metavar="F",
+        help="replay this fraction of whole sessions, chosen by --seed",
+    )
     add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
     add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
     add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
@@ -136,7 +148,13 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
         outcome = session.Outcome()
         try:
             await session.run_local(
-                options, plan.prepared, plan.pool_size, start, progress=progress, outcome=outcome
+                options,
+                plan.prepared,
+                plan.pool_size,
+                start,
+                progress=progress,
+                outcome=outcome,
+                closed_loop=plan.closed_loop,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:

@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
-from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
+from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth, turns
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
@@ -64,6 +64,8 @@ class ReplayOptions:
     scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
     scrape_interval: float = 0.25  # seconds
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
+    sessions: str = "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
+    sample_sessions: float | None = None  # keep this fraction of whole sessions (seeded)
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
@@ -76,6 +78,10 @@ class ReplayOptions:
             schedule.parse_shard(self.shard)
         if self.scrape_interval <= 0:
             raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
+        if self.sessions not in turns.MODES:
+            raise ValueError(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+        if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
+            raise ValueError(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -127,6 +133,11 @@ class RunPlan:
     pre_run: dict[str, Any]
     pool_size: int
     trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
+    sessions: turns.Mode = "open"  # as resolved for this trace
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.sessions == "closed"
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
@@ -135,7 +146,8 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
     window = schedule.Window(options.start_offset, options.duration, options.limit)
-    rows = schedule.select(cols.offset_ns, window)
+    mode = turns.resolve(options.sessions, cols)
+    rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     target = Target.parse(options.target)
     timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -162,15 +174,16 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
             record["check"] = await calibrate.verify(prober, [p for p in prepared if p.endpoint == "chat"])
         skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
         actions = await pre_run(session, target.url, flavor, skip, options.headers)
-    if options.shard:
+    if options.shard:  # by session in closed loop, so a session's turns stay in one replayer
         index, count = schedule.parse_shard(options.shard)
-        prepared = [p for p in prepared if p.index % count == index]
+        prepared = [p for p in prepared if (p.group if mode == "closed" else p.index) % count == index]
     peak = _peak(cols, prepared, options.speed)
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
-    outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak}
-    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows))
+    outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak,
+               "sessions": mode}  # fmt: skip
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows), mode)
 
 
 def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
@@ -256,6 +269,7 @@ async def run_local(
     worker: int = 0,
     progress: Callable[[Runner], None] | None = None,
     outcome: Outcome | None = None,
+    closed_loop: bool = False,
 ) -> Outcome:
     """Warm a pool, wait for the start, send; fills and returns `outcome` (results, absolute start)."""
     outcome = outcome if outcome is not None else Outcome()
@@ -272,6 +286,7 @@ async def run_local(
             max_concurrency=options.max_concurrency,
             worker=worker,
             results=outcome.results,
+            closed_loop=closed_loop,
         )
         settle_memory()
         outcome.start_ns = start if isinstance(start, int) else start()
