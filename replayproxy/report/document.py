@@ -15,8 +15,9 @@ import numpy as np
 from replayproxy.report import breakdown, telemetry
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
-from replayproxy.report.measures import concurrency, exact_share
+from replayproxy.report.measures import Requests, concurrency, exact_share
 from replayproxy.report.runs import Run
+from replayproxy.report.sessions import SessionColumns, session_doc
 from replayproxy.report.stats import summarize
 from replayproxy.report.sweep import Step, find_knee, step_of
 
@@ -111,12 +112,22 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "goodput": goodput_doc(goodput(m, slos)) if slos else None,
         "telemetry": _telemetry_doc(run, m.n),
         "trace_prefix_reuse": _trace_prefix_reuse(run),
+        "sessions": _sessions_doc(m.requests),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
             "window_10s": [group_doc(g, window=True) for g in breakdown.by_window(m)],
         },
     }
+
+
+def _sessions_doc(req: Requests) -> dict[str, Any] | None:
+    if not (len(req.session) == len(req.after) == len(req.think_ns) == len(req)):
+        return None  # a result file from before sessions were recorded
+    columns = SessionColumns(
+        req.index, req.session, req.after, req.think_ns, req.sent_ns, req.scheduled_ns, req.e2e_ns
+    )
+    return session_doc(columns)
 
 
 def _telemetry_doc(run: Run, requests: int) -> dict[str, Any] | None:

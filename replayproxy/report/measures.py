@@ -8,9 +8,13 @@ beside them (never silently dropped).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+
+def _unknown() -> np.ndarray:
+    return np.zeros(0, np.int64)
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
@@ -37,6 +41,10 @@ class Requests:
     output_tokens: np.ndarray  # from usage; -1 unknown
     expected_input_tokens: np.ndarray  # what the trace asked for; -1 unknown
     expected_output_tokens: np.ndarray
+    # sessions (report.sessions); empty when the run's file has no session columns
+    session: np.ndarray = field(default_factory=_unknown)  # uint64 session id, 0 = none
+    after: np.ndarray = field(default_factory=_unknown)  # trace index of the turn it followed, -1 none
+    think_ns: np.ndarray = field(default_factory=_unknown)  # think time it should have had, -1 unknown
 
     def __len__(self) -> int:
         return len(self.index)

@@ -117,6 +117,12 @@ def _requests(files: list[ResultFile]) -> Requests:
         lengths = np.concatenate([f.table.ragged[name][1] for f in files])
         return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
+    def optional(name: str) -> np.ndarray:
+        """A column older result files lack: empty then (the figure is left out)."""
+        if all(name in f.table.columns for f in files):
+            return col(name)
+        return np.zeros(0, np.int64)
+
     gaps, gap_index = ragged("chunk_gaps_us")
     tokens, token_index = ragged("chunk_tokens")
     prompt = col("prompt_tokens")
@@ -139,6 +145,9 @@ def _requests(files: list[ResultFile]) -> Requests:
         output_tokens=col("completion_tokens"),
         expected_input_tokens=expected_input,
         expected_output_tokens=col("expected_output_tokens"),
+        session=optional("session"),
+        after=optional("after"),
+        think_ns=optional("think_ns"),
     )
 
 

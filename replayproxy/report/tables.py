@@ -298,6 +298,39 @@ def telemetry_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Engine telemetry", ["figure", *(r["label"] for r in runs)], rows, notes, "telemetry")]
 
 
+SESSION_ROWS = (
+    ("turns per session", "turns_per_session", ("p50", "p95", "max")),
+    ("session s (first send to last end)", "session_s", ("p50", "p95")),
+    ("finish s (from first scheduled send)", "finish_from_schedule_s", ("p50", "p95")),
+    ("think ms as replayed", "think_ms", ("p50", "p99")),
+    ("think error ms (replayed - planned)", "think_error_ms", ("p50", "p99")),
+    ("think |error| ms", "think_abs_error_ms", ("p50", "p99")),
+)
+
+
+def sessions_section(doc: dict[str, Any]) -> list[Table]:
+    """Per-session figures beside the per-request ones, for runs of traces with multi-turn sessions."""
+    runs = [r for r in doc["runs"] if r.get("sessions")]
+    if not runs:
+        return []
+    rows = [
+        [
+            "sessions (multi-turn)",
+            *(f"{r['sessions']['sessions']} ({r['sessions']['multi_turn_sessions']})" for r in runs),
+        ],
+        ["later turns", *(fmt(r["sessions"]["later_turns"]) for r in runs)],
+        ["overlapping turns", *(fmt(r["sessions"]["overlapping_turns"]) for r in runs)],
+    ]
+    for title, key, stats in SESSION_ROWS:
+        for stat in stats:
+            rows.append([f"{title} {stat}", *(fmt((r["sessions"].get(key) or {}).get(stat)) for r in runs)])
+    notes = [
+        "overlapping: a turn sent before the previous turn of its session ended (production never did)",
+        "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
+    ]
+    return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
+
+
 def warnings_section(doc: dict[str, Any]) -> list[Table]:
     if not doc["warnings"]:
         return []
@@ -313,6 +346,7 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
     breakdown_section,
     sweep_section,
     telemetry_section,
+    sessions_section,
     warnings_section,
 ]
 

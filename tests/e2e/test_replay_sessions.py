@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replayproxy.report.document import build_document
+from replayproxy.report.runs import load_runs
+from replayproxy.report.tables import tables
 from replayproxy.results import ResultFile
 from replayproxy.shape import RequestShape, prefix_block_hashes
 from replayproxy.trace import load
@@ -83,6 +86,15 @@ def test_closed_loop_never_overlaps_a_session_and_reproduces_think_times(tmp_pat
     assert np.array_equal(scheduled, cols.offset_ns[open_loop.column("index")] - cols.offset_ns[0])
     open_got, _ = think_times_ms(open_loop)
     assert np.sum(open_got < 0) >= SESSIONS  # a turn sent while the previous one still ran
+
+    # the report says the same, per session, beside the per-request figures
+    doc = build_document(load_runs([tmp_path / "closed.rpr", tmp_path / "open.rpr"]))
+    closed_doc, open_doc = (run["sessions"] for run in doc["runs"])
+    assert closed_doc["overlapping_turns"] == 0 and open_doc["overlapping_turns"] == np.sum(open_got < 0)
+    assert closed_doc["turns_per_session"]["p50"] == TURNS and closed_doc["later_turns"] == len(got)
+    assert closed_doc["think_error_ms"]["p50"] == pytest.approx(np.percentile(errors, 50))
+    assert closed_doc["session_s"]["p50"] > (TURNS - 1) * THINK_MS / 1e3
+    assert "Sessions" in [table.title for table in tables(doc)]
 
 
 def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:
