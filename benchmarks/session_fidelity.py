@@ -69,10 +69,11 @@ def figures(result: ResultFile) -> str:
     later = after >= 0
     got = sent[later] - np.array([end_of[a] for a in after[later].tolist()])
     error = (got - planned[later]) / 1e6
+    e50, e99 = np.percentile(error, [50, 99])
     lag = (sent - result.column("scheduled_ns")) / 1e6
     return (
         f"overlapping turns {int((got < 0).sum())}/{len(got)}"
-        f"  think error ms p50 {np.percentile(error, 50):.3f} p99 {np.percentile(error, 99):.3f} max {error.max():.3f}"
+        f"  think error ms p50 {e50:.3f} p99 {e99:.3f} max {error.max():.3f}"
         f"  schedule lag ms p50 {np.percentile(lag, 50):.3f} p99 {np.percentile(lag, 99):.3f}"
     )
 
@@ -104,13 +105,14 @@ def main() -> None:
             url = line.split("listening on ", 1)[1].strip()
             if len(cores) >= 2:
                 os.sched_setaffinity(sim.pid, {cores[-1]})
-            print(f"{args.sessions} sessions x {args.turns} turns, think {args.think_ms} ms, sim {args.sim_speed}x")
+            print(f"{args.sessions} sessions x {args.turns} turns, think {args.think_ms} ms, sim x{args.sim_speed}")
             for mode in ("closed", "open"):
                 out = work / f"{mode}.rpr"
                 command = [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o",
-                           str(out), "--flavor", "vllm", "--quiet", "--no-calibrate", "--sessions", mode]  # fmt: skip
-                pin = {"preexec_fn": lambda: os.sched_setaffinity(0, {cores[0]})} if len(cores) >= 2 else {}
-                subprocess.run(command, check=True, stdout=subprocess.DEVNULL, **pin)  # type: ignore[call-overload]
+                           str(out), "--flavor", "vllm", "--quiet", "--no-calibrate"]  # fmt: skip
+                command += ["--sessions", mode]
+                pinned = (lambda: os.sched_setaffinity(0, {cores[0]})) if len(cores) >= 2 else None
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL, preexec_fn=pinned)
                 print(f"  {mode:6} {figures(load_results([out])[0])}")
         finally:
             sim.terminate()
