@@ -105,7 +105,7 @@ def main() -> None:
             url = line.split("listening on ", 1)[1].strip()
             if len(cores) >= 2:
                 os.sched_setaffinity(sim.pid, {cores[-1]})
-            print(f"{args.sessions} sessions x {args.turns} turns, think {args.think_ms} ms, sim x{args.sim_speed}")
+            print(f"{args.sessions} sessions x {args.turns} turns, think {args.think_ms} ms")
             for mode in ("closed", "open"):
                 out = work / f"{mode}.rpr"
                 command = [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o",
