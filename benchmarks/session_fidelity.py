@@ -26,39 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 from replayproxy import clock  # noqa: E402
 from replayproxy.results import ResultFile, load_results  # noqa: E402
-from replayproxy.shape import RequestShape, prefix_block_hashes  # noqa: E402
 from replayproxy.trace import TraceHeader, write_trace  # noqa: E402
-
-MS = 1_000_000
-MODEL = "sim-llama-3.1-8b"
+from tests.e2e.test_replay_sessions import session_shapes  # noqa: E402 — the e2e test's trace
 
 
 def session_trace(path: Path, sessions: int, turns: int, think_ms: int) -> None:
-    shapes = []
-    for s in range(sessions):
-        offset, units = s * 250 * MS, list(range(s * 100_000, s * 100_000 + 96))
-        for t in range(turns):
-            shapes.append(
-                RequestShape(
-                    offset_ns=offset,
-                    model=MODEL,
-                    input_tokens=len(units),
-                    output_tokens=12,
-                    max_tokens=12,
-                    roles="su" + "au" * t,
-                    prefix_hashes=prefix_block_hashes(units, 16, b"k"),
-                    prefix_units=len(units),
-                    status=200,
-                    e2e_ns=60 * MS,
-                    session=1 + s,
-                    turn=t,
-                    think_ns=think_ms * MS if t else -1,
-                )  # fmt: skip
-            )
-            offset += (60 + think_ms) * MS
-            units += list(range(units[-1] + 1, units[-1] + 33))
     header = TraceHeader(start_wall_ns=0, source="synth", block_size=16, block_unit="token")
-    shapes.sort(key=lambda shape: shape.offset_ns)
+    shapes = session_shapes(sessions, turns, think_ms)
     write_trace(path, header, shapes, mono_ns=clock.now_ns, wall_ns=clock.wall_ns)
 
 

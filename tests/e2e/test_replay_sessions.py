@@ -25,12 +25,15 @@ SESSIONS, TURNS = 10, 4
 RECORDED_E2E_MS, THINK_MS = 60, 40  # production answered in 60 ms; the sim at --speed 0.5 takes longer
 
 
-def session_shapes() -> list[RequestShape]:
-    """Sessions 250 ms apart; each turn's prompt is the last one, its reply and a new user message."""
+def session_shapes(
+    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS
+) -> list[RequestShape]:
+    """Sessions 250 ms apart; each turn's prompt is the last one, its reply and a new user message
+    (also the trace of benchmarks/session_fidelity.py)."""
     shapes = []
-    for s in range(SESSIONS):
+    for s in range(sessions):
         offset, units = s * 250 * MS, list(range(s * 10_000, s * 10_000 + 96))
-        for t in range(TURNS):
+        for t in range(turns):
             shapes.append(
                 RequestShape(
                     offset_ns=offset,
@@ -45,10 +48,10 @@ def session_shapes() -> list[RequestShape]:
                     e2e_ns=RECORDED_E2E_MS * MS,
                     session=1000 + s,
                     turn=t,
-                    think_ns=THINK_MS * MS if t else -1,
+                    think_ns=think_ms * MS if t else -1,
                 )
             )
-            offset += (RECORDED_E2E_MS + THINK_MS) * MS
+            offset += (RECORDED_E2E_MS + think_ms) * MS
             units += list(range(units[-1] + 1, units[-1] + 1 + 12 + 20))  # the reply, then the new turn
     return sorted(shapes, key=lambda shape: shape.offset_ns)
 
