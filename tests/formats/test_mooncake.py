@@ -265,3 +265,28 @@ def test_aiperf_own_loader_accepts_the_export(tmp_path: Path, block: int) -> Non
     )
     run = subprocess.run([AIPERF_PYTHON, str(check), str(bad), "512"], capture_output=True, text=True)
     assert run.returncode == 1 and "already materialized" in run.stdout
+
+
+@pytest.mark.skipif(
+    not AIPERF_PYTHON, reason="opt-in: REPLAYPROXY_AIPERF_PYTHON=<python with aiperf installed>"
+)
+def test_aiperf_multi_turn_reading_sends_the_traces_input_lengths(tmp_path: Path) -> None:
+    """AIPerf's own session accumulation over a --sessions export: every turn carries exactly the
+    trace's input length (the earlier turns, their replies and the new part), not more."""
+    check = Path(__file__).with_name("aiperf_multiturn_check.py")
+    cols = load(session_trace(tmp_path))
+    mooncake.write(cols, tmp_path / "m.jsonl", ExportOptions(sessions=True, block_size=64))
+    run = subprocess.run(
+        [AIPERF_PYTHON, str(check), str(tmp_path / "m.jsonl")], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout) == cols.input_tokens.tolist()
+    inflated = tmp_path / "whole.jsonl"  # whole conversations per row, as the export wrote them before
+    inflated.write_text(
+        "".join(
+            json.dumps({"session_id": "s0", "delay": 0, "input_length": n, "output_length": 50}) + "\n"
+            for n in cols.input_tokens[cols.session != 0].tolist()
+        )
+    )
+    run = subprocess.run([AIPERF_PYTHON, str(check), str(inflated)], capture_output=True, text=True)
+    assert sum(json.loads(run.stdout)) > cols.input_tokens[cols.session != 0].sum()  # the check can fail
