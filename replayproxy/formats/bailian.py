@@ -29,6 +29,7 @@ from replayproxy.formats.importing import (
     ImportOptions,
     keep_good,
     read_json_lines,
+    unit_warnings,
 )
 from replayproxy.trace import Columns
 
@@ -44,9 +45,10 @@ def read(path: Path, options: ImportOptions) -> Imported:
     columns = mooncake.row_columns(rows)
     rows, (ts, inputs, outputs, ids, counts) = mooncake.valid_rows(rows, columns, line_nos, block, bad)
     sessions = _root_sessions(rows)
+    unit = options.time_unit or "s"
     return Imported(
         source="bailian",
-        offset_ns=np.rint(ts * mooncake.UNIT_NS[options.time_unit or "s"]).astype(np.int64),
+        offset_ns=np.rint(ts * mooncake.UNIT_NS[unit]).astype(np.int64),
         input_tokens=inputs,
         output_tokens=outputs,
         bad=bad,
@@ -58,7 +60,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
             "turn": np.array([max(int(r["turn"]) - 1, 0) for r in rows], np.int64),
             **({"model": options.model} if options.model else {}),
         },
-        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows})},
+        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows}), "time_unit": unit},
+        warnings=unit_warnings(ts, unit, str(path)),
     )
 
 

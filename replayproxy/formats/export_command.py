@@ -36,9 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     write = writer(args.format)
+    if args.block_size is not None and args.block_size <= 0:
+        raise ValueError(f"--block-size must be positive, got {args.block_size}")
     cols = trace.load(args.traces)
     if not len(cols):
-        raise ValueError("the traces hold no requests")
+        raise ValueError("the traces hold no readable requests" + _losses(cols.report))
     options = ExportOptions(
         block_size=args.block_size,
         sessions=args.sessions,
@@ -51,9 +53,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
     for warning in cols.report.warnings:
         print(f"note: {warning}")
+    if cols.report.lost_records:
+        print(f"note: {cols.report.lost_records} records in damaged frames could not be read or exported")
     for note in result.notes:
         print(note)
     return 0
+
+
+def _losses(report: trace.ReadReport) -> str:
+    """What a read skipped, for the error when nothing readable is left."""
+    if not report.warnings and not report.lost_records:
+        return ""
+    lost = f"{report.lost_records} records lost; " if report.lost_records else ""
+    return f" ({lost}{'; '.join(report.warnings)})"
 
 
 def replayer_prompts(cols: trace.Columns) -> list[str]:

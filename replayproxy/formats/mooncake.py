@@ -8,6 +8,7 @@ Consumers' readers and rules are cited in docs/formats.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,7 @@ from replayproxy.formats.importing import (
     paused_gc,
     read_json_lines,
     turns_of,
+    unit_warnings,
 )
 from replayproxy.trace import Columns
 
@@ -59,7 +61,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
 
 def _read(path: Path, options: ImportOptions) -> Imported:
     block = options.block_size or DEFAULT_BLOCK
-    unit_ns = UNIT_NS[options.time_unit or "ms"]
+    unit = options.time_unit or "ms"
+    unit_ns = UNIT_NS[unit]
     bad = BadLines(str(path), options.skip_bad)
     rows, line_nos = read_json_lines(path, bad)
     try:
@@ -90,7 +93,8 @@ def _read(path: Path, options: ImportOptions) -> Imported:
         ids=ids,
         id_counts=counts,
         columns=extra_columns,
-        extra={"time_unit": options.time_unit or "ms"},
+        extra={"time_unit": unit},
+        warnings=unit_warnings(ts, unit, str(path)),
     )
 
 
@@ -103,6 +107,8 @@ def row_columns(rows: list[dict[str, Any]]) -> RowColumns:
     outputs = _field(rows, "output_length", -1, int)
     lists = _values(rows, "hash_ids", ())
     if not set(map(type, lists)) <= {list, tuple}:
+        raise TypeError("hash_ids")
+    if not set(map(type, itertools.chain.from_iterable(lists))) <= {int}:  # true and 1.7 are not ids
         raise TypeError("hash_ids")
     ids, counts = flatten_ids(lists)
     return ts, inputs, outputs, ids, counts
