@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats import mooncake
-from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.blocks import iter_block_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -103,25 +103,39 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
-    flat, counts = block_ids(cols, block)
-    ids = flat.tolist()
-    ends = np.cumsum(counts).tolist()
-    seconds = ((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9).tolist()
-    inputs = np.maximum(cols.input_tokens, 0).tolist()
-    outputs = output_lengths(cols)[0].tolist()
+    """Rows a chunk of requests at a time (memory does not grow with the trace)."""
+    seconds = np.round((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9, 6)
+    inputs = np.maximum(cols.input_tokens, 0)
+    outputs = output_lengths(cols)[0]
+    sessions, turns = cols.session, cols.turn
     last_chat: dict[int, int] = {}
-    start = 0
-    for i, (session, turn) in enumerate(zip(cols.session.tolist(), cols.turn.tolist(), strict=True)):
-        yield {
-            "chat_id": i,
-            "parent_chat_id": last_chat.get(session, -1) if session else -1,
-            "timestamp": round(seconds[i], 6),
-            "input_length": inputs[i],
-            "output_length": outputs[i],
-            "type": "text",
-            "turn": max(turn, 0) + 1,
-            "hash_ids": ids[start : ends[i]],
-        }
-        if session:
-            last_chat[session] = i
-        start = ends[i]
+    first = 0
+    for flat, counts in iter_block_ids(cols, block):
+        ids = flat.tolist()
+        ends = np.cumsum(counts).tolist()
+        rows = slice(first, first + len(counts))
+        chunk = zip(
+            seconds[rows].tolist(),
+            inputs[rows].tolist(),
+            outputs[rows].tolist(),
+            sessions[rows].tolist(),
+            turns[rows].tolist(),
+            strict=True,
+        )
+        start = 0
+        for i, (timestamp, n_in, n_out, session, turn) in enumerate(chunk, first):
+            end = ends[i - first]
+            yield {
+                "chat_id": i,
+                "parent_chat_id": last_chat.get(session, -1) if session else -1,
+                "timestamp": timestamp,
+                "input_length": n_in,
+                "output_length": n_out,
+                "type": "text",
+                "turn": max(turn, 0) + 1,
+                "hash_ids": ids[start:end],
+            }
+            if session:
+                last_chat[session] = i
+            start = end
+        first += len(counts)

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.blocks import iter_block_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
     aiperf_command,
     output_lengths,
+    plain_numbers,
     relative_ms,
     session_labels,
     vllm_timed_trace_command,
@@ -222,25 +223,35 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
-    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`."""
-    flat, counts = block_ids(cols, block)
-    ids = flat.tolist()
-    ends = np.cumsum(counts).tolist()
-    timestamps = relative_ms(cols).tolist()
-    inputs = np.maximum(cols.input_tokens, 0).tolist()
-    outputs = output_lengths(cols)[0].tolist()
+    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`.
+
+    Rows are built a chunk of requests at a time, so memory does not grow with the trace.
+    Timestamps keep microseconds (AIPerf and SGLang read fractional milliseconds).
+    """
     labels = session_labels(cols) if sessions else [None] * len(cols)
     delays = _turn_delays_ms(cols) if sessions else []
-    start = 0
-    for i, end in enumerate(ends):
-        row: dict[str, Any] = {"timestamp": timestamps[i]}
-        if labels[i] is not None:
-            row["session_id"] = labels[i]
-            if delays[i] is not None:
-                row = {"session_id": labels[i], "delay": delays[i]}
-        row.update(input_length=inputs[i], output_length=outputs[i], hash_ids=ids[start:end])
-        start = end
-        yield row
+    timestamps = relative_ms(cols)
+    inputs = np.maximum(cols.input_tokens, 0)
+    outputs = output_lengths(cols)[0]
+    first = 0
+    for flat, counts in iter_block_ids(cols, block):
+        ids = flat.tolist()
+        ends = np.cumsum(counts).tolist()
+        rows = slice(first, first + len(counts))
+        chunk = zip(
+            plain_numbers(timestamps[rows]), inputs[rows].tolist(), outputs[rows].tolist(), strict=True
+        )
+        start = 0
+        for i, (timestamp, n_in, n_out) in enumerate(chunk, first):
+            row: dict[str, Any] = {"timestamp": timestamp}
+            if labels[i] is not None:
+                row["session_id"] = labels[i]
+                if delays[i] is not None:
+                    row = {"session_id": labels[i], "delay": delays[i]}
+            row.update(input_length=n_in, output_length=n_out, hash_ids=ids[start : ends[i - first]])
+            start = ends[i - first]
+            yield row
+        first += len(counts)
 
 
 def _turn_delays_ms(cols: Columns) -> list[int | None]:
