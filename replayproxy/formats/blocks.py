@@ -39,7 +39,7 @@ def input_tokens_of(cols: Columns) -> np.ndarray:
     return np.maximum(tokens, 0)
 
 
-ROWS_PER_CHUNK = 1 << 15  # rows re-blocked at a time: memory stays bounded whatever the trace's size
+BLOCKS_PER_CHUNK = 1 << 18  # target blocks re-blocked at a time: memory stays bounded whatever the size
 
 
 def block_ids(cols: Columns, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -51,7 +51,7 @@ def block_ids(cols: Columns, block_tokens: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def iter_block_ids(
-    cols: Columns, block_tokens: int, rows_per_chunk: int = ROWS_PER_CHUNK
+    cols: Columns, block_tokens: int, blocks_per_chunk: int = BLOCKS_PER_CHUNK
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """`block_ids` for consecutive chunks of requests (flat ids, counts), numbered across chunks.
 
@@ -65,9 +65,15 @@ def iter_block_ids(
     recurring = _recurring(cols.prefix_hashes)
     known: dict[int, int] = {}
     next_id = 0
-    for first in range(0, len(tokens), rows_per_chunk):
-        rows = slice(first, first + rows_per_chunk)
-        counts = -(-tokens[rows] // block_tokens)
+    all_counts = -(-tokens // block_tokens)
+    ends = np.cumsum(all_counts)
+    cuts = np.searchsorted(
+        ends, np.arange(blocks_per_chunk, int(ends[-1]) if len(ends) else 0, blocks_per_chunk)
+    )
+    bounds = np.unique(np.concatenate([[0], cuts + 1, [len(tokens)]])).tolist()
+    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = slice(first, stop)
+        counts = all_counts[rows]
         where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
         ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
         yield ids, counts
