@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats import mooncake
-from replayproxy.formats.blocks import iter_block_ids
+from replayproxy.formats.blocks import iter_row_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -109,22 +109,17 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     outputs = output_lengths(cols)[0]
     sessions, turns = cols.session, cols.turn
     last_chat: dict[int, int] = {}
-    first = 0
-    for flat, counts in iter_block_ids(cols, block):
-        ids = flat.tolist()
-        ends = np.cumsum(counts).tolist()
-        rows = slice(first, first + len(counts))
+    for rows, row_ids in iter_row_ids(cols, block):
         chunk = zip(
             seconds[rows].tolist(),
             inputs[rows].tolist(),
             outputs[rows].tolist(),
             sessions[rows].tolist(),
             turns[rows].tolist(),
+            row_ids,
             strict=True,
         )
-        start = 0
-        for i, (timestamp, n_in, n_out, session, turn) in enumerate(chunk, first):
-            end = ends[i - first]
+        for i, (timestamp, n_in, n_out, session, turn, ids) in enumerate(chunk, rows.start):
             yield {
                 "chat_id": i,
                 "parent_chat_id": last_chat.get(session, -1) if session else -1,
@@ -133,9 +128,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
                 "output_length": n_out,
                 "type": "text",
                 "turn": max(turn, 0) + 1,
-                "hash_ids": ids[start:end],
+                "hash_ids": ids,
             }
             if session:
                 last_chat[session] = i
-            start = end
-        first += len(counts)

@@ -79,6 +79,19 @@ def iter_block_ids(
         yield ids, counts
 
 
+def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list[list[int]]]]:
+    """Per chunk: the rows it covers and each row's ids as a list (what JSON writers emit)."""
+    first = 0
+    for flat, counts in iter_block_ids(cols, block_tokens):
+        ids = flat.tolist()
+        ends = np.cumsum(counts).tolist()
+        yield (
+            slice(first, first + len(counts)),
+            [ids[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)],
+        )
+        first += len(counts)
+
+
 def _recurring(hashes: np.ndarray) -> np.ndarray:
     """Sorted recorded hashes that occur at least twice (the only ones behind a shared id)."""
     ordered = np.sort(hashes)

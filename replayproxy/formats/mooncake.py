@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import iter_block_ids
+from replayproxy.formats.blocks import iter_row_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -233,25 +233,22 @@ def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator
     timestamps = relative_ms(cols)
     inputs = np.maximum(cols.input_tokens, 0)
     outputs = output_lengths(cols)[0]
-    first = 0
-    for flat, counts in iter_block_ids(cols, block):
-        ids = flat.tolist()
-        ends = np.cumsum(counts).tolist()
-        rows = slice(first, first + len(counts))
+    for rows, row_ids in iter_row_ids(cols, block):
         chunk = zip(
-            plain_numbers(timestamps[rows]), inputs[rows].tolist(), outputs[rows].tolist(), strict=True
+            plain_numbers(timestamps[rows]),
+            inputs[rows].tolist(),
+            outputs[rows].tolist(),
+            row_ids,
+            strict=True,
         )
-        start = 0
-        for i, (timestamp, n_in, n_out) in enumerate(chunk, first):
+        for i, (timestamp, n_in, n_out, ids) in enumerate(chunk, rows.start):
             row: dict[str, Any] = {"timestamp": timestamp}
             if labels[i] is not None:
                 row["session_id"] = labels[i]
                 if delays[i] is not None:
                     row = {"session_id": labels[i], "delay": delays[i]}
-            row.update(input_length=n_in, output_length=n_out, hash_ids=ids[start : ends[i - first]])
-            start = ends[i - first]
+            row.update(input_length=n_in, output_length=n_out, hash_ids=ids)
             yield row
-        first += len(counts)
 
 
 def _turn_delays_ms(cols: Columns) -> list[int | None]:

@@ -17,6 +17,7 @@ from replayproxy.formats import (
     parquet_format,
     profile,
     trace_csv,
+    tracelab,
     vllm_custom,
 )
 from replayproxy.formats.exporting import ExportOptions, ExportResult
@@ -55,6 +56,10 @@ FORMATS: dict[str, Format] = {
     "aiperf": Format(
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
+    ),
+    "tracelab": Format(
+        "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
+        tracelab.read,
     ),
     "jsonl": Format(
         "replayproxy's JSON-lines workload (hand-made workloads; docs/formats.md)", jsonl.read, jsonl.write
