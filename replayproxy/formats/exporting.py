@@ -71,9 +71,13 @@ def output_lengths(cols: Columns) -> tuple[np.ndarray, int]:
 
 
 def failed(cols: Columns) -> np.ndarray:
-    """Requests that did not succeed at the source: an error class, or no 2xx answer."""
+    """Requests that did not succeed at the source: an error class, or an answer other than 2xx.
+
+    Status 0 without an error class means no answer was recorded (synthesized workloads): kept.
+    """
     status = cols.status.astype(np.int64)
-    return (cols.error != "") | (status < 200) | (status >= 300)  # type: ignore[no-any-return]
+    answered = status != 0
+    return (cols.error != "") | (answered & ((status < 200) | (status >= 300)))  # type: ignore[no-any-return]
 
 
 def row_slice(cols: Columns, rows: slice) -> Columns:
