@@ -9,21 +9,31 @@ from replayproxy import clock
 from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
 from replayproxy.formats.registry import importers, listing, reader
 
+EXAMPLES = (
+    "replayproxy import mooncake_trace.jsonl --format mooncake -o mooncake.rpt",
+    "replayproxy import AzureLLMInferenceTrace_conv.csv --format azure -o azure.rpt --skip-bad",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = importers()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = listing(formats) + "\n\nUnits, quirks and field mappings: docs/formats.md"
-    parser.add_argument("file", type=Path, help="the file to import")
+    parser.add_argument("file", type=Path, metavar="FILE", help="the file to import")
     parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="the file's format (below)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="trace file to write (.rpt)")
     parser.add_argument(
-        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+        "--block-size",
+        type=int,
+        help="tokens per hash id (default: the format's, mooncake 512, bailian 16, jsonl 16)",
     )
     parser.add_argument(
-        "--time-unit", choices=("ms", "s"), help="numeric timestamps' unit (mooncake ms, bailian s)"
+        "--time-unit",
+        choices=("ms", "s"),
+        help="numeric timestamps' unit (default: the format's, mooncake ms, bailian s)",
     )
-    parser.add_argument("--model", default="", help="model name to record (formats without one)")
+    parser.add_argument(
+        "--model", default="", help="model name to record, for formats without one (default: none)"
+    )
     parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines and count them")
     parser.add_argument(
         "--drop-failed", action="store_true", help="leave out requests the source marks failed"

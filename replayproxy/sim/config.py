@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the options")
     for f in fields(SimConfig):
         flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default: {f.default})"
+        shown = "none" if f.default in ("", None) else f.default
+        text = f"{f.metadata['help']} (default: {shown})"
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
