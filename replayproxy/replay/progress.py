@@ -191,7 +191,9 @@ class RichDisplay:
     def __init__(self, name: str, stream: IO[str] | None = None) -> None:
         self._name = name
         self._console = Console(file=stream or sys.stderr)
-        self._live = Live(console=self._console, refresh_per_second=4, transient=False)
+        # Drawn only when a reading comes (once a second, between sends): no refresh thread of its
+        # own competing with the send loop for the interpreter.
+        self._live = Live(console=self._console, auto_refresh=False, transient=False)
         self._live.start()
 
     def _render(self, s: Snapshot) -> RenderableType:

@@ -312,9 +312,17 @@ async def run_local(
     return outcome
 
 
+PROGRESS_ROOM_NS = 5_000_000  # draw progress when the next send is at least this far away...
+PROGRESS_WAIT_S = 0.25  # ...or after waiting this long for such a gap
+
+
 async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -> None:
     while True:
         await asyncio.sleep(1.0)
+        for _ in range(int(PROGRESS_WAIT_S / 0.001)):
+            if not 0 < runner.next_deadline_ns - clock.now_ns() < PROGRESS_ROOM_NS:
+                break
+            await asyncio.sleep(0.001)  # a send is due soon: drawing must not delay it
         progress(runner)
 
 
