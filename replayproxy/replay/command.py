@@ -175,6 +175,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
     requests still in flight recorded as `client_cancel`.
     """
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
+    tracker: progress.Tracker | None = None
     try:
         plan = await session.prepare_run(options)
         scheduled = sorted(p.scheduled_ns for p in plan.prepared)
@@ -210,6 +211,8 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
         return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
+        if tracker is not None:
+            tracker.close()  # likewise; after a failure it gives the terminal back
 
 
 def _finish(
