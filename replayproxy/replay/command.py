@@ -190,6 +190,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
             results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
             return _finish(options, plan, results, start_ns, tracker, sidecars)
         readings = session.RunnerReadings()
+        show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
         outcome = session.Outcome()
         try:
             await session.run_local(
@@ -197,7 +198,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
                 plan.prepared,
                 plan.pool_size,
                 start,
-                progress=lambda runner: tracker.update(readings(runner), runner.start_ns),
+                progress=show,
                 outcome=outcome,
             )
         except asyncio.CancelledError:
