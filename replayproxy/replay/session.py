@@ -21,6 +21,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
+from replayproxy.config import check_finite
 from replayproxy.replay import calibrate, flavors, models, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
@@ -69,6 +70,7 @@ class ReplayOptions:
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
         if self.request_rate < 0:

@@ -7,6 +7,7 @@ the library API (`make_app(SimConfig(...))`) can never disagree about names or d
 from __future__ import annotations
 
 import argparse
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -49,6 +50,10 @@ class SimConfig:
     api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
         positive = (
             "max_model_len",
             "speed",
