@@ -29,6 +29,8 @@ class MetricComparison:
 
     def verdict(self, quantile: int) -> str:
         ci = self.diffs[quantile]
+        if not self.pairs:
+            return "not measured"
         if not ci.excludes_zero:
             return "no clear difference"
         return "B is faster" if ci.high < 0 else "B is slower"

@@ -60,7 +60,8 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
     req = m.requests
     duration = m.duration_s if m.duration_s > 0 else math.nan
     errors = Counter(str(e) for e in req.error[~m.ok])
-    mean_conc, peak_conc = concurrency(m)
+    timed = int((m.ok & np.isfinite(m.e2e_ms)).sum())
+    mean_conc, peak_conc = concurrency(m) if timed else (math.nan, None)
     ok_out = m.output_tokens[m.ok]
     ok_in = m.input_tokens[m.ok]
     scheduled = req.scheduled_ns[req.scheduled_ns >= 0]
@@ -69,6 +70,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
     out_share, out_count = exact_share(req.output_tokens, req.expected_output_tokens)
     return {
         "label": run.label,
+        "name": run.name,
+        "repetition": run.repetition,
+        "repetitions": run.repetitions,
         "kind": run.kind,
         "paths": list(run.paths),
         "target": run.target,
@@ -90,6 +94,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "requests_per_s": num(m.ok.sum() / duration),
         "output_tokens_per_s": _rate(ok_out, duration),
         "input_tokens_per_s": _rate(ok_in, duration),
+        "timed_requests": timed,
         "concurrency": {"mean": num(mean_conc), "peak": peak_conc},
         "input_tokens": summarize(ok_in).to_dict(),
         "output_tokens": summarize(ok_out).to_dict(),
@@ -108,7 +113,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "exact_input_count": in_count,
         "exact_output_share": num(out_share),
         "exact_output_count": out_count,
-        "goodput": goodput_doc(goodput(m, slos)) if slos else None,
+        "goodput": goodput_doc(goodput(m, slos)) if slos and timed else None,
         "telemetry": _telemetry_doc(run, m.n),
         "trace_prefix_reuse": _trace_prefix_reuse(run),
         "breakdowns": {
@@ -155,6 +160,7 @@ def goodput_doc(g: Goodput) -> dict[str, Any]:
             for c in g.checks
         ],
         "percentiles_met": g.percentiles_met,
+        "not_applicable": g.not_applicable,
     }
 
 
@@ -259,13 +265,13 @@ def run_warnings(run: Run) -> list[str]:
     lag = summarize(run.measures.lag_ms)
     if lag.count and lag.p99 > LAG_WARN_MS:
         out.append(
-            f"{run.label}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
+            f"{run.name}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
             "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms"
         )
     cap = run.options.get("max_concurrency")
     if cap:
         out.append(
-            f"{run.label}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
+            f"{run.name}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
             f"(schedule lag p99 {lag.p99:.1f} ms)"
         )
     return out

@@ -76,9 +76,10 @@ def measure(req: Requests) -> Measures:
     ttft = np.where(ok & (req.ttft_ns >= 0), req.ttft_ns / NS_PER_MS, np.nan)
     e2e = np.where(ok & (req.e2e_ns >= 0), req.e2e_ns / NS_PER_MS, np.nan)
     out_tokens, from_usage = _output_tokens(req)
-    # TPOT = (E2E - TTFT) / (output_tokens - 1): the decode time per token after the first.
+    # TPOT = (E2E - TTFT) / (output_tokens - 1): the decode time per token after the first. Only a
+    # streaming reply has a first token apart from the last; a whole-body reply has no TPOT.
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tokens >= 2, (e2e - ttft) / (out_tokens - 1), np.nan)
+        tpot = np.where(req.stream.astype(bool) & (out_tokens >= 2), (e2e - ttft) / (out_tokens - 1), np.nan)
     scheduled = req.scheduled_ns >= 0
     lag = np.where(scheduled & (req.sent_ns >= 0), (req.sent_ns - req.scheduled_ns) / NS_PER_MS, np.nan)
     lag_or_zero = np.nan_to_num(lag, nan=0.0)

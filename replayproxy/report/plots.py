@@ -66,7 +66,7 @@ def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             values = getattr(run.measures, attr)
             values = values[np.isfinite(values) & (values > 0)]
             if len(values):
-                ax.plot(np.quantile(values, levels), levels, label=run.label)
+                ax.plot(np.quantile(values, levels), levels, label=run.name)
         ax.set_xscale("log")
         ax.set_xlabel(f"{name} ms (log)")
         ax.set_ylabel("share of requests")
@@ -96,7 +96,7 @@ def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             ax.plot(t, [s.p95 for s in sums], linestyle="--", label=f"{name} p95")
         ax.set_yscale("log")
         ax.set_ylabel("ms (log)")
-        ax.set_title(f"{run.label}: latency by send time ({width:g} s bins) and arrival rate")
+        ax.set_title(f"{run.name}: latency by send time ({width:g} s bins) and arrival rate")
         ax.grid(alpha=0.3)
         rate = ax.twinx()
         rate.step(
@@ -118,7 +118,7 @@ def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     ax = fig.subplots()
     for run in runs:
         t, count = in_flight_series(run.measures)
-        ax.step(t, count, where="post", label=run.label)
+        ax.step(t, count, where="post", label=run.name)
     ax.set_xlabel("s since the run's first send")
     ax.set_ylabel("requests in flight")
     ax.set_title("In-flight requests over time")
@@ -148,7 +148,7 @@ def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             np.sqrt(edges[:-1] * edges[1:]),
             medians,
             color=color,
-            label=f"{run.label} median",
+            label=f"{run.name} median",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -212,7 +212,7 @@ def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         for run, record in records:
             series = telemetry.over_time(record, name)
             if series is not None:
-                ax.step(*series, where="post", label=run.label)
+                ax.step(*series, where="post", label=run.name)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)
         legend(ax, loc="upper left")

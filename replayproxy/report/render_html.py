@@ -40,7 +40,7 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
         fig = draw(doc, runs)
         if fig is not None:
             figures.append(f"<figure><h2>{html.escape(title)}</h2>{to_svg(fig)}</figure>")
-    labels = ", ".join(r["label"] for r in doc["runs"])
+    labels = ", ".join(dict.fromkeys(r["label"] for r in doc["runs"]))
     return "\n".join(
         [
             "<!DOCTYPE html>",

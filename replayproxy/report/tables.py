@@ -14,6 +14,7 @@ from typing import Any
 from replayproxy.report.stats import STAT_NAMES
 
 MAX_TEXT_WINDOWS = 30
+MISSING = "\u2013"  # an en dash: not measured (never a zero)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +27,9 @@ class Table:
 
 
 def fmt(value: Any) -> str:
-    """Numbers for humans: '-' for missing, integers plain, floats to about four significant digits."""
+    """Numbers for humans: an en dash for missing, integers plain, floats to about four significant digits."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
+        return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
@@ -46,12 +47,12 @@ def fmt(value: Any) -> str:
 
 
 def pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
+    return MISSING if value is None else f"{value * 100:.1f}%"
 
 
 LATENCY_ROWS = (
     ("TTFT ms", "ttft_ms"),
-    ("TPOT ms", "tpot_ms"),
+    ("TPOT ms (streaming, >=2 tokens)", "tpot_ms"),
     ("ITL ms", "itl_ms"),
     ("E2E ms", "e2e_ms"),
     ("schedule lag ms", "schedule_lag_ms"),
@@ -69,8 +70,15 @@ def latency_section(doc: dict[str, Any]) -> list[Table]:
             title = f"ITL ms (per {'/'.join(sorted(units))})" if units else title
         for i, stat in enumerate(STAT_NAMES):
             rows.append([title if i == 0 else "", stat, *(fmt(r[key][stat]) for r in runs)])
-    notes = ["latency covers successful requests; count = requests (ITL: gaps) measured"]
-    return [Table("Latency", ["metric", "stat", *(r["label"] for r in runs)], rows, notes, "latency")]
+    notes = [
+        "latency covers successful requests; count = requests (ITL: gaps) measured; "
+        "TPOT only over streaming replies of at least 2 output tokens"
+    ]
+    notes += [f"{r['name']}: {NO_TIMINGS}" for r in runs if not r["timed_requests"]]
+    return [Table("Latency", ["metric", "stat", *(r["name"] for r in runs)], rows, notes, "latency")]
+
+
+NO_TIMINGS = f"no request has timings (e.g. a synthetic trace): its latency, goodput and concurrency are {MISSING}"
 
 
 def throughput_section(doc: dict[str, Any]) -> list[Table]:
@@ -87,6 +95,7 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
         row("achieved req/s", lambda r: fmt(r["requests_per_s"])),
         row("output tok/s", lambda r: fmt(r["output_tokens_per_s"])),
         row("input tok/s", lambda r: fmt(r["input_tokens_per_s"])),
+        row("timed requests", lambda r: fmt(r["timed_requests"])),
         row("concurrency mean", lambda r: fmt(r["concurrency"]["mean"])),
         row("concurrency peak", lambda r: fmt(r["concurrency"]["peak"])),
         row(
@@ -101,7 +110,7 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
         row("exact input length", lambda r: f"{pct(r['exact_input_share'])} of {r['exact_input_count']}"),
         row("exact output length", lambda r: f"{pct(r['exact_output_share'])} of {r['exact_output_count']}"),
     ]
-    return [Table("Throughput and load", ["", *(r["label"] for r in runs)], rows, [], "throughput")]
+    return [Table("Throughput and load", ["", *(r["name"] for r in runs)], rows, [], "throughput")]
 
 
 def errors_section(doc: dict[str, Any]) -> list[Table]:
@@ -109,27 +118,41 @@ def errors_section(doc: dict[str, Any]) -> list[Table]:
     classes = sorted({c for r in runs for c in r["errors"]["by_class"]})
     rows = [["error rate", *(f"{pct(r['errors']['rate'])} ({r['errors']['count']})" for r in runs)]]
     rows += [[c, *(fmt(r["errors"]["by_class"].get(c, 0)) for r in runs)] for c in classes]
-    return [Table("Errors", ["", *(r["label"] for r in runs)], rows, [], "errors")]
+    return [Table("Errors", ["", *(r["name"] for r in runs)], rows, [], "errors")]
 
 
 def goodput_section(doc: dict[str, Any]) -> list[Table]:
     if doc["slo"] is None:
         return []
     runs = doc["runs"]
+
+    def meeting(g: dict[str, Any] | None) -> str:
+        return MISSING if g is None else f"{pct(g['fraction'])} ({g['good']}/{g['of']})"
+
     rows = [
-        ["goodput req/s", *(fmt(r["goodput"]["requests_per_s"]) for r in runs)],
-        [
-            "meeting all SLOs",
-            *(f"{pct(r['goodput']['fraction'])} ({r['goodput']['good']}/{r['goodput']['of']})" for r in runs),
-        ],
+        ["goodput req/s", *(fmt(None if r["goodput"] is None else r["goodput"]["requests_per_s"]) for r in runs)],
+        ["meeting all SLOs", *(meeting(r["goodput"]) for r in runs)],
     ]
     for i, clause in enumerate(c for c in doc["slo"]["clauses"] if c["percentile"] is not None):
         cells = []
         for r in runs:
-            check = r["goodput"]["percentile_checks"][i]
-            cells.append(f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}")
+            check = None if r["goodput"] is None else r["goodput"]["percentile_checks"][i]
+            cells.append(MISSING if check is None else f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}")
         rows.append([clause["text"], *cells])
-    return [Table(f"Goodput ({doc['slo']['spec']})", ["", *(r["label"] for r in runs)], rows, [], "goodput")]
+    notes = [f"{r['name']}: {NO_TIMINGS}" for r in runs if r["goodput"] is None]
+    skipped = [
+        f"{r['name']}: {r['goodput']['not_applicable']} non-streaming or one-token replies have no TPOT/ITL; "
+        "those clauses do not apply to them"
+        for r in runs
+        if r["goodput"] is not None and r["goodput"]["not_applicable"] and _per_token_clause(doc)
+    ]
+    return [
+        Table(f"Goodput ({doc['slo']['spec']})", ["", *(r["name"] for r in runs)], rows, notes + skipped, "goodput")
+    ]
+
+
+def _per_token_clause(doc: dict[str, Any]) -> bool:
+    return any(c["metric"] in ("tpot", "itl") and c["percentile"] is None for c in doc["slo"]["clauses"])
 
 
 def comparison_section(doc: dict[str, Any]) -> list[Table]:
@@ -191,12 +214,12 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
     runs = doc["runs"]
     tables = []
     for key, title in (("input_length", "By input length (tokens)"), ("endpoint", "By endpoint")):
-        rows = [[g["name"], r["label"], *_group_cells(g)] for r in runs for g in r["breakdowns"][key]]
+        rows = [[g["name"], r["name"], *_group_cells(g)] for r in runs for g in r["breakdowns"][key]]
         tables.append(Table(title, ["group", "run", *GROUP_HEADER], rows, ["latency in ms"], f"by_{key}"))
     windows = sum(len(r["breakdowns"]["window_10s"]) for r in runs)
     if windows <= MAX_TEXT_WINDOWS:
         rows = [
-            [g["name"], r["label"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
+            [g["name"], r["name"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
             for r in runs
             for g in r["breakdowns"]["window_10s"]
         ]
@@ -283,19 +306,31 @@ def telemetry_section(doc: dict[str, Any]) -> list[Table]:
     rows = [[title, *(get(r["telemetry"].get(key)) for r in runs)] for title, key, get in TELEMETRY_ROWS]
     rows.append(["trace prefix reuse", *(pct(r.get("trace_prefix_reuse")) for r in runs)])
     for name, engine_key, client_key in ENGINE_LATENCY:
+        engine = [r["telemetry"].get(engine_key) or {} for r in runs]
+        rows.append(
+            [
+                f"{name} mean ms: engine / client",
+                *(f"{fmt(e.get('mean'))} / {fmt(r[client_key]['mean'])}" for e, r in zip(engine, runs, strict=True)),
+            ]
+        )
         for stat in ("p50", "p90", "p99"):
-            engine = [fmt((r["telemetry"].get(engine_key) or {}).get(stat)) for r in runs]
-            rows.append(
-                [
-                    f"{name} {stat} ms: engine / client",
-                    *(f"{e} / {fmt(r[client_key][stat])}" for e, r in zip(engine, runs, strict=True)),
-                ]
-            )
+            rows.append([f"{name} {stat} ms: engine bucket", *(_bucket(e.get(f"{stat}_bucket")) for e in engine)])
     notes = [
-        "engine figures come from the target's /metrics, polled during the run; '-' = not exposed",
-        "engine vs client latency: the difference is network, proxy and client time",
+        "engine figures come from the target's /metrics, polled during the run; "
+        f"{MISSING} = not exposed",
+        "engine means are exact (_sum / _count); beside the client's mean, the difference is network, "
+        "proxy and client time",
+        "engine percentiles are histogram buckets (the value lies within the bounds): not comparable "
+        "with the client's exact percentiles",
     ]
-    return [Table("Engine telemetry", ["figure", *(r["label"] for r in runs)], rows, notes, "telemetry")]
+    return [Table("Engine telemetry", ["figure", *(r["name"] for r in runs)], rows, notes, "telemetry")]
+
+
+def _bucket(bounds: list[float | None] | None) -> str:
+    if not bounds:
+        return MISSING
+    low, high = bounds
+    return f"> {fmt(low)}" if high is None else f"{fmt(low)}..{fmt(high)}"
 
 
 def warnings_section(doc: dict[str, Any]) -> list[Table]:
