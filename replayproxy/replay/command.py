@@ -140,7 +140,8 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
             )
         except asyncio.CancelledError:
             if outcome.start_ns:
-                _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+                stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
+                _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars, stopped_s)
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
@@ -158,8 +159,10 @@ def _finish(
     start_ns: int,
     show_progress: bool,
     sidecars: Sidecars,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
+    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
     if show_progress:
         print(file=sys.stderr)
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
-    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop())
+    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop(), stopped_s)

@@ -329,11 +329,18 @@ def write_results(
     results: Sequence[ReplayResult],
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
-    """Write the .rpr (results in trace order) with the summary as footer; returns the summary."""
+    """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
+
+    `stopped_s`: the run was interrupted that many seconds after its start; the footer says it is
+    partial, so reports neither take it for a whole run nor count its cut-off requests as errors.
+    """
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
     facts = summary.summarize(ordered, options.max_concurrency)
+    if stopped_s is not None:
+        facts.update(partial=True, stopped_after_s=round(stopped_s, 3), planned_requests=len(run.prepared))
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown, telemetry
+from replayproxy.report import breakdown, gpu, telemetry
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
@@ -84,6 +84,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "options": run.options,
         "requests": m.n,
         "succeeded": int(m.ok.sum()),
+        "partial": {"stopped_after_s": run.stopped_after_s, "cancelled": run.cancelled}
+        if run.partial
+        else None,
         "errors": {
             "count": int((~m.ok).sum()),
             "rate": num((~m.ok).sum() / m.n) if m.n else None,
@@ -115,6 +118,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "exact_output_count": out_count,
         "goodput": goodput_doc(goodput(m, slos)) if slos and timed else None,
         "telemetry": _telemetry_doc(run, m.n),
+        "gpu": [gpu.summarize(record) for record in run.extras.get("gpu", [])][0]
+        if run.extras.get("gpu")
+        else None,
         "trace_prefix_reuse": _trace_prefix_reuse(run),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
@@ -260,8 +266,14 @@ def step_doc(s: Step) -> dict[str, Any]:
 
 
 def run_warnings(run: Run) -> list[str]:
-    """Things that limit what a run's figures mean (client bottleneck, capped concurrency)."""
+    """Things that limit what a run's figures mean (client bottleneck, capped concurrency, a partial run)."""
     out = []
+    if run.partial:
+        stopped = f" after {run.stopped_after_s:g} s" if run.stopped_after_s is not None else ""
+        out.append(
+            f"{run.name}: partial run, interrupted{stopped}; its {run.cancelled} requests still in flight "
+            "are left out (not counted as errors)"
+        )
     lag = summarize(run.measures.lag_ms)
     if lag.count and lag.p99 > LAG_WARN_MS:
         out.append(

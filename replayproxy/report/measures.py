@@ -41,6 +41,25 @@ class Requests:
     def __len__(self) -> int:
         return len(self.index)
 
+    def subset(self, keep: np.ndarray) -> Requests:
+        """The requests where `keep` is true, ragged columns included."""
+        gaps, gap_index = _ragged_subset(self.gaps_us, self.gap_index, keep)
+        tokens, token_index = _ragged_subset(self.chunk_tokens, self.token_index, keep)
+        plain = {
+            name: getattr(self, name)[keep]
+            for name in self.__dataclass_fields__
+            if name not in ("gaps_us", "gap_index", "chunk_tokens", "token_index")
+        }
+        return Requests(
+            gaps_us=gaps, gap_index=gap_index, chunk_tokens=tokens, token_index=token_index, **plain
+        )
+
+
+def _ragged_subset(flat: np.ndarray, index: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(index)
+    values = flat[np.repeat(keep, lengths)] if len(flat) else flat
+    return values, np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64)
+
 
 @dataclass(slots=True)
 class Measures:

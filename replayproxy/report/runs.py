@@ -62,6 +62,11 @@ class Run:
     def partial(self) -> bool:
         return bool(self.footer.get("summary", {}).get("partial"))
 
+    @property
+    def stopped_after_s(self) -> float | None:
+        value = self.footer.get("summary", {}).get("stopped_after_s")
+        return float(value) if isinstance(value, int | float) else None
+
 
 def model_of(header: RunHeader) -> str:
     """The model the run asked for: the --model option, else the first id in the /v1/models answer."""
@@ -125,10 +130,14 @@ def _run(files: list[ResultFile]) -> Run:
     for f in files:
         for kind, records in f.extras.items():
             extras.setdefault(kind, []).extend(records)
+    requests = _requests(files)
+    partial = any(f.footer.get("summary", {}).get("partial") for f in files)
+    # An interrupted run's in-flight requests were cut off by us, not failed by the engine.
+    cut_off = (requests.error == "client_cancel") if partial else np.zeros(len(requests), bool)
     return Run(
         label=header.label or " ".join(p for p in (header.target, model) if p),
         kind="replay",
-        measures=measure(_requests(files)),
+        measures=measure(requests.subset(~cut_off) if cut_off.any() else requests),
         paths=tuple(str(f.path) for f in files),
         target=header.target,
         model=model,
@@ -139,6 +148,7 @@ def _run(files: list[ResultFile]) -> Run:
         headers=tuple(f.header for f in files),
         extras=extras,
         footer=files[0].footer,
+        cancelled=int(cut_off.sum()),
     )
 
 

@@ -78,7 +78,9 @@ def latency_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Latency", ["metric", "stat", *(r["name"] for r in runs)], rows, notes, "latency")]
 
 
-NO_TIMINGS = f"no request has timings (e.g. a synthetic trace): its latency, goodput and concurrency are {MISSING}"
+NO_TIMINGS = (
+    f"no request has timings (e.g. a synthetic trace): its latency, goodput and concurrency are {MISSING}"
+)
 
 
 def throughput_section(doc: dict[str, Any]) -> list[Table]:
@@ -130,14 +132,19 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
         return MISSING if g is None else f"{pct(g['fraction'])} ({g['good']}/{g['of']})"
 
     rows = [
-        ["goodput req/s", *(fmt(None if r["goodput"] is None else r["goodput"]["requests_per_s"]) for r in runs)],
+        [
+            "goodput req/s",
+            *(fmt(None if r["goodput"] is None else r["goodput"]["requests_per_s"]) for r in runs),
+        ],
         ["meeting all SLOs", *(meeting(r["goodput"]) for r in runs)],
     ]
     for i, clause in enumerate(c for c in doc["slo"]["clauses"] if c["percentile"] is not None):
         cells = []
         for r in runs:
             check = None if r["goodput"] is None else r["goodput"]["percentile_checks"][i]
-            cells.append(MISSING if check is None else f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}")
+            cells.append(
+                MISSING if check is None else f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}"
+            )
         rows.append([clause["text"], *cells])
     notes = [f"{r['name']}: {NO_TIMINGS}" for r in runs if r["goodput"] is None]
     skipped = [
@@ -147,7 +154,13 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
         if r["goodput"] is not None and r["goodput"]["not_applicable"] and _per_token_clause(doc)
     ]
     return [
-        Table(f"Goodput ({doc['slo']['spec']})", ["", *(r["name"] for r in runs)], rows, notes + skipped, "goodput")
+        Table(
+            f"Goodput ({doc['slo']['spec']})",
+            ["", *(r["name"] for r in runs)],
+            rows,
+            notes + skipped,
+            "goodput",
+        )
     ]
 
 
@@ -310,14 +323,18 @@ def telemetry_section(doc: dict[str, Any]) -> list[Table]:
         rows.append(
             [
                 f"{name} mean ms: engine / client",
-                *(f"{fmt(e.get('mean'))} / {fmt(r[client_key]['mean'])}" for e, r in zip(engine, runs, strict=True)),
+                *(
+                    f"{fmt(e.get('mean'))} / {fmt(r[client_key]['mean'])}"
+                    for e, r in zip(engine, runs, strict=True)
+                ),
             ]
         )
         for stat in ("p50", "p90", "p99"):
-            rows.append([f"{name} {stat} ms: engine bucket", *(_bucket(e.get(f"{stat}_bucket")) for e in engine)])
+            rows.append(
+                [f"{name} {stat} ms: engine bucket", *(_bucket(e.get(f"{stat}_bucket")) for e in engine)]
+            )
     notes = [
-        "engine figures come from the target's /metrics, polled during the run; "
-        f"{MISSING} = not exposed",
+        f"engine figures come from the target's /metrics, polled during the run; {MISSING} = not exposed",
         "engine means are exact (_sum / _count); beside the client's mean, the difference is network, "
         "proxy and client time",
         "engine percentiles are histogram buckets (the value lies within the bounds): not comparable "
@@ -331,6 +348,24 @@ def _bucket(bounds: list[float | None] | None) -> str:
         return MISSING
     low, high = bounds
     return f"> {fmt(low)}" if high is None else f"{fmt(low)}..{fmt(high)}"
+
+
+def gpu_section(doc: dict[str, Any]) -> list[Table]:
+    """GPU memory and utilization per run, from the replayer's --gpu-sampler lines."""
+    runs = [r for r in doc["runs"] if r.get("gpu")]
+    if not runs:
+        return []
+    rows = [
+        ["GPU memory used, peak MiB", *(fmt(r["gpu"]["memory_used_peak_mib"]) for r in runs)],
+        ["GPU utilization, mean %", *(fmt(r["gpu"]["utilization_mean_pct"]) for r in runs)],
+        ["GPUs", *(fmt(r["gpu"]["gpus"]) for r in runs)],
+        ["samples (unparsed)", *(f"{r['gpu']['samples']} ({r['gpu']['unparsed']})" for r in runs)],
+    ]
+    notes = [
+        "from --gpu-sampler, e.g. "
+        "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -lms 250"
+    ]
+    return [Table("GPU", ["figure", *(r["name"] for r in runs)], rows, notes, "gpu")]
 
 
 def warnings_section(doc: dict[str, Any]) -> list[Table]:
@@ -348,6 +383,7 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
     breakdown_section,
     sweep_section,
     telemetry_section,
+    gpu_section,
     warnings_section,
 ]
 

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from itertools import count
 from pathlib import Path
 
 import pytest
 
 from replayproxy.cli import main
+from replayproxy.report import gpu
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
 from replayproxy.report.runs import load_runs
 from replayproxy.report.tables import MISSING, tables
+from replayproxy.results import ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
 from tests.report.helpers import result, write_run
@@ -92,3 +94,45 @@ def test_labels_are_kept_as_given(tmp_path: Path) -> None:
         write_run(tmp_path / f"{i}.rpr", [result(j) for j in range(5)], label="chat-auto") for i in range(2)
     ]
     assert [r.label for r in load_runs(paths)] == ["chat-auto", "chat-auto"]
+
+
+def _run_with_gpu(path: Path, command: str, lines: list[str]) -> Path:
+    header = RunHeader(label="gpu-run", target="http://a", start_wall_ns=1, trace_digest="d1")
+    with ResultWriter(path, header) as writer:
+        for i in range(4):
+            writer.write(result(i, completion_tokens=10, gaps_us=[1000] * 9))
+        writer.write_extra("gpu", {"command": command, "lines": [[i, line] for i, line in enumerate(lines)]})
+    return path
+
+
+def test_gpu_samples_reach_text_html_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with_header = _run_with_gpu(
+        tmp_path / "a.rpr",
+        "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -lms 250",
+        [
+            "index, memory.used [MiB], utilization.gpu [%]",
+            "0, 1000 MiB, 20 %",
+            "1, 3000 MiB, 60 %",
+            "0, 5000 MiB, 40 %",
+            "garbage",
+        ],
+    )
+    assert main(["report", str(with_header), "--json"]) == 0
+    g = json.loads(capsys.readouterr().out)["runs"][0]["gpu"]
+    assert g["memory_used_peak_mib"] == 5000 and g["utilization_mean_pct"] == pytest.approx(40.0)
+    assert g["gpus"] == 2 and g["samples"] == 3 and g["unparsed"] == 1
+    html = tmp_path / "r.html"
+    assert main(["report", str(with_header), "--html", str(html)]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"GPU memory used, peak MiB +5000", text)
+    assert "GPU memory used, peak MiB" in html.read_text(encoding="utf-8")
+
+
+def test_gpu_samples_without_a_header_use_the_query_list() -> None:
+    record = {
+        "command": "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits",
+        "lines": [[0, "10, 700"], [1, "30, 900"]],
+    }
+    g = gpu.summarize(record)
+    assert g["memory_used_peak_mib"] == 900 and g["utilization_mean_pct"] == pytest.approx(20.0)
+    assert g["gpus"] is None

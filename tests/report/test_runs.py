@@ -27,7 +27,12 @@ def test_equal_labels_are_kept_and_headings_name_the_speed_or_the_repetition(tmp
     paths += [write_run(tmp_path / f"t{i}.rpr", [result(0)], target="http://b") for i in range(2)]
     runs = load_runs(paths)
     assert [r.label for r in runs] == ["http://a", "http://a", "http://b", "http://b"]
-    assert [r.name for r in runs] == ["http://a at 1x", "http://a at 2.5x", "http://b (run 1/2)", "http://b (run 2/2)"]
+    assert [r.name for r in runs] == [
+        "http://a at 1x",
+        "http://a at 2.5x",
+        "http://b (run 1/2)",
+        "http://b (run 2/2)",
+    ]
     assert [(r.repetition, r.repetitions) for r in runs] == [(1, 1), (1, 1), (1, 2), (2, 2)]
 
 
