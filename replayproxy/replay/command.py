@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import session, summary, workers
+from replayproxy.replay import contract, procedure, session, summary, workers
+from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
@@ -72,6 +73,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help="command printing GPU samples as CSV lines (e.g. nvidia-smi ... -lms 250)",
     )
+    add(
+        "--warmup",
+        metavar="N|Ss",
+        help="first send the trace's first N requests (or S seconds) at their timing, not measured",
+    )
+    add(
+        "--repeat",
+        type=int,
+        metavar="K",
+        help="measure K times, each after the cache reset; RESULT-runI.rpr, one label (default 1)",
+    )
+    add("--engine-args", metavar="TEXT", help="how the engine was started, kept with the run's contract")
+    add("--note", metavar="TEXT", help="free text kept with the run")
     add("--config", metavar="FILE", help="TOML file; settings under [replay]")
 
 
@@ -92,18 +106,22 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
         raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    if options.warmup:
+        procedure.Warmup.parse(options.warmup)
+    if options.repeat > 1 and options.start_at:
+        raise config.ConfigError("--repeat cannot share one --start-at: each run starts after the last")
     return options
 
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     show_progress = not options.quiet and sys.stderr.isatty()
-    facts = _run_loop(options, show_progress)
-    print(summary.render(facts, options.max_concurrency))
+    for facts in _run_loop(options, show_progress):
+        print(summary.render(facts, options.max_concurrency))
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, Any]:
+def _run_loop(options: session.ReplayOptions, show_progress: bool) -> list[dict[str, Any]]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -114,15 +132,33 @@ def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, 
         return runner.run(replay(options, show_progress))
 
 
-async def replay(options: session.ReplayOptions, show_progress: bool = False) -> dict[str, Any]:
-    """The whole run; returns the summary written to the result footer.
+async def replay(options: session.ReplayOptions, show_progress: bool = False) -> list[dict[str, Any]]:
+    """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
-    requests still in flight recorded as `client_cancel`.
+    requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    plan = await session.prepare_run(options)
+    plan.contract = await contract.collect(
+        Target.parse(options.target).url, plan.info.models, options.headers, options.engine_args, options.note
+    )
+    if options.warmup:
+        plan.warmup = await procedure.warm_up(options, plan)
+    summaries = []
+    for repetition in range(1, options.repeat + 1):
+        plan.repetition = repetition
+        plan.pre_run.update(await procedure.reset_target(options, plan))
+        output = procedure.output_for(options.output, repetition, options.repeat)
+        summaries.append(await _measure(dataclasses.replace(options, output=output), plan, show_progress))
+    return summaries
+
+
+async def _measure(
+    options: session.ReplayOptions, plan: session.RunPlan, show_progress: bool
+) -> dict[str, Any]:
+    """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     try:
-        plan = await session.prepare_run(options)
 
         def start() -> int:
             start_ns = session.start_ns_for(options)
