@@ -12,16 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown, gpu, telemetry
+from replayproxy.report import breakdown, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
-from replayproxy.report.runs import Run
+from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import summarize
 from replayproxy.report.sweep import Step, find_knee, step_of
 
 SCHEMA = "replayproxy-report/1"
 LAG_WARN_MS = 5.0
+# Verdict warnings not already among the per-run ones.
+VERDICT_ONLY_WARNINGS = ("run-to-run noise", "cache not reset", "not a like-for-like")
 
 
 def num(value: float) -> float | None:
@@ -40,14 +42,18 @@ def build_document(
     max_error_rate: float = 0.01,
 ) -> dict[str, Any]:
     columns = [*runs, *([baseline] if baseline is not None else [])]
+    sweeps = [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)]
     doc: dict[str, Any] = {
+        "verdict": verdict.build(runs, baseline, slos, slo_spec, sweeps, resamples=resamples, seed=seed),
         "schema": SCHEMA,
         "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
         "runs": [run_doc(r, slos) for r in columns],
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
-        "sweeps": [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)],
+        "sweeps": sweeps,
+        "contracts": [contracts.contract_of(g[0]) for g in candidates(runs)],
         "warnings": [w for r in columns for w in run_warnings(r)],
     }
+    doc["warnings"] += [w for w in doc["verdict"]["warnings"] if w.startswith(VERDICT_ONLY_WARNINGS)]
     return doc
 
 
@@ -180,21 +186,22 @@ def group_doc(g: breakdown.Group, window: bool = False) -> dict[str, Any]:
 
 
 def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int) -> list[Comparison]:
-    """Each run against the first run of the same trace at the same speed; the baseline against runs
-    of its trace at speed 1. Runs at different speeds (sweep steps) are not paired: that compares
-    loads, not engines.
+    """Each candidate (its repetitions together) against the first candidate of the same trace at the
+    same speed; the baseline against candidates of its trace at speed 1. Runs at different speeds
+    (sweep steps) are not compared: that compares loads, not engines.
     """
     out = []
-    first_at: dict[tuple[str, float | None], Run] = {}
-    for run in runs:
-        reference = first_at.setdefault((run.trace_digest, run.speed), run)
-        if reference is not run and comparable(reference, run):
-            out.append(compare(reference, run, resamples=resamples, seed=seed))
+    first_at: dict[tuple[str, float | None], list[Run]] = {}
+    groups = candidates(runs)
+    for group in groups:
+        reference = first_at.setdefault((group[0].trace_digest, group[0].speed), group)
+        if reference is not group and comparable(reference[0], group[0]):
+            out.append(compare(reference, group, resamples=resamples, seed=seed))
     if baseline is not None:
         out.extend(
-            compare(baseline, r, resamples=resamples, seed=seed)
-            for r in runs
-            if r.speed in (None, 1.0) and comparable(baseline, r)
+            compare([baseline], g, resamples=resamples, seed=seed)
+            for g in groups
+            if g[0].speed in (None, 1.0) and comparable(baseline, g[0])
         )
     return out
 
@@ -203,6 +210,9 @@ def comparison_doc(c: Comparison) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "a": c.a,
         "b": c.b,
+        "runs_a": c.runs_a,
+        "runs_b": c.runs_b,
+        "run_to_run_noise": "measured" if c.noise_known else "unknown",
         "common_requests": c.common,
         "only_a": c.only_a,
         "only_b": c.only_b,
@@ -213,6 +223,7 @@ def comparison_doc(c: Comparison) -> dict[str, Any]:
             "median_ratio_b_over_a": num(mc.median_ratio),
             "share_faster_b": num(mc.share_faster_b),
             **{f"p{q}_diff_ms": ci.to_dict() for q, ci in mc.diffs.items()},
+            **{f"p{q}_run_spread_ms": {"a": s[0], "b": s[1]} for q, s in mc.spreads.items()},
             **{f"p{q}_verdict": mc.verdict(q) for q in mc.diffs},
         }
     return doc

@@ -18,7 +18,19 @@ th { background: #f0f0f0; }
 p.note { color: #555; font-size: 12px; margin: 0.2em 0; }
 figure { margin: 0 0 2em; }
 figure svg { max-width: 100%; height: auto; }
+div.verdict { border: 2px solid #336; background: #f4f6fb; padding: 0.6em 1em; margin: 0 0 1.5em; }
+div.verdict p { margin: 0.2em 0; font-size: 14px; }
+div.verdict p.warning { color: #8a4b00; }
 """
+
+
+def _verdict(doc: dict[str, Any]) -> str:
+    """The verdict box, on top: the same lines the text report opens with."""
+    lines = []
+    for line in doc["verdict"]["lines"]:
+        css = ' class="warning"' if line.startswith("warning:") else ""
+        lines.append(f"<p{css}>{html.escape(line)}</p>")
+    return '<div class="verdict"><h2 id="verdict">Verdict</h2>' + "".join(lines) + "</div>"
 
 
 def _table(t: Table) -> str:
@@ -48,8 +60,9 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
             f"<title>replayproxy report: {html.escape(labels)}</title>",
             f"<style>{STYLE}</style></head><body>",
             f"<h1>replayproxy report</h1><p>{html.escape(labels)}</p>",
+            _verdict(doc),
             *figures,
-            *(_table(t) for t in tables(doc)),
+            *(_table(t) for t in tables(doc) if t.key != "verdict"),
             "</body></html>",
             "",
         ]

@@ -61,6 +61,38 @@ LATENCY_ROWS = (
 )
 
 
+def verdict_section(doc: dict[str, Any]) -> list[Table]:
+    """The report's first lines: which candidate, by how much, how sure, and what weakens it."""
+    return [Table("Verdict", [], [], list(doc["verdict"]["lines"]), "verdict")]
+
+
+CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("engine version", lambda c: c["engine_version"]),
+    ("model", lambda c: c["model"]),
+    ("max_model_len", lambda c: fmt(c["max_model_len"])),
+    ("engine config from", lambda c: c["engine_config"].get("source", MISSING)),
+    ("GPUs", lambda c: ", ".join(f"{g['name']} {g['memory_total']}" for g in c["gpus"]) or MISSING),
+    ("GPU driver", lambda c: ", ".join(sorted({g["driver"] for g in c["gpus"]})) or MISSING),
+    ("--engine-args", lambda c: c["engine_args"] or MISSING),
+    ("--note", lambda c: c["note"] or MISSING),
+    ("warm-up requests", lambda c: fmt(c["warmup"].get("requests")) if c["warmup"] else "none"),
+    ("runs", lambda c: fmt(c["runs"])),
+    ("cache reset", lambda c: c["cache_reset"]),
+)
+
+
+def contract_section(doc: dict[str, Any]) -> list[Table]:
+    """The conditions each candidate was measured under (first run of each), side by side."""
+    cs = doc["contracts"]
+    if not cs:
+        return []
+    rows = [[title, *(str(get(c) or MISSING) for c in cs)] for title, get in CONTRACT_ROWS]
+    keys = sorted({k for c in cs for k in c["engine_config"] if k != "source"})
+    rows += [[k, *(str(c["engine_config"].get(k, MISSING)) for c in cs)] for k in keys]
+    notes = [w for w in doc["warnings"] if w.startswith("not a like-for-like")]
+    return [Table("Contract", ["", *(c["label"] for c in cs)], rows, notes, "contract")]
+
+
 def latency_section(doc: dict[str, Any]) -> list[Table]:
     runs = doc["runs"]
     rows = []
@@ -187,9 +219,14 @@ def comparison_section(doc: dict[str, Any]) -> list[Table]:
                 ]
             )
         notes = [
-            f"A = {c['a']}, B = {c['b']}; {c['common_requests']} requests in both "
-            f"({c['only_a']} only in A, {c['only_b']} only in B); diffs are B - A with bootstrap 95% CI"
+            f"A = {c['a']} ({c['runs_a']} runs), B = {c['b']} ({c['runs_b']} runs); pairs: "
+            f"{c['common_requests']} requests in both first runs ({c['only_a']} only in A, "
+            f"{c['only_b']} only in B)",
+            "diffs are B - A of the mean per-run percentile; 95% CI from resampling runs, then requests; "
+            "a difference within the spread between repetitions is 'no clear difference'",
         ]
+        if c["run_to_run_noise"] == "unknown":
+            notes.append("run-to-run noise unknown (one run of A or B): replay with --repeat 3")
         header = [
             "metric",
             "pairs",
@@ -375,6 +412,8 @@ def warnings_section(doc: dict[str, Any]) -> list[Table]:
 
 
 SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
+    verdict_section,
+    contract_section,
     latency_section,
     throughput_section,
     errors_section,
