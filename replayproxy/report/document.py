@@ -18,7 +18,7 @@ from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
 from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import summarize
-from replayproxy.report.sweep import Step, find_knee, step_of
+from replayproxy.report.sweep import ATTAINMENT, Step, find_knee, meets, step_of
 
 SCHEMA = "replayproxy-report/1"
 LAG_WARN_MS = 5.0
@@ -191,17 +191,17 @@ def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int
     (sweep steps) are not compared: that compares loads, not engines.
     """
     out = []
-    first_at: dict[tuple[str, float | None], list[Run]] = {}
+    first_at: dict[tuple[str, tuple[float | None, int]], list[Run]] = {}
     groups = candidates(runs)
     for group in groups:
-        reference = first_at.setdefault((group[0].trace_digest, group[0].speed), group)
+        reference = first_at.setdefault((group[0].trace_digest, group[0].load), group)
         if reference is not group and comparable(reference[0], group[0]):
             out.append(compare(reference, group, resamples=resamples, seed=seed))
     if baseline is not None:
         out.extend(
             compare([baseline], g, resamples=resamples, seed=seed)
             for g in groups
-            if g[0].speed in (None, 1.0) and comparable(baseline, g[0])
+            if g[0].load in ((None, 0), (1.0, 0)) and comparable(baseline, g[0])
         )
     return out
 
@@ -230,30 +230,45 @@ def comparison_doc(c: Comparison) -> dict[str, Any]:
 
 
 def sweep_groups(runs: list[Run]) -> list[list[Run]]:
-    """Runs of one trace against one target and model at two or more distinct speeds, speed order."""
-    groups: dict[tuple[str, str, str], list[Run]] = {}
+    """Runs of one label, trace, target and model at two or more distinct loads (speeds, or
+    concurrency limits), each load's first repetition, in load order."""
+    groups: dict[tuple[str, str, str, str, bool], dict[tuple[float | None, int], Run]] = {}
     for run in runs:
         if run.kind == "replay" and run.speed is not None:
-            groups.setdefault((run.trace_digest, run.target, run.model), []).append(run)
+            key = (run.label, run.trace_digest, run.target, run.model, bool(run.concurrency_limit))
+            groups.setdefault(key, {}).setdefault(run.load, run)
     return [
-        sorted(g, key=lambda r: r.speed or 0.0) for g in groups.values() if len({r.speed for r in g}) >= 2
+        sorted(g.values(), key=lambda r: (r.concurrency_limit, r.speed or 0.0))
+        for g in groups.values()
+        if len(g) >= 2
     ]
 
 
 def sweep_doc(
-    group: list[Run], slos: tuple[Slo, ...], max_error_rate: float, best_speed: float | None = None
+    group: list[Run],
+    slos: tuple[Slo, ...],
+    max_error_rate: float,
+    best_speed: float | None = None,
+    attainment: float = ATTAINMENT,
 ) -> dict[str, Any]:
     steps = [step_of(r, slos) for r in group]
     knee = find_knee(steps, max_error_rate)
+    point = steps[knee.step] if knee.step is not None else None
+    meeting = [s for s in steps if slos and meets(s, max_error_rate, attainment)]
     return {
+        "label": group[0].label,
         "target": group[0].target,
         "model": group[0].model,
         "trace_digest": group[0].trace_digest,
+        "closed_loop": bool(steps and steps[0].concurrency_limit),
         "steps": [step_doc(s) for s in steps],
-        "knee_speed": steps[knee.step].speed if knee.step is not None else None,
+        "knee_speed": point.speed if point is not None else None,
         "broke_at_speed": steps[knee.broke_at].speed if knee.broke_at is not None else None,
+        "operating_point": step_doc(point) if point is not None else None,
+        "saturated_at_lowest_step": knee.step is None and knee.broke_at is not None,
         "break_reasons": list(knee.reasons),
         "knee": knee.describe(steps),
+        "max_rate_under_slo": max(s.requests_per_s for s in meeting) if meeting else None,
         "best_speed_meeting_slo": best_speed,
         "max_error_rate": max_error_rate,
     }
@@ -262,6 +277,10 @@ def sweep_doc(
 def step_doc(s: Step) -> dict[str, Any]:
     return {
         "speed": s.speed,
+        "concurrency_limit": s.concurrency_limit or None,
+        "offered_requests_per_s": num(s.offered_requests_per_s),
+        "load": s.load_text,
+        "slo_crossed": list(s.slo_crossed),
         "label": s.label,
         "requests": s.requests,
         "requests_per_s": num(s.requests_per_s),

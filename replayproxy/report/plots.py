@@ -167,7 +167,9 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.6 * len(sweeps))
     grid = fig.subplots(len(sweeps), 2, squeeze=False)
     for (left, right), sweep in zip(grid, sweeps, strict=True):
-        speeds = [s["speed"] for s in sweep["steps"]]
+        closed = sweep["closed_loop"]
+        key = "concurrency_limit" if closed else "offered_requests_per_s"
+        speeds = [np.nan if s[key] is None else s[key] for s in sweep["steps"]]
         left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
         if any(s["goodput"] for s in sweep["steps"]):
             left.plot(
@@ -181,13 +183,14 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         right.set_yscale("log")
         left.set_ylabel("req/s")
         right.set_ylabel("ms (log)")
+        point = sweep["operating_point"]
         for ax, title in ((left, "throughput and goodput vs load"), (right, "p95 latency vs load")):
-            if sweep["knee_speed"] is not None:
-                ax.axvline(
-                    sweep["knee_speed"], color="red", linestyle=":", label=f"knee {sweep['knee_speed']:g}x"
-                )
+            if point is not None:
+                at = point["concurrency_limit"] if closed else point["offered_requests_per_s"]
+                if at is not None:
+                    ax.axvline(at, color="red", linestyle=":", label=f"operating point ({point['load']})")
             ax.set_xscale("log", base=2)
-            ax.set_xlabel("speed (x the trace's rate, log)")
+            ax.set_xlabel("requests in flight (closed loop, log)" if closed else "offered req/s (log)")
             ax.set_title(f"{sweep['target']}: {title}")
             ax.grid(alpha=0.3)
             legend(ax)

@@ -40,7 +40,7 @@ class Run:
     repetition: int = 1  # 1..repetitions among the runs of this label at this speed
     repetitions: int = 1
     cancelled: int = 0  # requests cut off by an interruption, left out of every figure
-    at_speed: bool = False  # the label was replayed at several speeds: headings name the speed
+    at_speed: bool = False  # the label was replayed at several loads: headings name the load
 
     @property
     def speed(self) -> float | None:
@@ -48,14 +48,30 @@ class Run:
         return float(value) if isinstance(value, int | float) else None
 
     @property
-    def candidate(self) -> tuple[str, float | None]:
+    def concurrency_limit(self) -> int:
+        value = self.options.get("max_concurrency")
+        return value if isinstance(value, int) and value > 0 else 0
+
+    @property
+    def load(self) -> tuple[float | None, int]:
+        """The load a run was replayed at: speed and concurrency limit (sweep steps differ in it)."""
+        return self.speed, self.concurrency_limit
+
+    @property
+    def candidate(self) -> tuple[str, tuple[float | None, int]]:
         """What repetitions share: the label and the load."""
-        return self.label, self.speed
+        return self.label, self.load
 
     @property
     def name(self) -> str:
         """The column heading: the label, and which repetition when there are several."""
-        name = f"{self.label} at {self.speed:g}x" if self.at_speed and self.speed is not None else self.label
+        name = self.label
+        if self.at_speed:
+            name += (
+                f" at concurrency {self.concurrency_limit}"
+                if self.concurrency_limit
+                else f" at {self.speed:g}x"
+            )
         return f"{name} (run {self.repetition}/{self.repetitions})" if self.repetitions > 1 else name
 
     @property
@@ -97,9 +113,9 @@ def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
 
 def number_repetitions(runs: list[Run]) -> None:
     """Runs of one label at one speed are repetitions: number them in order."""
-    speeds: dict[str, set[float | None]] = {}
+    speeds: dict[str, set[tuple[float | None, int]]] = {}
     for run in runs:
-        speeds.setdefault(run.label, set()).add(run.speed)
+        speeds.setdefault(run.label, set()).add(run.load)
     for run in runs:
         run.at_speed = len(speeds[run.label]) > 1
     for group in candidates(runs):
@@ -109,7 +125,7 @@ def number_repetitions(runs: list[Run]) -> None:
 
 def candidates(runs: list[Run]) -> list[list[Run]]:
     """Replay runs grouped by candidate (label and speed), in order of first appearance."""
-    groups: dict[tuple[str, float | None], list[Run]] = {}
+    groups: dict[tuple[str, tuple[float | None, int]], list[Run]] = {}
     for run in runs:
         groups.setdefault(run.candidate, []).append(run)
     return list(groups.values())

@@ -290,45 +290,50 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
 
 
 def sweep_section(doc: dict[str, Any]) -> list[Table]:
+    """The operating line: one row per load step, offered against achieved, latency, errors, goodput."""
     tables = []
     for sweep in doc["sweeps"]:
         rows = []
         for s in sweep["steps"]:
             g = s["goodput"]
+            load = f"c={s['concurrency_limit']}" if s["concurrency_limit"] else f"{s['speed']:g}x"
             rows.append(
                 [
-                    f"{s['speed']:g}x",
+                    load,
+                    fmt(s["offered_requests_per_s"]),
                     fmt(s["requests_per_s"]),
                     fmt(s["output_tokens_per_s"]),
                     fmt(s["mean_concurrency"]),
-                    fmt(s["ttft_ms"]["p50"]),
-                    fmt(s["ttft_ms"]["p95"]),
-                    fmt(s["ttft_ms"]["p99"]),
-                    fmt(s["tpot_ms"]["p50"]),
-                    fmt(s["tpot_ms"]["p95"]),
+                    *(fmt(s[f"{m}_ms"][q]) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p95")),
                     f"{pct(s['error_rate'])} ({s['errors']})",
-                    "-" if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
+                    MISSING if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
                 ]
             )
         header = [
-            "speed",
-            "req/s",
+            "load",
+            "offered req/s",
+            "achieved req/s",
             "out tok/s",
             "in flight",
             "TTFT p50",
             "TTFT p95",
-            "TTFT p99",
             "TPOT p50",
             "TPOT p95",
+            "E2E p50",
+            "E2E p95",
             "errors",
             "goodput req/s",
         ]
         notes = [sweep["knee"], "in flight = mean requests in flight; latency in ms"]
+        if sweep["closed_loop"]:
+            notes.append(f"closed loop: c=N keeps N requests in flight; offered rate is {MISSING}")
+        if sweep["max_rate_under_slo"] is not None:
+            notes.append(f"highest achieved rate meeting the SLO: {sweep['max_rate_under_slo']:.3g} req/s")
         if sweep["best_speed_meeting_slo"] is not None:
             notes.append(f"highest speed meeting the SLO: {sweep['best_speed_meeting_slo']:g}x")
-        tables.append(
-            Table(f"Sweep: {sweep['target']} {sweep['model']}".strip(), header, rows, notes, "sweep")
-        )
+        where = " ".join(p for p in (sweep["target"], sweep["model"]) if p and p not in sweep["label"])
+        title = f"Sweep: {sweep['label']}" + (f" ({where})" if where else "")
+        tables.append(Table(title, header, rows, notes, "sweep"))
     return tables
 
 

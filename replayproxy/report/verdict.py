@@ -32,7 +32,7 @@ def pool(runs: list[Run]) -> list[list[Run]]:
     if not groups:
         return []
     first = groups[0][0]
-    return [g for g in groups if g[0].trace_digest == first.trace_digest and g[0].speed == first.speed]
+    return [g for g in groups if g[0].trace_digest == first.trace_digest and g[0].load == first.load]
 
 
 def _counts(group: list[Run], slos: tuple[Slo, ...]) -> list[noise.RunCount]:
