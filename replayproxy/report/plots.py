@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replayproxy.report import telemetry
+from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.measures import in_flight_series
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import grouped_summaries
@@ -55,13 +56,21 @@ def legend(ax: Any, **options: Any) -> None:
         ax.legend(fontsize="small", **options)
 
 
+CDF_FIGURES = (
+    ("TTFT", "ttft_ms", "share of requests"),
+    ("TPOT", "tpot_ms", "share of requests"),
+    ("E2E", "e2e_ms", "share of requests"),
+    ("ITL", "itl_ms", "share of gaps"),
+    ("schedule lag", "lag_ms", "share of requests"),
+)
+
+
 def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
-    fig = new_figure(12, 3.6)
-    axes = fig.subplots(1, 3)
+    """TTFT, TPOT, E2E, ITL and the replayer's own schedule lag, one CDF panel each."""
+    fig = new_figure(12, 6.8)
+    axes = fig.subplots(2, 3).ravel()
     levels = np.linspace(0, 1, CDF_POINTS)
-    for ax, (name, attr) in zip(
-        axes, (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")), strict=True
-    ):
+    for ax, (name, attr, share) in zip(axes, CDF_FIGURES, strict=False):
         for run in runs:
             values = getattr(run.measures, attr)
             values = values[np.isfinite(values) & (values > 0)]
@@ -69,10 +78,38 @@ def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
                 ax.plot(np.quantile(values, levels), levels, label=run.name)
         ax.set_xscale("log")
         ax.set_xlabel(f"{name} ms (log)")
-        ax.set_ylabel("share of requests")
+        ax.set_ylabel(share)
         ax.set_title(f"{name} CDF")
         ax.grid(alpha=0.3)
+    axes[-1].set_axis_off()
     legend(axes[0])
+    return fig
+
+
+GOODPUT_SCALES = np.geomspace(0.25, 4.0, 17)  # the SLO's limits times these
+
+
+def goodput_vs_slo(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    """Goodput as the SLO is tightened or relaxed: every per-request limit scaled by one factor."""
+    slo = doc.get("slo")
+    clauses = [c for c in (slo or {}).get("clauses", []) if c["percentile"] is None]
+    if not clauses:
+        return None
+    fig = new_figure(12, 3.4)
+    ax = fig.subplots()
+    for run in runs:
+        rates = []
+        for scale in GOODPUT_SCALES:
+            scaled = tuple(Slo(c["metric"], c["limit_ms"] * scale) for c in clauses)
+            rates.append(goodput(run.measures, scaled).requests_per_s)
+        ax.plot(GOODPUT_SCALES, rates, marker=".", label=run.name)
+    ax.axvline(1.0, color="grey", linestyle=":", label=f"the SLO ({slo['spec'] if slo else ''})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("SLO limits x factor (log)")
+    ax.set_ylabel("goodput req/s")
+    ax.set_title("Goodput against the SLO (every per-request limit scaled)")
+    ax.grid(alpha=0.3)
+    legend(ax)
     return fig
 
 
@@ -86,7 +123,8 @@ def _bins(run: Run) -> tuple[np.ndarray, int, float]:
 def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     shown = runs[:MAX_TIME_PANELS]
     fig = new_figure(12, 2.6 * len(shown))
-    axes = np.atleast_1d(fig.subplots(len(shown), 1, squeeze=False)[:, 0])
+    # One y range for every panel, so a slower run looks slower at a glance.
+    axes = np.atleast_1d(fig.subplots(len(shown), 1, squeeze=False, sharey=True)[:, 0])
     for ax, run in zip(axes, shown, strict=True):
         ids, n, width = _bins(run)
         t = np.arange(n) * width
@@ -226,6 +264,7 @@ def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
 
 PLOTS: list[tuple[str, Callable[[dict[str, Any], list[Run]], Figure | None]]] = [
     ("Latency CDFs", latency_cdfs),
+    ("Goodput against the SLO", goodput_vs_slo),
     ("Latency over time", latency_over_time),
     ("In-flight requests", in_flight),
     ("TTFT by input length", ttft_by_input),
