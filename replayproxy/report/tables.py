@@ -81,14 +81,25 @@ CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
 )
 
 
+# The engine settings shown (all published ones are in the JSON): vLLM CacheConfig, SGLang server args.
+CONTRACT_CONFIG = (
+    "block_size", "cache_dtype", "kv_cache_dtype", "dtype", "quantization", "enable_prefix_caching",
+    "disable_radix_cache", "gpu_memory_utilization", "mem_fraction_static", "num_gpu_blocks",
+    "kv_cache_memory_bytes", "context_length", "tp_size", "dp_size", "page_size", "chunked_prefill_size",
+    "max_running_requests",
+)  # fmt: skip
+
+
 def contract_section(doc: dict[str, Any]) -> list[Table]:
     """The conditions each candidate was measured under (first run of each), side by side."""
     cs = doc["contracts"]
     if not cs:
         return []
     rows = [[title, *(str(get(c) or MISSING) for c in cs)] for title, get in CONTRACT_ROWS]
-    keys = sorted({k for c in cs for k in c["engine_config"] if k != "source"})
-    rows += [[k, *(str(c["engine_config"].get(k, MISSING)) for c in cs)] for k in keys]
+    present = {k for c in cs for k in c["engine_config"]}
+    rows += [
+        [k, *(str(c["engine_config"].get(k, MISSING)) for c in cs)] for k in CONTRACT_CONFIG if k in present
+    ]
     notes = [w for w in doc["warnings"] if w.startswith("not a like-for-like")]
     return [Table("Contract", ["", *(c["label"] for c in cs)], rows, notes, "contract")]
 

@@ -92,7 +92,14 @@ class Metrics(Collector):
             return family
 
         stats = engine.stats
-        yield _cache_config_info(engine)
+        config = engine.config
+        # vLLM publishes its CacheConfig as the labels of an info gauge of value 1 (strings, as vLLM does).
+        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                 labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine",
+                                         "cache_dtype", "gpu_memory_utilization"])
+        info.add_metric([str(config.block_size), str(config.num_gpu_blocks), str(config.prefix_cache), "0",
+                         config.kv_cache_dtype, "0.9"], 1)
+        yield info
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", len(engine.running))
         yield gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", len(engine.waiting))
         usage = engine.pool.usage
@@ -109,19 +116,3 @@ class Metrics(Collector):
         yield self.itl.family("vllm:time_per_output_token_seconds", itl_doc, self.model)
         yield self.itl.family("vllm:inter_token_latency_seconds", itl_doc, self.model)
         yield self.e2e.family("vllm:e2e_request_latency_seconds", "End-to-end request latency.", self.model)
-
-
-def _cache_config_info(engine: Engine) -> GaugeMetricFamily:
-    """vLLM publishes its CacheConfig as the labels of an info gauge of value 1 (strings, as vLLM does)."""
-    config = engine.config
-    labels = {
-        "block_size": str(config.block_size),
-        "cache_dtype": config.kv_cache_dtype,
-        "enable_prefix_caching": str(config.prefix_cache),
-        "gpu_memory_utilization": "0.9",
-        "num_gpu_blocks": str(config.num_gpu_blocks),
-    }
-    doc = "Information of the LLMEngine CacheConfig"
-    family = GaugeMetricFamily("vllm:cache_config_info", doc, labels=list(labels))
-    family.add_metric(list(labels.values()), 1.0)
-    return family
