@@ -5,9 +5,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from replayproxy.report.cells import Table
 from replayproxy.report.plots import PLOTS, to_svg
 from replayproxy.report.runs import Run
-from replayproxy.report.tables import Table, tables
+from replayproxy.report.tables import tables
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from replayproxy.report.tables import Table, tables
+from replayproxy.report.cells import Table
+from replayproxy.report.tables import tables
 
 
 def _aligned(table: Table) -> list[str]:

@@ -22,7 +22,7 @@ from replayproxy.report.stats import Interval, summarize
 
 VERDICT_LINES = 13  # plus the title and its rule: the report opens with at most 15 lines
 MAX_CANDIDATE_LINES = 6
-LAG_WARN_MS = 5.0
+LAG_WARN_MS = 5.0  # schedule lag p99 above this: the client, not the target, limited the run
 REPEAT_HINT = "--repeat 3"
 
 

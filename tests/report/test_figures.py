@@ -12,11 +12,12 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.report import gpu
+from replayproxy.report.cells import MISSING
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
 from replayproxy.report.runs import load_runs
-from replayproxy.report.tables import MISSING, tables
+from replayproxy.report.tables import tables
 from replayproxy.results import ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
