@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,20 @@ def test_bad_warmup_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     out = str(tmp_path / "o.rpr")
     assert main(["replay", "t.rpt", "--target", "http://x", "-o", out, "--warmup", "ten"]) == 2
     assert "--warmup must be a request count or seconds" in capsys.readouterr().err
+
+
+def test_a_closed_loop_sweep_against_the_sim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = traces.write_synthetic(
+        tmp_path / "c.rpt", requests=24, rate_rps=4.0, input_len="uniform:50,100", output_len="uniform:8,16"
+    )
+    with sim("--speed", "4") as server:
+        out = str(tmp_path / "sw")
+        argv = ["sweep", str(trace), "--target", server.url, "--concurrency", "1,4", "-o", out, "--json",
+                "--replay-args", "--flavor", "vllm", "--no-calibrate"]  # fmt: skip
+        assert main(argv) == 0
+    (sweep,) = json.loads(capsys.readouterr().out)["sweeps"]
+    assert sweep["closed_loop"] and [s["concurrency_limit"] for s in sweep["steps"]] == [1, 4]
+    one, four = sweep["steps"]
+    # With every request due at once, four in flight finish the trace faster than one.
+    assert four["requests_per_s"] > 1.5 * one["requests_per_s"]
+    assert one["requests"] == four["requests"] == 24 and not one["errors"]
