@@ -87,19 +87,20 @@ def build(
     lines.append(f"decided by: {decision['metric_text'] if not slos else 'goodput under ' + slo_spec}")
     warnings = _warnings(groups)
     room = VERDICT_LINES - len(lines)
+    shown = warnings
     if len(warnings) > room:
         kept = warnings[: max(room - 1, 0)]
-        warnings = [*kept, f"warning: {len(warnings) - len(kept)} more warnings under Warnings below"]
-    lines.extend(warnings)
+        shown = [*kept, f"warning: {len(warnings) - len(kept)} more warnings under Warnings below"]
+    lines.extend(shown)
     return {
-        "lines": lines[:VERDICT_LINES] if len(lines) > VERDICT_LINES else lines,
+        "lines": lines[:VERDICT_LINES],
         "candidates": entries,
         "winner": decision["winner"],
         "versus": decision["versus"],
         "metric": decision["metric"],
         "margin": decision["margin"],
         "noise": "measured" if groups and all(len(g) > 1 for g in groups) else "unknown",
-        "warnings": [w.removeprefix("warning: ") for w in _warnings(groups)],
+        "warnings": [w.removeprefix("warning: ") for w in warnings],
     }
 
 
