@@ -128,7 +128,7 @@ def _entry_line(entry: dict[str, Any], slo_spec: str) -> str:
         return f"{entry['label']}: TTFT p50 {_fmt(entry['ttft_p50_ms'])} ms, {runs} (no --slo: no goodput)"
     rate, share = entry["goodput_requests_per_s"], entry["goodput_fraction"]
     spread = ""
-    if entry["goodput_run_range"] is not None:
+    if entry["goodput_run_range"] is not None and rate:
         low, high = entry["goodput_run_range"]
         spread = f", runs {_fmt(low)}-{_fmt(high)}"
     share_text = "-" if share is None else f"{share:.1%}"
@@ -156,6 +156,12 @@ def _decide_goodput(
     spreads = [_relative_spread(c) for c in (a, b)]
     runs = _runs_text(second, best)
     base: dict[str, Any] = {"metric": "goodput", "metric_text": "goodput", "versus": second[0].label}
+    if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) == 0:
+        sentence = (
+            f"no clear difference: neither {best[0].label} nor {second[0].label} meets the SLO "
+            f"for any request ({runs})"
+        )
+        return {**base, "sentence": sentence, "winner": None, "margin": None}
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) > 0:
         sentence = f"{best[0].label} wins: {second[0].label} meets the SLO for no request ({runs})"
         return {**base, "sentence": sentence, "winner": best[0].label, "margin": None}

@@ -97,3 +97,12 @@ def test_markdown_and_html_open_with_the_verdict(tmp_path: Path, capsys: pytest.
     page = html.read_text(encoding="utf-8")
     assert page.index('class="verdict"') < page.index("<figure>")
     assert "B sustains" in page
+
+
+def test_no_candidate_meeting_the_slo_is_no_clear_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [_run(tmp_path / "a.rpr", "A", 0.0), _run(tmp_path / "b.rpr", "B", 0.0, seed=1)]
+    doc, text = _report(paths, capsys)
+    assert doc["verdict"]["winner"] is None
+    assert "no clear difference: neither A nor B meets the SLO for any request (1 run each)" in text
