@@ -218,6 +218,12 @@ def _warnings(groups: list[list[Run]]) -> list[str]:
         out.append(
             f"warning: run-to-run noise unknown: one run of {', '.join(single)}; replay with {REPEAT_HINT}"
         )
+    blocks = _in_blocks(groups)
+    if blocks:
+        out.append(
+            f"warning: repetitions of {blocks} ran one candidate after the other: a drift of the machine "
+            "over time counts as a difference; interleave them (A, B, A, B, ...)"
+        )
     runs = [r for g in groups for r in g]
     lagged = [r.name for r in runs if summarize(r.measures.lag_ms).p99 > LAG_WARN_MS]
     if lagged:
@@ -237,6 +243,18 @@ def _warnings(groups: list[list[Run]]) -> list[str]:
         out.append(f"warning: partial runs (interrupted): {', '.join(partial)}")
     out.extend(f"warning: {d}" for d in contracts.differences([contracts.contract_of(g[0]) for g in groups]))
     return out
+
+
+def _in_blocks(groups: list[list[Run]]) -> str:
+    """'A and B' when both were repeated but every run of one started before every run of the other."""
+    repeated = [g for g in groups if len(g) > 1]
+    for i, a in enumerate(repeated):
+        for b in repeated[i + 1 :]:
+            starts_a = [h.start_wall_ns for r in a for h in r.headers]
+            starts_b = [h.start_wall_ns for r in b for h in r.headers]
+            if max(starts_a) < min(starts_b) or max(starts_b) < min(starts_a):
+                return f"{a[0].label} and {b[0].label}"
+    return ""
 
 
 def _num(value: float) -> float | None:

@@ -19,7 +19,8 @@ def _run(path: Path, label: str, good_share: float, *, n: int = 200, seed: int =
     """n requests 50 ms apart; `good_share` of them meet the SLO (TTFT 20 ms), the rest miss (400 ms)."""
     rng = np.random.default_rng(seed)
     good = rng.random(n) < good_share
-    head = RunHeader(label=label, target="http://t", start_wall_ns=1, trace_digest="d", **header)  # type: ignore[arg-type]
+    header.setdefault("start_wall_ns", 1)
+    head = RunHeader(label=label, target="http://t", trace_digest="d", **header)  # type: ignore[arg-type]
     with ResultWriter(path, head) as writer:
         for i in range(n):
             ttft = 20.0 if good[i] else 400.0
@@ -106,3 +107,13 @@ def test_no_candidate_meeting_the_slo_is_no_clear_difference(
     doc, text = _report(paths, capsys)
     assert doc["verdict"]["winner"] is None
     assert "no clear difference: neither A nor B meets the SLO for any request (1 run each)" in text
+
+
+def test_repetitions_run_in_blocks_are_flagged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = [_run(tmp_path / f"a{i}.rpr", "A", 0.8, seed=i, start_wall_ns=i) for i in range(2)]
+    blocks += [_run(tmp_path / f"b{i}.rpr", "B", 0.8, seed=5 + i, start_wall_ns=10 + i) for i in range(2)]
+    _, text = _report(blocks, capsys)
+    assert "repetitions of A and B ran one candidate after the other" in text
+    mixed = [_run(tmp_path / f"m{i}.rpr", "AB"[i % 2], 0.8, seed=i, start_wall_ns=i) for i in range(4)]
+    _, text = _report(mixed, capsys)
+    assert "one candidate after the other" not in text
