@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
-from replayproxy.report.gate import parse_gate
+from replayproxy.report.regression_gate import parse_gate
 from tests.report.test_verdict import _run
 
 GATE = "goodput>=0.95*BASE,ttft:p95<=1.10*BASE"
