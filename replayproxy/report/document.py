@@ -23,7 +23,7 @@ from replayproxy.report.sweep import ATTAINMENT, Step, find_knee, meets, step_of
 SCHEMA = "replayproxy-report/1"
 LAG_WARN_MS = verdict.LAG_WARN_MS
 # Verdict warnings not already among the per-run ones.
-VERDICT_ONLY_WARNINGS = ("run-to-run noise", "cache not reset", "not a like-for-like")
+VERDICT_ONLY_WARNINGS = ("run-to-run noise", "repetitions of", "cache not reset", "not a like-for-like")
 
 
 def num(value: float) -> float | None:
