@@ -44,9 +44,11 @@ def _counts(group: list[Run], slos: tuple[Slo, ...]) -> list[noise.RunCount]:
 
 
 def _runs_text(a: list[Run], b: list[Run]) -> str:
-    if len(a) == len(b):
-        return f"{len(a)} run{'s' if len(a) > 1 else ''} each"
-    return f"{len(b)} and {len(a)} runs"
+    """How many runs the sentence rests on; with one run of either, the winner is only provisional."""
+    runs = (
+        f"{len(a)} run{'s' if len(a) > 1 else ''} each" if len(a) == len(b) else f"{len(b)} and {len(a)} runs"
+    )
+    return runs if len(a) > 1 and len(b) > 1 else f"{runs} (provisional: run-to-run noise unknown)"
 
 
 def _ci(i: Interval, digits: str = ".2f") -> str:
@@ -159,11 +161,11 @@ def _decide_goodput(
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) == 0:
         sentence = (
             f"no clear difference: neither {best[0].label} nor {second[0].label} meets the SLO "
-            f"for any request ({runs})"
+            f"for any request, {runs}"
         )
         return {**base, "sentence": sentence, "winner": None, "margin": None}
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) > 0:
-        sentence = f"{best[0].label} wins: {second[0].label} meets the SLO for no request ({runs})"
+        sentence = f"{best[0].label} wins: {second[0].label} meets the SLO for no request, {runs}"
         return {**base, "sentence": sentence, "winner": best[0].label, "margin": None}
     if noise.clear(ratio, 1.0, spreads):
         sentence = (

@@ -68,7 +68,7 @@ def test_one_run_each_says_the_noise_is_unknown(tmp_path: Path, capsys: pytest.C
     assert doc["verdict"]["noise"] == "unknown" and doc["verdict"]["winner"] == "B"
     opening = "\n".join(text.splitlines()[:15])
     assert "run-to-run noise unknown: one run of A, B; replay with --repeat 3" in opening
-    assert "1 run each" in opening
+    assert "1 run each (provisional: run-to-run noise unknown)" in opening
 
 
 def test_every_warning_that_weakens_the_verdict_is_in_it(
@@ -106,7 +106,7 @@ def test_no_candidate_meeting_the_slo_is_no_clear_difference(
     paths = [_run(tmp_path / "a.rpr", "A", 0.0), _run(tmp_path / "b.rpr", "B", 0.0, seed=1)]
     doc, text = _report(paths, capsys)
     assert doc["verdict"]["winner"] is None
-    assert "no clear difference: neither A nor B meets the SLO for any request (1 run each)" in text
+    assert "no clear difference: neither A nor B meets the SLO for any request, 1 run each" in text
 
 
 def test_repetitions_run_in_blocks_are_flagged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
