@@ -47,6 +47,14 @@ class Step:
     offered_requests_per_s: float = math.nan  # requests / span of scheduled sends
     concurrency_limit: int = 0  # closed loop: requests in flight at most; 0: open loop
     slo_crossed: tuple[str, ...] = ()  # SLO clauses the step's p95 (or percentile check) broke
+    duration_s: float = math.nan  # first send -> last end
+
+    @property
+    def served_requests_per_s(self) -> float:
+        """Achieved req/s over the time requests arrived: a run's duration also holds the last
+        requests' own latency, which would make a short run look slower than it was offered."""
+        busy_s = self.duration_s - (self.e2e_ms.p50 / 1000 if math.isfinite(self.e2e_ms.p50) else 0.0)
+        return (self.requests - self.errors) / busy_s if busy_s > 0 else math.nan
 
     @property
     def error_rate(self) -> float:
@@ -91,6 +99,7 @@ def step_of(run: Run, slos: tuple[Slo, ...] = ()) -> Step:
         offered_requests_per_s=len(scheduled) / span_s if span_s > 0 and not cap else math.nan,
         concurrency_limit=int(cap) if isinstance(cap, int) and cap > 0 else 0,
         slo_crossed=_crossed(run, slos, g),
+        duration_s=m.duration_s,
     )
 
 
@@ -143,9 +152,9 @@ def break_reasons(prev: Step | None, cur: Step, max_error_rate: float = MAX_ERRO
         reasons.append(f"failed {cur.error_rate:.1%} of requests")
     reasons.extend(f"crossed the SLO ({c})" for c in cur.slo_crossed)
     if prev is None:
-        offered = cur.offered_requests_per_s
-        if math.isfinite(offered) and cur.requests_per_s < SATURATED_SHARE * offered:
-            reasons.append(f"achieved {cur.requests_per_s:.3g} of {offered:.3g} req/s offered")
+        offered, served = cur.offered_requests_per_s, cur.served_requests_per_s
+        if math.isfinite(offered) and math.isfinite(served) and served < SATURATED_SHARE * offered:
+            reasons.append(f"served {served:.3g} of {offered:.3g} req/s offered")
         return reasons
     load = cur.load / prev.load if prev.load > 0 else math.inf
     if cur.requests_per_s < prev.requests_per_s * (1 + GROWTH_SHARE * (load - 1)):

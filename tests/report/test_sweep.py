@@ -19,9 +19,12 @@ def step(
     offered: float = float("nan"),
 ) -> Step:
     ttft = Summary(requests, 10.0, 20.0, ttft_p95, ttft_p95, ttft_p95, 15.0)
+    duration = requests / rps if rps else float("nan")  # E2E unknown: no latency to discount
+    empty = Summary(0)
     return Step(
-        speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, Summary(0), Summary(0), errors, good, offered
-    )
+        speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, empty, empty, errors, good, offered,
+        duration_s=duration,
+    )  # fmt: skip
 
 
 def test_knee_where_throughput_stops_growing() -> None:
@@ -60,7 +63,15 @@ def test_saturated_at_the_lowest_step_asks_for_lower_steps() -> None:
     assert knee.step is None and knee.broke_at == 0
     text = knee.describe(steps)
     assert "already saturated at the lowest step, 1x (19.8 req/s offered)" in text
-    assert "achieved 9.6 of 19.8 req/s offered" in text and "add lower steps" in text
+    assert "served 9.6 of 19.8 req/s offered" in text and "add lower steps" in text
+
+
+def test_a_short_run_is_not_saturated_by_its_own_tail() -> None:
+    # 30 requests offered at 20 req/s over 1.45 s; the last ends 0.5 s later (E2E p50 0.4 s):
+    # 30 / 1.95 s looks like 15 req/s achieved, but over the arrival time it served 19.4 req/s.
+    e2e = Summary(30, 400.0, 500.0, 500.0, 500.0, 500.0, 400.0)
+    lowest = Step(1, "1x", 30, 30 / 1.95, 100.0, 4.0, e2e, Summary(0), e2e, 0, None, 20.7, duration_s=1.95)
+    assert find_knee([lowest]).broke_at is None
 
 
 def test_a_step_whose_p95_crosses_the_slo_bends() -> None:
