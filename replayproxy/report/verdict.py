@@ -174,7 +174,7 @@ def _decide_goodput(
         )
         return {**base, "sentence": sentence, "winner": best[0].label, "margin": ratio.to_dict()}
     sentence = (
-        f"no clear difference: {best[0].label} vs {second[0].label} goodput {_fmt(ratio.estimate)}x, "
+        f"no clear difference: {best[0].label} vs {second[0].label} goodput {ratio.estimate:.2f}x, "
         f"{_ci(ratio) if math.isfinite(ratio.low) else 'interval unknown'}, {runs}"
     )
     return {**base, "sentence": sentence, "winner": None, "margin": ratio.to_dict()}
