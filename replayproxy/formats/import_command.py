@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from replayproxy import clock
-from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
+from replayproxy.formats.importing import ImportOptions, paused_gc, span_warning, write_imported
 from replayproxy.formats.registry import importers, listing, reader
 from replayproxy.replay import progress
 
@@ -72,4 +72,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
     if imported.bad.count:
         print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")
+    for warning in imported.warnings + span_warning(imported):
+        print(f"warning: {warning}")
     return 0
