@@ -79,9 +79,9 @@ def test_closed_loop_never_overlaps_a_session_and_reproduces_think_times(tmp_pat
     assert got.min() >= THINK_MS  # no turn before its previous one ended: zero overlaps
     errors = got - planned
     # generous on a shared machine: the tight figure is benchmarks/session_fidelity.py's
-    assert np.percentile(errors, 50) < 2.0 and np.percentile(errors, 99) < 50.0
+    assert np.percentile(errors, 50) < 10.0 and np.percentile(errors, 99) < 100.0
     lags_ms = (closed.column("sent_ns") - closed.column("scheduled_ns")) / 1e6  # against the dynamic schedule
-    assert lags_ms.min() >= 0 and np.percentile(lags_ms, 50) < 2.0
+    assert lags_ms.min() >= 0 and np.percentile(lags_ms, 50) < 10.0
 
     # open loop: today's schedule, which on this slower engine overlaps turns of one session
     cols = load(trace)
