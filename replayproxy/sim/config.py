@@ -46,6 +46,11 @@ class SimConfig:
     first_byte_delay: float = _opt(0.0, "extra wall-clock seconds before the first byte of a response")
     stall_rate: float = _opt(0.0, "fraction of streams that pause once mid-stream")
     stall_seconds: float = _opt(1.0, "length of a stall, wall-clock seconds")
+    chat_template_extra_tokens: int = _opt(0, "a chat-template variant: tokens it adds to every message")
+    output_seed: int = _opt(0, "another model build: a different text for every prompt, greedy ones too")
+    ignore_stop: bool = _opt(False, "ignore the requests' `stop` strings (a stop-handling bug)")
+    ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
+    batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
 
     def __post_init__(self) -> None:
         positive = ("max_model_len", "speed", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
@@ -54,7 +59,7 @@ class SimConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("step_base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "reasoning_tokens",
-                     "first_byte_delay", "stall_seconds"):
+                     "first_byte_delay", "stall_seconds", "chat_template_extra_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
