@@ -29,7 +29,10 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "replayproxy.replay.command", "reissue a trace against a target engine with its timing"
     ),
-    "report": Command("replayproxy.report.command", "compare replay results side by side"),
+    "report": Command("replayproxy.report.command", "compare replay and output-check results side by side"),
+    "check": Command(
+        "replayproxy.check.command", "send the same prompts to every candidate and compare the answers"
+    ),
     "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
     "inspect": Command("replayproxy.inspect_command", "print the workload profile of traces"),
     "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),

@@ -1,4 +1,7 @@
-"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`."""
+"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`.
+
+Output-check results (CHECK.rpc, `--gate SPEC`) may come beside replay results; they go first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from replayproxy.report import check_report
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
@@ -17,13 +21,21 @@ from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs"
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="replay results (.rpr) and/or output-check results (.rpc): files, directories or globs",
     )
     parser.add_argument(
         "--baseline",
         nargs="+",
         metavar="TRACE",
         help="trace(s) whose recorded production timings become a column of their own",
+    )
+    parser.add_argument(
+        "--gate",
+        metavar="SPEC",
+        help="output-check regression gate, e.g. 'match>=0.95,json_valid>=99%%': exit 1 when it fails",
     )
     parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (goodput)")
     fmt = parser.add_mutually_exclusive_group()
@@ -48,7 +60,15 @@ def run(args: argparse.Namespace) -> int:
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
-    runs = load_runs(args.results)
+    check_paths, replay_paths = check_report.split_inputs(args.results)
+    gate = check_report.parse_check_gate(args.gate) if args.gate else ()
+    if gate and not check_paths:
+        raise ValueError("--gate reads output-check results (.rpc); none given")
+    checks = check_report.check_documents(check_paths, gate, args.gate or "") if check_paths else []
+    if not replay_paths:
+        _write(args, check_report.render_checks(checks, args.json, args.markdown))
+        return 1 if check_report.gate_failed(checks) else 0
+    runs = load_runs(replay_paths)
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(
         runs,
@@ -65,9 +85,18 @@ def run(args: argparse.Namespace) -> int:
         Path(args.html).write_text(
             render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8"
         )
-    text = render_json(doc) if args.json else render_markdown(doc) if args.markdown else render_text(doc)
+    if args.json:
+        text = render_json({**doc, "checks": checks} if checks else doc)
+    else:
+        text = render_markdown(doc) if args.markdown else render_text(doc)
+        if checks:
+            text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
+    _write(args, text)
+    return 1 if check_report.gate_failed(checks) else 0
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    return 0
