@@ -49,7 +49,7 @@ def build_check_document(check: CheckFile) -> dict[str, Any]:
             "baseline": target.label == header.baseline,
         }
         entry.update(_counts(cols, ok, own))
-        entry.update(_prompt_tokens(cols, ok, own, base))
+        entry.update(_prompt_tokens(cols, ok, own, base, target.label == header.baseline))
         entry.update(_lengths(cols, ok, own))
         entry.update(_matches(cols, ok, own, base, target.label == header.baseline))
         entry.update(_determinism(cols, ok, own, header.repeat))
@@ -121,9 +121,12 @@ def _counts(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[
 
 
 def _prompt_tokens(
-    cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, base: _Answers
+    cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, base: _Answers, is_baseline: bool
 ) -> dict[str, Any]:
     """Prompt tokens for identical requests: a difference is a different template or tokenizer."""
+    if is_baseline:
+        keys = ("compared", "equal", "delta_mean", "delta_per_message")
+        return {f"prompt_tokens_{key}": None for key in keys}
     deltas, per_message = [], []
     for a, b in _pairs(ok, own, base):
         mine, theirs = int(cols["prompt_tokens"][a]), int(cols["prompt_tokens"][b])
