@@ -1,4 +1,4 @@
-"""`replayproxy check` against real simulated engines: equal sims agree, each knob shows as its own finding."""
+"""`replayproxy check` against real simulated engines: equal sims agree, each knob is its own finding."""
 
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ def test_each_knob_is_reported_as_its_own_difference(tmp_path: Path) -> None:
         doc = check(urls, out, prompts, "--concurrency", "4", "--repeat", "3")
     t = by_label(doc)
     base = t["A"]
-    assert base["determinism"] == 1.0 and base["json_valid"] == 1.0 and base["stop_prompts_ended_by_stop"] == 2
+    assert base["determinism"] == 1.0 and base["json_valid"] == 1.0
+    assert base["stop_prompts_ended_by_stop"] == 2
 
     # chat template: +3 tokens per message, answers unchanged
     assert t["template"]["prompt_tokens_delta_per_message"] == 3.0
@@ -176,5 +177,6 @@ def test_bad_prompt_file_is_one_line_with_file_and_line(tmp_path: Path, line: by
     done = run_cli("check", "--target", "A=http://127.0.0.1:9", "--prompts", str(tmp_path / "bad.jsonl"),
                    "-o", str(tmp_path / "x.rpc"))
     assert done.returncode == 2
-    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
     assert not (tmp_path / "x.rpc").exists()
