@@ -108,13 +108,20 @@ def _pairs(ok: np.ndarray, own: _Answers, base: _Answers) -> list[tuple[int, int
 def _counts(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[str, Any]:
     rows = own.rows[own.rows >= 0]
     errors: dict[str, int] = {}
+    failing: dict[str, str] = {}  # message -> the prompt ids that got it
     for row in rows[~ok[rows]]:
         errors[str(cols["error"][row])] = errors.get(str(cols["error"][row]), 0) + 1
+        message = str(cols["error_message"][row]) or str(cols["error"][row])
+        ids = failing.setdefault(message, "")
+        prompt_id = str(cols["prompt_id"][row])
+        if prompt_id not in ids.split(", "):
+            failing[message] = f"{ids}, {prompt_id}" if ids else prompt_id
     e2e = cols["e2e_ns"][rows[ok[rows]]]
     return {
         "answers": int(len(rows)),
         "errors": int(len(rows) - ok[rows].sum()),
         "error_classes": errors,
+        "error_examples": [{"message": m, "prompts": ids} for m, ids in list(failing.items())[:3]],
         "error_rate": _share(int(len(rows) - ok[rows].sum()), int(len(rows))),
         "e2e_p50_ms": float(np.median(e2e)) / 1e6 if len(e2e) else None,
     }

@@ -37,13 +37,19 @@ def _pct(share: float) -> str:
 
 
 def verdict(doc: dict[str, Any]) -> list[str]:
-    """Findings as sentences; the first line of the report joins them."""
+    """Findings as sentences; the first line of the report joins them. Without any problem, one
+    all-clear sentence; with problems, each target's match rate still appears, in its place."""
     base = next(t for t in doc["targets"] if t["baseline"])
     findings: list[str] = []
+    problems = 0
     others = [t for t in doc["targets"] if not t["baseline"]]
     for t in others:
         findings += _template(t, base)
     for t in others:
+        if t["match"] == 1:
+            line = f"{t['label']} matches {base['label']} on all {t['compared']} prompts both answered"
+            findings.append(line)
+            problems -= 1
         findings += _outputs(t, base)
     for t in others:
         findings += _stops(t, base)
@@ -51,8 +57,9 @@ def verdict(doc: dict[str, Any]) -> list[str]:
     for t in doc["targets"]:
         findings += _determinism(t, doc["repeat"])
         if t["errors"]:
-            findings.append(f"{t['label']} failed {t['errors']} of {t['answers']} requests")
-    if not findings:
+            examples = ", ".join(f"{e['message']} on {e['prompts']}" for e in t["error_examples"])
+            findings.append(f"{t['label']} failed {t['errors']} of {t['answers']} requests ({examples})")
+    if problems + len(findings) == 0:
         return [_all_clear(doc, others, base)]
     return findings
 

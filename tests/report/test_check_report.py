@@ -93,7 +93,7 @@ def test_errors_are_not_matches(tmp_path: Path) -> None:
     assert (
         b["compared"] == 3 and b["match"] == 1.0 and b["errors"] == 2 and b["error_classes"] == {"timeout": 2}
     )
-    assert "B failed 2 of 8 requests" in doc["findings"]
+    assert "B failed 2 of 8 requests (timeout on p0)" in doc["findings"]
 
 
 def test_worst_prompts_and_kept_texts(tmp_path: Path) -> None:
