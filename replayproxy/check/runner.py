@@ -62,18 +62,35 @@ async def run_check(options: CheckOptions, progress: Progress | None = None) -> 
     headers = {"Content-Type": "application/json"}
     if options.api_key:
         headers["Authorization"] = f"Bearer {options.api_key}"
-    for target in options.targets:
-        answers[target.label] = await _ask_target(options, target, headers, progress)
-    rows, scorer_failures = await _score_rows(options, answers)
-    header = _header(options, start_wall_ns)
-    writer = CheckWriter(options.output, header)
+    try:
+        for target in options.targets:
+            answers[target.label] = await _ask_target(options, target, headers, progress)
+    except asyncio.CancelledError:
+        if answers:  # the targets answered in full are kept; the scorer is not run
+            _write(options, start_wall_ns, _rows(options, answers, {}), 0, interrupted=True)
+        raise
+    scores = await _user_scores(options, answers)
+    failures = sum(1 for value in scores.values() if value is None)
+    return _write(options, start_wall_ns, _rows(options, answers, scores), failures)
+
+
+def _write(
+    options: CheckOptions,
+    start_wall_ns: int,
+    rows: list[CheckRow],
+    scorer_failures: int,
+    interrupted: bool = False,
+) -> dict[str, Any]:
+    writer = CheckWriter(options.output, _header(options, start_wall_ns))
     for row in rows:
         writer.write(row)
-    footer = {
+    footer: dict[str, Any] = {
         "answers": len(rows),
         "errors": sum(1 for r in rows if r.error),
         "scorer_failures": scorer_failures,
     }
+    if interrupted:
+        footer["interrupted"] = True
     writer.close(**footer)
     return footer
 
@@ -106,22 +123,23 @@ async def _ask_target(
     return [[rounds[r][i] for r in range(options.repeat)] for i in range(len(prompts))]
 
 
-async def _score_rows(options: CheckOptions, answers: Answers) -> tuple[list[CheckRow], int]:
+def _rows(
+    options: CheckOptions, answers: Answers, scores: dict[tuple[str, int, int], str | None]
+) -> list[CheckRow]:
+    """Rows of every target that answered, in target, prompt, repeat order."""
     hasher = scoring.Hasher()
-    baseline = answers[options.baseline_label]
-    scores = await _user_scores(options, answers)
+    baseline = answers.get(options.baseline_label)
     rows = []
     for target in options.targets:
+        if target.label not in answers:
+            continue
         for prompt in options.prompts.prompts:
-            first = baseline[prompt.index][0]
-            reference_text = scoring.comparable_text(first) if first.ok else None
+            first = baseline[prompt.index][0] if baseline is not None else None
+            baseline_text = scoring.comparable_text(first) if first is not None and first.ok else None
             for repeat, answer in enumerate(answers[target.label][prompt.index]):
-                score = scores.get((target.label, prompt.index, repeat), "")
-                rows.append(
-                    _row(options, target.label, prompt, repeat, answer, hasher, reference_text, score)
-                )
-    failures = sum(1 for value in scores.values() if value is None)
-    return rows, failures
+                score = scores.get((target.label, prompt.index, repeat))
+                rows.append(_row(options, target.label, prompt, repeat, answer, hasher, baseline_text, score))
+    return rows
 
 
 def _row(
