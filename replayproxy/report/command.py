@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--gate reads output-check results (.rpc); none given")
     checks = check_report.check_documents(check_paths, gate, args.gate or "") if check_paths else []
     if not replay_paths:
+        if args.html or args.baseline:
+            raise ValueError("--html and --baseline need replay results (.rpr); only check results given")
         _write(args, check_report.render_checks(checks, args.json, args.markdown))
         return 1 if check_report.gate_failed(checks) else 0
     runs = load_runs(replay_paths)

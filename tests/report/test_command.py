@@ -162,3 +162,13 @@ def test_check_results_beside_replay_results(
     assert doc["checks"][0]["gate"]["failures"] == ["match>=0.5: B 0"]
     assert main(["report", *two_runs, "--gate", "match>=0.5"]) == 2
     assert "--gate reads output-check results (.rpc); none given" in capsys.readouterr().err
+
+
+def test_check_results_alone_refuse_replay_only_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = write_check(tmp_path / "c.rpc", both())
+    assert main(["report", str(check), "--html", str(tmp_path / "r.html")]) == 2
+    assert "--html and --baseline need replay results (.rpr)" in capsys.readouterr().err
+    assert main(["report", str(check), "--markdown"]) == 0
+    assert capsys.readouterr().out.startswith("### Output check verdict")
