@@ -50,8 +50,9 @@ def parse_structure(body: dict[str, Any]) -> Structure | None:
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", JSON_OBJECT, JSON_SCHEMA):
-        raise StructureError("response_format.type must be one of text, json_object, json_schema",
-                             "response_format")
+        raise StructureError(
+            "response_format.type must be one of text, json_object, json_schema", "response_format"
+        )
     if fmt["type"] == "text":
         return None
     if fmt["type"] == JSON_OBJECT:
@@ -73,8 +74,7 @@ def _tools(body: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     for tool in tools:
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise StructureError("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                                 "tools")
+            raise StructureError('each tool must be {"type": "function", "function": {"name": ...}}', "tools")
         declared.append((function["name"], function.get("parameters") or {"type": "object"}))
     if isinstance(choice, dict):
         forced = (choice.get("function") or {}).get("name")

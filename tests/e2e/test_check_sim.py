@@ -28,14 +28,25 @@ SECRET = "zebra-quokka-secret"
 # `stop: ["e"]` cuts the sim's answers early (most of its words contain an "e").
 PROMPTS: list[dict[str, Any]] = [
     {"id": "plain-1", "messages": [{"role": "user", "content": f"Tell me about rivers {SECRET}."}]},
-    {"id": "plain-2", "messages": [{"role": "system", "content": "Be brief."},
-                                   {"role": "user", "content": "Describe a mountain."}]},
+    {
+        "id": "plain-2",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Describe a mountain."},
+        ],
+    },
     {"id": "stop-1", "messages": [{"role": "user", "content": "Tell a story."}], "stop": ["e"]},
     {"id": "stop-2", "messages": [{"role": "user", "content": "Tell another story."}], "stop": ["e"]},
-    {"id": "json-object", "messages": [{"role": "user", "content": "Answer in JSON."}],
-     "response_format": {"type": "json_object"}},
-    {"id": "json-schema", "messages": [{"role": "user", "content": "Weather as JSON."}],
-     "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}}},
+    {
+        "id": "json-object",
+        "messages": [{"role": "user", "content": "Answer in JSON."}],
+        "response_format": {"type": "json_object"},
+    },
+    {
+        "id": "json-schema",
+        "messages": [{"role": "user", "content": "Weather as JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}},
+    },
     {"id": "tool", "messages": [{"role": "user", "content": "Weather in Lima?"}], "tools": TOOLS},
     {"id": "completion", "prompt": "Once upon a time", "reference": "there was a king"},
 ]
@@ -168,15 +179,24 @@ def test_user_scorer_gets_each_answer(tmp_path: Path) -> None:
         (b'{"messages": [{"role": "user", "content": "hi"}]}\n{not json', "bad.jsonl:2: not a JSON object"),
         (b'{"messages": []}', "bad.jsonl:1: `messages` must be a non-empty list"),
         (b'{"prompt": "x", "messages": []}', "bad.jsonl:1: needs exactly one of"),
-        (b'\n\n{"messages": [{"role": "user", "content": "x"}], "response_format": '
-         b'{"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}',
-         "bad.jsonl:3: `response_format.json_schema.schema` is not a valid schema"),
+        (
+            b'\n\n{"messages": [{"role": "user", "content": "x"}], "response_format": '
+            b'{"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}',
+            "bad.jsonl:3: `response_format.json_schema.schema` is not a valid schema",
+        ),
     ],
 )
 def test_bad_prompt_file_is_one_line_with_file_and_line(tmp_path: Path, line: bytes, message: str) -> None:
     (tmp_path / "bad.jsonl").write_bytes(line)
-    done = run_cli("check", "--target", "A=http://127.0.0.1:9", "--prompts", str(tmp_path / "bad.jsonl"),
-                   "-o", str(tmp_path / "x.rpc"))
+    done = run_cli(
+        "check",
+        "--target",
+        "A=http://127.0.0.1:9",
+        "--prompts",
+        str(tmp_path / "bad.jsonl"),
+        "-o",
+        str(tmp_path / "x.rpc"),
+    )
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr

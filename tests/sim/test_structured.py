@@ -60,8 +60,12 @@ def test_parse_structure_rules() -> None:
     assert forced is not None and forced.kind == TOOL_CALL and [t[0] for t in forced.tools] == ["get_time"]
     assert parse_structure({"tools": TOOLS, "tool_choice": "none"}) is None
     unknown_tool = {"tools": TOOLS, "tool_choice": {"function": {"name": "x"}}}
-    for bad in ({"response_format": {"type": "xml"}}, {"response_format": {"type": "json_schema"}},
-                {"tools": [{"type": "function"}]}, unknown_tool):
+    for bad in (
+        {"response_format": {"type": "xml"}},
+        {"response_format": {"type": "json_schema"}},
+        {"tools": [{"type": "function"}]},
+        unknown_tool,
+    ):
         with pytest.raises(StructureError):
             parse_structure(bad)
 
