@@ -39,7 +39,12 @@ def split_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[str], li
 
 
 def parse_check_gate(spec: str) -> tuple[GateRule, ...]:
-    return parse_gate(spec, GATE_METRICS)
+    """Check metrics are shares and scores: absolute thresholds, no statistic."""
+    rules = parse_gate(spec, GATE_METRICS)
+    for rule in rules:
+        if rule.relative or rule.stat:
+            raise ValueError(f"--gate {rule.text!r}: check metrics take a plain threshold, e.g. match>=0.95")
+    return rules
 
 
 def check_documents(

@@ -124,6 +124,8 @@ def test_gate(tmp_path: Path) -> None:
     assert doc["gate"]["failures"] == ["match>=0.95: B 0"]
     with pytest.raises(ValueError, match="unknown metric 'ttft'"):
         parse_check_gate("ttft<=1")
+    with pytest.raises(ValueError, match="check metrics take a plain threshold"):
+        parse_check_gate("match>=0.9*BASE")
 
 
 def test_split_inputs(tmp_path: Path) -> None:

@@ -32,6 +32,19 @@ def test_bad_rules(spec: str, error: str) -> None:
         parse_gate(spec, METRICS)
 
 
+def test_statistics_and_relative_rules_parse() -> None:
+    (rule,) = parse_gate("ttft:p95 <= 1.1*BASE", ("ttft",))
+    assert (rule.metric, rule.stat, rule.op, rule.threshold, rule.relative) == (
+        "ttft",
+        "p95",
+        "<=",
+        1.1,
+        True,
+    )
+    (plain,) = parse_gate("match>=1", METRICS)
+    assert plain.stat == "" and not plain.relative
+
+
 def test_failures_name_the_runs() -> None:
     rules = parse_gate("match>=0.95,json_valid>=1,error_rate<=0", METRICS)
     values = {"match": [("B", 0.41), ("C", 0.99)], "json_valid": [("A", None)], "error_rate": [("A", 0.0)]}
