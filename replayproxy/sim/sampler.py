@@ -62,7 +62,7 @@ class Sampler:
     ) -> OutputPlan:
         rng = random.Random(self._request_seed(prompt_ids, params))
         if structure is not None:
-            shaped = shape(structure, rng, params.max_tokens)
+            shaped = shape(structure, rng, params.max_tokens, params.min_tokens, params.ignore_eos)
             return OutputPlan(shaped.pieces, shaped.finish_reason, None, shaped.tool_name, shaped=True)
         length = params.max_tokens if params.ignore_eos else self._eos_length(rng, params)
         ids = rng.choices(GENERATED_IDS, k=length)

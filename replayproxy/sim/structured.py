@@ -93,14 +93,22 @@ class ShapedText:
     finish_reason: str
 
 
-def shape(structure: Structure, rng: random.Random, max_tokens: int) -> ShapedText:
-    """A value following the structure, as token pieces; `max_tokens` cuts it mid-value ("length")."""
+def shape(
+    structure: Structure, rng: random.Random, max_tokens: int, min_tokens: int = 0, ignore_eos: bool = False
+) -> ShapedText:
+    """A value following the structure, as token pieces; `max_tokens` cuts it mid-value ("length").
+
+    A forced length (`min_tokens`, `ignore_eos`) is met with whitespace after the value, which a
+    JSON grammar allows, so a replay's exact lengths hold for JSON requests too.
+    """
     tool_name = ""
     schema = structure.schema
     if structure.kind == TOOL_CALL:
         tool_name, schema = rng.choice(structure.tools)
     value = _value(schema, rng, 0) if schema is not None else {"answer": _words(rng)}
     pieces = _PIECES.findall(orjson.dumps(value).decode())
+    target = max_tokens if ignore_eos else min(max(min_tokens - 1, len(pieces)), max_tokens)
+    pieces += [" "] * (target - len(pieces))
     if len(pieces) >= max_tokens:
         return ShapedText(tuple(pieces[:max_tokens]), tool_name, "length")
     pieces.append("")  # the EOS token: generated and counted, no text

@@ -52,6 +52,17 @@ def test_max_tokens_cuts_the_json() -> None:
         orjson.loads("".join(shaped.pieces))
 
 
+def test_forced_lengths_pad_with_whitespace() -> None:
+    structure = Structure(JSON_SCHEMA, schema=SCHEMA)
+    natural = shape(structure, random.Random(0), 500)
+    forced = shape(structure, random.Random(0), 300, ignore_eos=True)
+    assert len(forced.pieces) == 300 and forced.finish_reason == "length"
+    assert orjson.loads("".join(forced.pieces)) == orjson.loads("".join(natural.pieces))
+    at_least = shape(structure, random.Random(0), 500, min_tokens=200)
+    assert len(at_least.pieces) == 200 and at_least.pieces[-1] == "" and at_least.finish_reason == "stop"
+    jsonschema.validate(orjson.loads("".join(at_least.pieces)), SCHEMA)
+
+
 def test_parse_structure_rules() -> None:
     assert parse_structure({}) is None
     assert parse_structure({"response_format": {"type": "text"}}) is None
