@@ -25,16 +25,29 @@ from replayproxy.results import CHECK_SUFFIX, CheckTarget
 
 API_KEY_ENV = "REPLAYPROXY_CHECK_API_KEY"
 DESCRIPTION_EPILOG = (
-    "Prompts are your own evaluation set (JSON lines of OpenAI request bodies, optional `id` and "
-    "`reference`) or --builtin. They are not production traffic: the proxy never records text. "
-    f"The bearer token, if the targets need one, is read from ${API_KEY_ENV}."
+    "Prompts are your own evaluation set (JSON lines of OpenAI request bodies, optional `id`\n"
+    "and `reference`) or --builtin. They are not production traffic: the proxy never records\n"
+    f"text. The bearer token, if the targets need one, is read from ${API_KEY_ENV}."
+)
+EXAMPLES = (
+    "replayproxy check --target prod=http://10.0.0.1:8000 --target cand=http://10.0.0.2:8000 "
+    "--prompts eval.jsonl -o check.rpc",
+    "replayproxy check --target a=http://127.0.0.1:8000 --target b=http://127.0.0.1:8001 --builtin "
+    "--concurrency 4 -o smoke.rpc",
+    "replayproxy report check.rpc --gate 'match>=0.95,json_valid>=99%'",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = DESCRIPTION_EPILOG
     add = parser.add_argument
-    add("--target", action="append", required=True, metavar="LABEL=URL", help="a candidate; give two or more")
+    add(
+        "--target",
+        action="append",
+        required=True,
+        metavar="LABEL=URL",
+        help="a candidate; give two or more (the first is the baseline)",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--prompts", metavar="FILE.jsonl", help="JSON lines of chat or completion request bodies"
@@ -42,27 +55,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--builtin", action="store_true", help="a small generic prompt set for a smoke check")
     add("-o", "--output", required=True, metavar="CHECK.rpc", help="check result file to write")
     add("--baseline", metavar="LABEL", help="the target the others are compared with (default: the first)")
-    add("--repeat", type=int, default=3, metavar="N", help="answers per prompt and target (default 3)")
-    add("--warmup", type=int, default=1, metavar="N", help="prompts sent once, unscored, first (default 1)")
-    add("--concurrency", type=int, default=1, metavar="N", help="requests in flight per target (default 1)")
+    add("--repeat", type=int, default=3, metavar="N", help="answers per prompt and target")
+    add("--warmup", type=int, default=1, metavar="N", help="prompts sent once, unscored, first")
+    add("--concurrency", type=int, default=1, metavar="N", help="requests in flight per target")
     add(
-        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N", help="unless a prompt sets its own"
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help="max_tokens, unless a prompt sets its own",
     )
     add(
         "--seed",
         type=int,
         default=DEFAULT_SEED,
-        help=f"sampling seed sent to every target (default {DEFAULT_SEED})",
+        help="sampling seed sent to every target",
     )
-    add("--model", metavar="NAME", help="model name sent to every target (default: each one's first served)")
+    add(
+        "--model",
+        metavar="NAME",
+        help="model name sent to every target (default: each one's first served model)",
+    )
     add(
         "--flavor",
         action="append",
         default=[],
         metavar="LABEL=NAME",
-        help="engine dialect (default: guessed)",
+        help="engine dialect (default: guessed from /v1/models)",
     )
-    add("--timeout", type=float, default=300.0, metavar="S", help="per-request timeout (default 300 s)")
+    add("--timeout", type=float, default=300.0, metavar="S", help="per-request timeout in seconds")
     add("--keep-outputs", action="store_true", help="store answer texts in the result (default: hashes only)")
     add(
         "--score",
