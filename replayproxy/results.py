@@ -122,6 +122,10 @@ class RunHeader:
     host: str = ""
     token_timing: str = "chunk"  # "token" when per-chunk usage gave tokens per chunk
     shard: str = ""  # "i/N" when this run is one shard of a sharded replay
+    repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
+    repetitions: int = 1
+    warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
+    contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)

@@ -27,7 +27,7 @@ from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.progress import MODES, Reading
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
-from replayproxy.replay.target import TargetInfo, describe, pre_run
+from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
 
@@ -68,6 +68,10 @@ class ReplayOptions:
     scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
     scrape_interval: float = 0.25  # seconds
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
+    warmup: str = ""  # "N" requests or "Ss" seconds of the trace sent first, not measured
+    repeat: int = 1  # measured runs, each after the flavor's cache reset
+    engine_args: str = ""  # how the engine was started, as the user tells it (the contract)
+    note: str = ""  # free text kept with the run
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -87,6 +91,8 @@ class ReplayOptions:
             raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
             raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -139,10 +145,17 @@ class RunPlan:
     pool_size: int
     trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
+    repetition: int = 1  # which measured run is next (1..options.repeat)
+    warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
+    contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
-    """Everything before the clock: trace, target description, calibration, bodies, pre-run actions."""
+    """Everything before the clock: trace, target description, calibration, bodies.
+
+    The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
+    each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
+    """
     cols = trace.load(options.traces)
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
@@ -179,8 +192,6 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         prepared = plan.prepare(cols, rows, flavor, plan_options)
         if options.calibrate and any(p.endpoint == "chat" for p in prepared):
             record["check"] = await calibrate.verify(prober, [p for p in prepared if p.endpoint == "chat"])
-        skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
-        actions = await pre_run(session, target.url, flavor, skip, options.headers)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
         prepared = [p for p in prepared if p.index % count == index]
@@ -188,7 +199,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
-    outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak}
+    outcome = {"calibration": record, "probes": prober.probes, "peak_concurrency": peak}
     return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows), speed)
 
 
@@ -358,6 +369,10 @@ def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_t
         host=socket.gethostname(),
         token_timing=token_timing,
         shard=options.shard,
+        repetition=run.repetition,
+        repetitions=options.repeat,
+        warmup=run.warmup,
+        contract=run.contract,
     )
 
 
@@ -367,11 +382,18 @@ def write_results(
     results: Sequence[ReplayResult],
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
-    """Write the .rpr (results in trace order) with the summary as footer; returns the summary."""
+    """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
+
+    `stopped_s`: the run was interrupted that many seconds after its start; the footer says it is
+    partial, so reports neither take it for a whole run nor count its cut-off requests as errors.
+    """
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
     facts = summary.summarize(ordered, options.max_concurrency)
+    if stopped_s is not None:
+        facts.update(partial=True, stopped_after_s=round(stopped_s, 3), planned_requests=len(run.prepared))
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)

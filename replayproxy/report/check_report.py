@@ -38,6 +38,14 @@ def split_inputs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[str], li
     return checks, replays
 
 
+def split_gate(spec: str) -> tuple[str, str]:
+    """(check rules, replay rules) of one --gate spec: replay rules are relative (`*BASE`),
+    check rules absolute shares and scores."""
+    parts = [part.strip() for part in spec.split(",") if part.strip()]
+    relative = [part for part in parts if "*base" in "".join(part.split()).lower()]
+    return ",".join(p for p in parts if p not in relative), ",".join(relative)
+
+
 def parse_check_gate(spec: str) -> tuple[GateRule, ...]:
     """Check metrics are shares and scores: absolute thresholds, no statistic."""
     rules = parse_gate(spec, GATE_METRICS)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from replayproxy.report.cells import Table, fmt, pct
 from replayproxy.report.render_text import format_markdown, format_text
-from replayproxy.report.tables import Table, fmt, pct
 
 OUTPUT_PREVIEW = 160  # characters of each kept output shown beside a worst-differing prompt
 

@@ -13,6 +13,7 @@ from replayproxy.report import check_report
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
+from replayproxy.report.regression_gate import evaluate, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
@@ -44,11 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="goodput SLOs, e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (default: none)",
     )
-    parser.add_argument(
-        "--gate",
-        metavar="SPEC",
-        help="output-check regression gate, e.g. 'match>=0.95,json_valid>=99%%': exit 1 when it fails",
-    )
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="every figure as one JSON object (docs/report.md)")
     fmt.add_argument("--markdown", action="store_true", help="tables in Markdown, for a PR or wiki page")
@@ -57,6 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here (default: stdout)"
+    )
+    parser.add_argument(
+        "--gate",
+        metavar="SPEC",
+        help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE' (replay results) or "
+        "'match>=0.95,json_valid>=99%%' (check results): exit 1 when a candidate breaks it (default: none)",
+    )
+    parser.add_argument(
+        "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
     )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -70,14 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
+    check_spec, replay_spec = check_report.split_gate(args.gate or "")
+    gate_clauses = parse_gate(replay_spec) if replay_spec else ()
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
     check_paths, replay_paths = check_report.split_inputs(args.results)
-    gate = check_report.parse_check_gate(args.gate) if args.gate else ()
+    gate = check_report.parse_check_gate(check_spec) if check_spec else ()
     if gate and not check_paths:
-        raise ValueError("--gate reads output-check results (.rpc); none given")
-    checks = check_report.check_documents(check_paths, gate, args.gate or "") if check_paths else []
+        raise ValueError("--gate rules without *BASE read output-check results (.rpc); none given")
+    if gate_clauses and not replay_paths:
+        raise ValueError("--gate rules with *BASE read replay results (.rpr); none given")
+    checks = check_report.check_documents(check_paths, gate, check_spec) if check_paths else []
     if not replay_paths:
         if args.html or args.baseline:
             raise ValueError("--html and --baseline need replay results (.rpr); only check results given")
@@ -107,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         if checks:
             text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
     _write(args, text)
+    if gate_clauses:
+        labels = [c["label"] for c in doc["verdict"]["candidates"]]
+        failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
+            return 1
     return 1 if check_report.gate_failed(checks) else 0
 
 
