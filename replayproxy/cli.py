@@ -29,7 +29,10 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "replayproxy.replay.command", "reissue a trace against a target engine with its timing"
     ),
-    "report": Command("replayproxy.report.command", "compare replay results side by side"),
+    "report": Command("replayproxy.report.command", "compare replay and output-check results side by side"),
+    "check": Command(
+        "replayproxy.check.command", "send the same prompts to every candidate and compare the answers"
+    ),
     "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
     "tune": Command(
         "replayproxy.tune.command", "tune each engine on a trace, then compare best against best"

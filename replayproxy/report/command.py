@@ -1,4 +1,7 @@
-"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`."""
+"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`.
+
+Output-check results (CHECK.rpc, `--gate SPEC`) may come beside replay results; they go first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from replayproxy.report import check_report
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
@@ -19,12 +23,16 @@ EXAMPLES = (
     "replayproxy report vllm.rpr sglang.rpr --baseline traces/ --slo 'ttft<=500ms,tpot<=50ms'",
     "replayproxy report runs/ --json -o report.json",
     "replayproxy report vllm.rpr sglang.rpr --markdown --html report.html",
+    "replayproxy report check.rpc --gate 'match>=0.95,json_valid>=99%'",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs"
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="replay results (.rpr) and/or output-check results (.rpc): files, directories or globs",
     )
     parser.add_argument(
         "--baseline",
@@ -49,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gate",
         metavar="SPEC",
-        help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE': exit 1 when a candidate "
-        "breaks it (default: none)",
+        help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE' (replay results) or "
+        "'match>=0.95,json_valid>=99%%' (check results): exit 1 when a candidate breaks it (default: none)",
     )
     parser.add_argument(
         "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
@@ -67,11 +75,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
-    gate_clauses = parse_gate(args.gate) if args.gate else ()
+    check_spec, replay_spec = check_report.split_gate(args.gate or "")
+    gate_clauses = parse_gate(replay_spec) if replay_spec else ()
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
-    runs = load_runs(args.results)
+    check_paths, replay_paths = check_report.split_inputs(args.results)
+    gate = check_report.parse_check_gate(check_spec) if check_spec else ()
+    if gate and not check_paths:
+        raise ValueError("--gate rules without *BASE read output-check results (.rpc); none given")
+    if gate_clauses and not replay_paths:
+        raise ValueError("--gate rules with *BASE read replay results (.rpr); none given")
+    checks = check_report.check_documents(check_paths, gate, check_spec) if check_paths else []
+    if not replay_paths:
+        if args.html or args.baseline:
+            raise ValueError("--html and --baseline need replay results (.rpr); only check results given")
+        _write(args, check_report.render_checks(checks, args.json, args.markdown))
+        return 1 if check_report.gate_failed(checks) else 0
+    runs = load_runs(replay_paths)
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(
         runs,
@@ -88,11 +109,13 @@ def run(args: argparse.Namespace) -> int:
         Path(args.html).write_text(
             render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8"
         )
-    text = render_json(doc) if args.json else render_markdown(doc) if args.markdown else render_text(doc)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+    if args.json:
+        text = render_json({**doc, "checks": checks} if checks else doc)
     else:
-        sys.stdout.write(text)
+        text = render_markdown(doc) if args.markdown else render_text(doc)
+        if checks:
+            text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
+    _write(args, text)
     if gate_clauses:
         labels = [c["label"] for c in doc["verdict"]["candidates"]]
         failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
@@ -100,4 +123,11 @@ def run(args: argparse.Namespace) -> int:
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
             return 1
-    return 0
+    return 1 if check_report.gate_failed(checks) else 0
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)

@@ -49,6 +49,11 @@ class SimConfig:
     stall_rate: float = _opt(0.0, "fraction of streams that pause once mid-stream")
     stall_seconds: float = _opt(1.0, "length of a stall, wall-clock seconds")
     api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
+    chat_template_extra_tokens: int = _opt(0, "a chat-template variant: tokens it adds to every message")
+    output_seed: int = _opt(0, "another model build: a different text for every prompt, greedy ones too")
+    ignore_stop: bool = _opt(False, "ignore the requests' `stop` strings (a stop-handling bug)")
+    ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
+    batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -75,6 +80,7 @@ class SimConfig:
             "reasoning_tokens",
             "first_byte_delay",
             "stall_seconds",
+            "chat_template_extra_tokens",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
