@@ -29,7 +29,10 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "replayproxy.replay.command", "reissue a trace against a target engine with its timing"
     ),
-    "report": Command("replayproxy.report.command", "compare replay results side by side"),
+    "report": Command("replayproxy.report.command", "compare replay and output-check results side by side"),
+    "check": Command(
+        "replayproxy.check.command", "send the same prompts to every candidate and compare the answers"
+    ),
     "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
     "tune": Command(
         "replayproxy.tune.command", "tune each engine on a trace, then compare best against best"
@@ -48,6 +51,19 @@ SIM_HELP = "start the simulated OpenAI-compatible engine (test double)"
 
 class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 2."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """One default style everywhere: `(default: X)` after every option's help that has a default;
+    options whose default is computed or absent say it in their own text."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        absent = default is None or isinstance(default, bool) or default in ("", [], argparse.SUPPRESS)
+        if "(default:" in text or not action.option_strings or action.required or absent:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -75,11 +91,23 @@ def _run_sim(argv: Sequence[str]) -> int:
     os.execv(sys.executable, [sys.executable, "-m", "replayproxy.sim", *argv])
 
 
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    """The subcommand's own parser; its help ends with the module's EXAMPLES."""
+    module = importlib.import_module(COMMANDS[name].module)
+    parser = OneLineParser(
+        prog=f"replayproxy {name}",
+        description=COMMANDS[name].help,
+        formatter_class=HelpFormatter,
+    )
+    module.add_arguments(parser)
+    examples = "examples:\n" + "\n".join(f"  {line}" for line in module.EXAMPLES)
+    parser.epilog = f"{parser.epilog}\n\n{examples}" if parser.epilog else examples
+    return parser
+
+
 def _dispatch(name: str, argv: Sequence[str], verbose: bool) -> int:
     module = importlib.import_module(COMMANDS[name].module)
-    parser = OneLineParser(prog=f"replayproxy {name}", description=COMMANDS[name].help)
-    module.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = subcommand_parser(name).parse_args(argv)
     args.verbose = verbose
     code: int = module.run(args)
     return code

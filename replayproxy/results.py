@@ -1,4 +1,4 @@
-"""Result files (.rpr): what one replay run measured, per request, plus the run's contract.
+"""Result files: what one replay run measured, per request (.rpr), and what one output check saw (.rpc).
 
 The replayer writes them, reports read them. Same framing as traces (zstd frames of column-wise
 msgpack batches, see replayproxy.trace); the header carries the measurement contract of the run
@@ -61,6 +61,10 @@ class ReplayResult:
     cached_tokens: int = UNKNOWN
     new_connection: bool = False  # a connection had to be opened on the send path
     worker: int = 0
+    session: int = 0  # the trace's session id (0: not in a session)
+    turn: int = 0  # 0-based turn within the session
+    after: int = UNKNOWN  # trace index of the session's previous replayed turn
+    think_ns: int = UNKNOWN  # think time the schedule gave after that turn's end (at the run's speed)
 
     def to_record(self) -> tuple[Any, ...]:
         values = [getattr(self, name) for name in RESULT_FIELDS]
@@ -91,6 +95,10 @@ RESULT_KINDS: dict[str, str] = {
     "cached_tokens": "i8",
     "new_connection": "b1",
     "worker": "i8",
+    "session": "u8",
+    "turn": "i8",
+    "after": "i8",
+    "think_ns": "i8",
 }
 RESULT_FIELDS = tuple(RESULT_KINDS)
 _GAPS = RESULT_FIELDS.index("chunk_gaps_us")
@@ -122,6 +130,10 @@ class RunHeader:
     host: str = ""
     token_timing: str = "chunk"  # "token" when per-chunk usage gave tokens per chunk
     shard: str = ""  # "i/N" when this run is one shard of a sharded replay
+    repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
+    repetitions: int = 1
+    warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
+    contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
@@ -257,3 +269,175 @@ def request_rows(files: Iterable[ResultFile]) -> Iterator[dict[str, Any]]:
             if "chunk_gaps_us" in row:
                 row["chunk_gaps_ms"] = [gap / 1e3 for gap in row["chunk_gaps_us"]]
             yield {name: row[name] for name in ROW_KINDS if name in row}
+
+
+# Check results (.rpc): what an output check saw, one row per (target, prompt, repeat).
+
+CHECK_FORMAT_NAME = "replayproxy-check"
+CHECK_FORMAT_VERSION = 1
+CHECK_SUFFIX = ".rpc"
+NOT_APPLICABLE = -1  # a tri-state field (json_valid, ...) that does not apply to the prompt
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRow:
+    """One answer. Texts appear only in `output`, and only when the run kept outputs."""
+
+    target: str  # the target's label
+    prompt_index: int  # position in the prompt set (pairs rows across targets)
+    prompt_id: str  # the prompt's `id` from the prompt file, else its line number
+    repeat: int  # 0 .. repeat-1
+    endpoint: str = "chat"  # "chat" | "completion"
+    messages: int = 0  # chat messages in the request (0 for completions)
+    has_stop: bool = False  # the request carried `stop`
+    structure: str = ""  # "", "json_object", "json_schema" or "tools": what the request asks for
+    has_reference: bool = False
+    status: int = 0  # HTTP status; 0 when no response came
+    error: str = ""  # error class (`shape.ERROR_CLASSES`), "" on success
+    error_message: str = ""  # short; never request or answer text
+    e2e_ns: int = UNKNOWN
+    prompt_tokens: int = UNKNOWN  # from the target's usage
+    completion_tokens: int = UNKNOWN
+    finish_reason: str = ""
+    output_chars: int = UNKNOWN
+    output_hash: str = ""  # keyed hash of the answer (text and tool calls), comparable within one file
+    tool_calls: int = 0
+    json_valid: int = NOT_APPLICABLE  # 1/0: the answer parses as JSON (json_object / json_schema)
+    schema_valid: int = NOT_APPLICABLE  # 1/0: it validates against the request's json_schema
+    tool_valid: int = NOT_APPLICABLE  # 1/0: every tool call parses and names a declared tool
+    similarity_ppm: int = UNKNOWN  # 0..1e6: similarity to the baseline's first answer to this prompt
+    reference_exact: int = NOT_APPLICABLE  # 1/0: equals the prompt's reference answer
+    reference_similarity_ppm: int = UNKNOWN  # 0..1e6: similarity to the reference answer
+    score: str = ""  # the user scorer's number (`--score CMD`) as it printed it, "" when none
+    output: str = ""  # the answer's text, only with --keep-outputs
+
+    def to_record(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in CHECK_FIELDS)
+
+
+CHECK_KINDS: dict[str, str] = {
+    "target": "str",
+    "prompt_index": "i8",
+    "prompt_id": "str",
+    "repeat": "i8",
+    "endpoint": "str",
+    "messages": "i8",
+    "has_stop": "b1",
+    "structure": "str",
+    "has_reference": "b1",
+    "status": "i8",
+    "error": "str",
+    "error_message": "str",
+    "e2e_ns": "i8",
+    "prompt_tokens": "i8",
+    "completion_tokens": "i8",
+    "finish_reason": "str",
+    "output_chars": "i8",
+    "output_hash": "str",
+    "tool_calls": "i8",
+    "json_valid": "i8",
+    "schema_valid": "i8",
+    "tool_valid": "i8",
+    "similarity_ppm": "i8",
+    "reference_exact": "i8",
+    "reference_similarity_ppm": "i8",
+    "score": "str",
+    "output": "str",
+}
+CHECK_FIELDS = tuple(CHECK_KINDS)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTarget:
+    """One candidate of a check: where it was, what it said it is."""
+
+    label: str
+    url: str
+    flavor: str = "openai"
+    models: Any = None  # the /v1/models answer, as JSON
+    engine_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckHeader:
+    """The contract of one output check: targets, baseline, pinned sampling and the prompt set."""
+
+    start_wall_ns: int
+    targets: tuple[CheckTarget, ...]
+    baseline: str  # label of the target the others are compared with
+    sampling: dict[str, Any] = field(default_factory=dict)  # pinned: temperature, seed, max_tokens
+    repeat: int = 1
+    warmup: int = 0
+    concurrency: int = 1
+    prompts: str = ""  # the prompt file's path, or "builtin"
+    prompts_digest: str = ""  # sha256 of the prompt file's bytes
+    prompt_count: int = 0
+    keep_outputs: bool = False
+    scored: bool = False  # a user scorer filled `score`
+    replayproxy_version: str = ""
+    host: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record.update(
+            type="header",
+            format=CHECK_FORMAT_NAME,
+            version=CHECK_FORMAT_VERSION,
+            fields=list(CHECK_FIELDS),
+            kinds=CHECK_KINDS,
+            targets=[asdict(t) for t in self.targets],
+        )
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> CheckHeader:
+        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        known["targets"] = tuple(
+            CheckTarget(**{k: v for k, v in t.items() if k in CheckTarget.__dataclass_fields__})
+            for t in known.get("targets", ())
+        )
+        return cls(**known)
+
+
+class CheckWriter:
+    """Writes one .rpc file: rows as they are scored, then a footer with the run's counts."""
+
+    def __init__(self, path: str | os.PathLike[str], header: CheckHeader) -> None:
+        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def write(self, row: CheckRow) -> None:
+        self._file.add(row.to_record())
+
+    def close(self, **footer: Any) -> None:
+        self._file.close(footer)
+
+
+@dataclass(slots=True)
+class CheckFile:
+    """One check loaded: its header, its rows as columns and its footer."""
+
+    path: Path
+    header: CheckHeader
+    table: Table
+    footer: dict[str, Any]
+
+    def __len__(self) -> int:
+        return self.table.n
+
+    def column(self, name: str) -> np.ndarray:
+        return self.table.columns[name]
+
+
+def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None) -> list[CheckFile]:
+    """Every check file named (files, directories, globs), in name order."""
+    report = report if report is not None else ReadReport()
+    loaded = []
+    for path in expand_paths(paths, CHECK_SUFFIX):
+        footer: dict[str, Any] = {}
+        table = read_table(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
+        loaded.append(CheckFile(path, CheckHeader.from_record(table.header), table, footer))
+    return loaded

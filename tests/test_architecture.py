@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "proxy": {"shape", "sse", "trace", "clock", "tasks", "config"},
     "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
     "report": {"shape", "trace", "results", "config"},
+    "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
     "sim": set(),
     "synthetic": {"shape", "trace"},
     "inspect": {"shape", "trace"},

@@ -166,11 +166,12 @@ def parse_hostport(text: str, name: str) -> tuple[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; defaults stay None so the file and environment can fill the gaps."""
-    parser.add_argument("--config", metavar="FILE", help="TOML file; settings under [proxy]")
+    parser.add_argument("--config", metavar="FILE", help="TOML file; settings under [proxy] (default: none)")
     hints = typing.get_type_hints(ProxySettings)
     for f in dataclasses.fields(ProxySettings):
         flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default: {_show(f.default)})"
+        text = f.metadata["help"]
+        text = text if "(required)" in text else f"{text} (default: {_show(f.default) or 'none'})"
         if hints[f.name] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

@@ -10,33 +10,69 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import progress, session, summary, workers
+from replayproxy.replay import contract, procedure, progress, session, summary, workers
+from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
 
+EXAMPLES = (
+    "replayproxy replay traces/ --target http://127.0.0.1:8000 -o vllm.rpr",
+    "replayproxy replay prod.rpt --base-url http://host:8000/v1 --model my-model --request-rate 20 -o a.rpr",
+    "replayproxy replay prod.rpt --target https://api.example.com --num-prompts 500 --progress log -o b.rpr",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs (.rpt)")
-    add("--target", "--base-url", dest="target", help="base URL of the engine, e.g. http://127.0.0.1:8000/v1")
-    add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
-    add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
-    add("--request-rate", type=float, metavar="R", help="scale the trace's timing to R req/s on average")
+    add("traces", nargs="+", metavar="TRACE", help="trace files (.rpt), directories or globs")
+    add(
+        "--target",
+        "--base-url",
+        dest="target",
+        help="base URL of the engine, e.g. http://127.0.0.1:8000/v1 (default: none, required)",
+    )
+    add("-o", "--output", metavar="RESULT.rpr", help="result file to write (default: none, required)")
+    add("--speed", type=float, help="time scale: 2 sends twice as fast (default: 1)")
+    add(
+        "--request-rate",
+        type=float,
+        metavar="R",
+        help="scale the trace's timing to R req/s on average, instead of --speed (default: off)",
+    )
     add(
         "--max-concurrency",
         type=int,
         metavar="N",
-        help="cap requests in flight (timing is then not preserved)",
+        help="cap requests in flight; timing is then not preserved (default: 0, no cap)",
     )
-    add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
-    add("--model", help="send every request to this model")
-    add("--limit", "--num-prompts", dest="limit", type=int, metavar="N", help="replay at most N requests")
-    add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
-    add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
-    add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
-    add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 600)")
-    add("--label", help="name of this run in reports")
+    add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default: auto, from /v1/models)")
+    add("--model", help="send every request to this model (default: the recorded one, if served)")
+    add(
+        "--limit",
+        "--num-prompts",
+        dest="limit",
+        type=int,
+        metavar="N",
+        help="replay at most N requests; whole sessions in closed loop (default: all)",
+    )
+    add(
+        "--sessions",
+        choices=["auto", "closed", "open"],
+        help="closed: a session's next turn goes at the previous turn's end plus its think time; "
+        "open: every request at its recorded offset (default auto: closed if any session has 2+ turns)",
+    )
+    add(
+        "--sample-sessions",
+        type=float,
+        metavar="F",
+        help="replay this fraction of whole sessions, chosen by --seed (default: all)",
+    )
+    add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace (default: 0)")
+    add("--duration", type=float, metavar="S", help="replay only S seconds of the trace (default: all)")
+    add("--seed", type=int, help="prompt synthesis seed; same seed, same bodies (default: 0)")
+    add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default: 600)")
+    add("--label", help="name of this run in reports (default: flavor@host)")
     add(
         "--api-key",
         metavar="KEY",
@@ -46,17 +82,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-error-rate",
         type=float,
         metavar="SHARE",
-        help="exit 1 when more than this share of requests failed (default 0.5)",
+        help="exit 1 when more than this share of requests failed (default: 0.5)",
     )
     add("--quiet", action="store_const", const=True, help="no progress display (--progress none)")
     add(
         "--progress",
         choices=progress.MODES,
-        help="live panel (tty), a line every 10 s (log) or none (default auto: tty on a terminal, else log)",
+        help="live panel (tty), a line every 10 s (log) or none (default: auto, tty on a terminal, else log)",
     )
-    add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
-    add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
-    add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
+    add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default: 1)")
+    add("--shard", metavar="i/N", help="send only requests whose index %% N == i (default: all)")
+    add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds (default: now)")
     add(
         "--no-reset-prefix-cache",
         dest="reset_prefix_cache",
@@ -82,15 +118,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const="/metrics",
         metavar="URL",
-        help="poll the engine's Prometheus metrics during the run (default URL: the target's /metrics)",
+        help="poll the engine's Prometheus metrics during the run; URL: the target's /metrics (default: off)",
     )
-    add("--scrape-interval", type=float, metavar="S", help="metrics polling interval (default 0.25 s)")
+    add(
+        "--scrape-interval",
+        type=float,
+        metavar="S",
+        help="metrics polling interval in seconds (default: 0.25)",
+    )
     add(
         "--gpu-sampler",
         metavar="CMD",
-        help="command printing GPU samples as CSV lines (e.g. nvidia-smi ... -lms 250)",
+        help="command printing GPU samples as CSV lines, e.g. nvidia-smi ... -lms 250 (default: none)",
     )
-    add("--config", metavar="FILE", help="TOML file; settings under [replay]")
+    add(
+        "--warmup",
+        metavar="N|Ss",
+        help="first send the trace's first N requests (or S seconds) at their timing, not measured "
+        "(default: none)",
+    )
+    add(
+        "--repeat",
+        type=int,
+        metavar="K",
+        help="measure K times, each after the cache reset, into RESULT-runI.rpr under one label (default: 1)",
+    )
+    add(
+        "--engine-args",
+        metavar="TEXT",
+        help="how the engine was started, kept with the run's contract (default: none)",
+    )
+    add("--note", metavar="TEXT", help="free text kept with the run (default: none)")
+    add("--config", metavar="FILE", help="TOML file; settings under [replay] (default: none)")
 
 
 # Every setting but the secret can come from the command line; argparse leaves the absent ones None.
@@ -113,6 +172,10 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
         raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    if options.warmup:
+        procedure.Warmup.parse(options.warmup)
+    if options.repeat > 1 and options.start_at:
+        raise config.ConfigError("--repeat cannot share one --start-at: each run starts after the last")
     if not options.api_key and os.environ.get("OPENAI_API_KEY"):  # what the OpenAI SDK and peers read
         options = dataclasses.replace(options, api_key=os.environ["OPENAI_API_KEY"])
     return options
@@ -120,16 +183,19 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    facts = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
-    print(summary.render(facts, options.max_concurrency))
-    failure = summary.failure(facts, options.max_error_rate)
-    if failure:
-        print(f"replayproxy replay: {failure} (results in {options.output})", file=sys.stderr)
-        return 1
+    summaries = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
+    for facts in summaries:
+        print(summary.render(facts, options.max_concurrency))
+    for repetition, facts in enumerate(summaries, 1):
+        failure = summary.failure(facts, options.max_error_rate)
+        if failure:
+            output = procedure.output_for(options.output, repetition, options.repeat)
+            print(f"replayproxy replay: {failure} (results in {output})", file=sys.stderr)
+            return 1
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, Any]:
+def _run_loop(options: session.ReplayOptions, progress_mode: str) -> list[dict[str, Any]]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -140,15 +206,34 @@ def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, A
         return runner.run(replay(options, progress_mode))
 
 
-async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> dict[str, Any]:
-    """The whole run; returns the summary written to the result footer.
+async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:
+    """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
-    requests still in flight recorded as `client_cancel`.
+    requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    plan = await session.prepare_run(options)
+    plan.contract = await contract.collect(
+        Target.parse(options.target).url, plan.info.models, options.headers, options.engine_args, options.note
+    )
+    if options.warmup:
+        plan.warmup = await procedure.warm_up(options, plan)
+    summaries = []
+    for repetition in range(1, options.repeat + 1):
+        plan.repetition = repetition
+        plan.pre_run.update(await procedure.reset_target(options, plan))
+        output = procedure.output_for(options.output, repetition, options.repeat)
+        summaries.append(await _measure(dataclasses.replace(options, output=output), plan, progress_mode))
+    return summaries
+
+
+async def _measure(
+    options: session.ReplayOptions, plan: session.RunPlan, progress_mode: str
+) -> dict[str, Any]:
+    """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
+    tracker: progress.Tracker | None = None
     try:
-        plan = await session.prepare_run(options)
         scheduled = sorted(p.scheduled_ns for p in plan.prepared)
         tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
@@ -161,6 +246,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
             results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
             return _finish(options, plan, results, start_ns, tracker, sidecars)
         readings = session.RunnerReadings()
+        show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
         outcome = session.Outcome()
         try:
             await session.run_local(
@@ -168,12 +254,14 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
                 plan.prepared,
                 plan.pool_size,
                 start,
-                progress=lambda runner: tracker.update(readings(runner), runner.start_ns),
+                progress=show,
                 outcome=outcome,
+                closed_loop=plan.closed_loop,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:
-                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
+                stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
+                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
@@ -182,6 +270,8 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
         return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
+        if tracker is not None:
+            tracker.close()  # likewise; after a failure it gives the terminal back
 
 
 def _finish(
@@ -191,11 +281,13 @@ def _finish(
     start_ns: int,
     tracker: progress.Tracker,
     sidecars: Sidecars,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
+    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
     errors = sum(1 for r in results if r.error)
     lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
     tracker.start_ns = tracker.start_ns or start_ns
     tracker.close(progress.Reading(len(plan.prepared), len(lags), len(results), errors, lags, ttfts))
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
-    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop())
+    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop(), stopped_s)

@@ -1,4 +1,7 @@
-"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`."""
+"""`replayproxy report RESULT.rpr... [--baseline TRACE] [--slo SPEC] [--json|--markdown] [--html FILE]`.
+
+Output-check results (CHECK.rpc, `--gate SPEC`) may come beside replay results; they go first.
+"""
 
 from __future__ import annotations
 
@@ -6,49 +9,90 @@ import argparse
 import sys
 from pathlib import Path
 
+from replayproxy.report import check_report
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
+from replayproxy.report.regression_gate import evaluate, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
 
+EXAMPLES = (
+    "replayproxy report vllm.rpr sglang.rpr --baseline traces/ --slo 'ttft<=500ms,tpot<=50ms'",
+    "replayproxy report runs/ --json -o report.json",
+    "replayproxy report vllm.rpr sglang.rpr --markdown --html report.html",
+    "replayproxy report check.rpc --gate 'match>=0.95,json_valid>=99%'",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "results", nargs="+", metavar="RESULT", help="result files (.rpr), directories or globs"
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="replay results (.rpr) and/or output-check results (.rpc): files, directories or globs",
     )
     parser.add_argument(
         "--baseline",
         nargs="+",
         metavar="TRACE",
-        help="trace(s) whose recorded production timings become a column of their own",
+        help="trace(s) whose recorded production timings become a column of their own (default: none)",
     )
-    parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (goodput)")
+    parser.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="goodput SLOs, e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (default: none)",
+    )
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="every figure as one JSON object (docs/report.md)")
     fmt.add_argument("--markdown", action="store_true", help="tables in Markdown, for a PR or wiki page")
-    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     parser.add_argument(
-        "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here, not stdout"
+        "--html", metavar="FILE", help="also write a self-contained HTML report with plots (default: none)"
     )
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here (default: stdout)"
+    )
+    parser.add_argument(
+        "--gate",
+        metavar="SPEC",
+        help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE' (replay results) or "
+        "'match>=0.95,json_valid>=99%%' (check results): exit 1 when a candidate breaks it (default: none)",
+    )
+    parser.add_argument(
+        "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
+    )
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
         "--max-error-rate",
         type=float,
         default=MAX_ERROR_RATE,
-        help=f"error rate at which a sweep step counts as failing (default {MAX_ERROR_RATE})",
+        help="error rate at which a sweep step counts as failing",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
+    check_spec, replay_spec = check_report.split_gate(args.gate or "")
+    gate_clauses = parse_gate(replay_spec) if replay_spec else ()
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
-    runs = load_runs(args.results)
+    check_paths, replay_paths = check_report.split_inputs(args.results)
+    gate = check_report.parse_check_gate(check_spec) if check_spec else ()
+    if gate and not check_paths:
+        raise ValueError("--gate rules without *BASE read output-check results (.rpc); none given")
+    if gate_clauses and not replay_paths:
+        raise ValueError("--gate rules with *BASE read replay results (.rpr); none given")
+    checks = check_report.check_documents(check_paths, gate, check_spec) if check_paths else []
+    if not replay_paths:
+        if args.html or args.baseline:
+            raise ValueError("--html and --baseline need replay results (.rpr); only check results given")
+        _write(args, check_report.render_checks(checks, args.json, args.markdown))
+        return 1 if check_report.gate_failed(checks) else 0
+    runs = load_runs(replay_paths)
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(
         runs,
@@ -65,9 +109,25 @@ def run(args: argparse.Namespace) -> int:
         Path(args.html).write_text(
             render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8"
         )
-    text = render_json(doc) if args.json else render_markdown(doc) if args.markdown else render_text(doc)
+    if args.json:
+        text = render_json({**doc, "checks": checks} if checks else doc)
+    else:
+        text = render_markdown(doc) if args.markdown else render_text(doc)
+        if checks:
+            text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
+    _write(args, text)
+    if gate_clauses:
+        labels = [c["label"] for c in doc["verdict"]["candidates"]]
+        failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
+            return 1
+    return 1 if check_report.gate_failed(checks) else 0
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    return 0

@@ -17,6 +17,12 @@ from typing import NoReturn
 from replayproxy.sim.config import SimConfig, add_arguments, config_from_args
 from replayproxy.sim.server import serving
 
+EXAMPLES = (
+    "replayproxy sim --port 8000",
+    "replayproxy sim --port 8000 --no-prefix-cache --max-num-seqs 64 --speed 2",
+    "replayproxy sim --config config.example.toml --api-key sk-test --fail-rate 0.01",
+)
+
 
 class _OneLineParser(argparse.ArgumentParser):
     """A bad option is one line and exit 2, like every replayproxy command (not usage + error)."""
@@ -29,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="replayproxy sim",
         description="Simulated OpenAI-compatible continuous-batching engine (vLLM-like) for tests and demos.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES),
     )
     add_arguments(parser)
     return parser

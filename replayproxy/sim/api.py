@@ -13,6 +13,7 @@ import orjson
 
 from replayproxy.sim import tokenizer
 from replayproxy.sim.sampler import SamplingParams
+from replayproxy.sim.structured import Structure, StructureError, parse_structure
 
 CHAT = "chat"
 COMPLETION = "completion"
@@ -43,6 +44,8 @@ class GenRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    messages: int = 0  # chat messages rendered into the prompt (0 for completions)
+    structure: Structure | None = None  # JSON or a tool call asked for (chat only)
 
 
 def parse(endpoint: str, raw: bytes, model: str, max_model_len: int) -> GenRequest:
@@ -75,7 +78,16 @@ def parse(endpoint: str, raw: bytes, model: str, max_model_len: int) -> GenReque
         include_usage=include_usage,
         # As in vLLM, per-chunk usage is sent only when usage was asked for at all.
         continuous_usage=include_usage and _boolean(options, "continuous_usage_stats", False),
+        messages=len(body["messages"]) if endpoint == CHAT else 0,
+        structure=_structure(body) if endpoint == CHAT else None,
     )
+
+
+def _structure(body: dict[str, Any]) -> Structure | None:
+    try:
+        return parse_structure(body)
+    except StructureError as e:
+        raise ApiError(400, str(e), e.param) from e
 
 
 def _sampling(body: dict[str, Any], prompt_len: int, max_model_len: int) -> SamplingParams:

@@ -82,8 +82,12 @@ class Formatter:
         finish = orjson.dumps(plan.finish_reason) if last else b"null"
         stop = orjson.dumps(plan.stop_reason) if last else b"null"
         if self.endpoint == CHAT:
-            key = b'"reasoning_content":' if start < self.reasoning_tokens else b'"content":'
-            choice = b'{"index":0,"delta":{' + key + text + b'},"logprobs":null,"finish_reason":' + finish
+            if plan.tool_name:
+                delta = _tool_call_delta(self.rid, plan.tool_name, text, start == 0)
+            else:
+                key = b'"reasoning_content":' if start < self.reasoning_tokens else b'"content":'
+                delta = key + text
+            choice = b'{"index":0,"delta":{' + delta + b'},"logprobs":null,"finish_reason":' + finish
             choice += b',"stop_reason":' + stop + b"}" if last else b"}"
         else:
             choice = (
@@ -107,11 +111,12 @@ class Formatter:
         choice: dict[str, Any] = {"index": 0}
         if self.endpoint == CHAT:
             reasoning = "".join(plan.pieces[: self.reasoning_tokens]) if self.reasoning_tokens else None
+            calls = [_tool_call(self.rid, plan.tool_name, text)] if plan.tool_name else []
             choice["message"] = {
                 "role": "assistant",
-                "content": text,
+                "content": None if calls else text,
                 "reasoning_content": reasoning,
-                "tool_calls": [],
+                "tool_calls": calls,
             }
         else:
             choice["text"] = text
@@ -127,6 +132,19 @@ class Formatter:
                 "usage": self.usage(plan.length),
             }
         )
+
+
+def _tool_call(rid: str, name: str, arguments: str) -> dict[str, Any]:
+    """A tool call as vLLM and OpenAI write it: the arguments are a JSON text."""
+    return {"id": f"call_{rid[-24:]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _tool_call_delta(rid: str, name: str, arguments: bytes, first: bool) -> bytes:
+    """A streamed tool call: the first delta carries id and name, later ones more argument text."""
+    if first:
+        call = orjson.dumps(_tool_call(rid, name, ""))[:-4]  # without the empty arguments and `}}`
+        return b'"tool_calls":[{"index":0,' + call[1:] + arguments + b"}}]"
+    return b'"tool_calls":[{"index":0,"function":{"arguments":' + arguments + b"}}]"
 
 
 def chunk_count(length: int, per_chunk: int, reasoning: int) -> int:

@@ -35,6 +35,7 @@ class SimConfig:
     num_gpu_blocks: int = _opt(28000, "KV cache size in blocks")
     block_size: int = _opt(16, "tokens per KV block")
     prefix_cache: bool = _opt(True, "reuse cached KV blocks of shared prompt prefixes")
+    kv_cache_dtype: str = _opt("auto", "KV cache dtype reported in vllm:cache_config_info (a label only)")
     mean_output_tokens: float = _opt(256.0, "mean output length when EOS may end a request")
     seed: int = _opt(0, "seed of the output-length, text and fault draws")
     tokens_per_chunk: int = _opt(1, "generated tokens per SSE chunk")
@@ -48,6 +49,11 @@ class SimConfig:
     stall_rate: float = _opt(0.0, "fraction of streams that pause once mid-stream")
     stall_seconds: float = _opt(1.0, "length of a stall, wall-clock seconds")
     api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
+    chat_template_extra_tokens: int = _opt(0, "a chat-template variant: tokens it adds to every message")
+    output_seed: int = _opt(0, "another model build: a different text for every prompt, greedy ones too")
+    ignore_stop: bool = _opt(False, "ignore the requests' `stop` strings (a stop-handling bug)")
+    ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
+    batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -74,6 +80,7 @@ class SimConfig:
             "reasoning_tokens",
             "first_byte_delay",
             "stall_seconds",
+            "chat_template_extra_tokens",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -138,7 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the options")
     for f in fields(SimConfig):
         flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default: {f.default})"
+        shown = "none" if f.default in ("", None) else f.default
+        text = f"{f.metadata['help']} (default: {shown})"
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

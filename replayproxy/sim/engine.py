@@ -110,6 +110,11 @@ class Engine:
         self._prefill_ns = config.per_prefill_token_ms * ms
         self._decode_ns = config.per_decode_seq_ms * ms
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request arriving now shares the batch with others."""
+        return bool(self.running or self.waiting)
+
     def add(self, prompt_ids: list[int], output_len: int, notify: Callable[[Seq], None]) -> Seq:
         hashes = block_hashes(prompt_ids, self.config.block_size) if self.config.prefix_cache else []
         seq = Seq(len(prompt_ids), output_len, hashes, notify)

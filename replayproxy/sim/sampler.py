@@ -15,6 +15,7 @@ import random
 from array import array
 from dataclasses import dataclass
 
+from replayproxy.sim.structured import Structure, shape
 from replayproxy.sim.tokenizer import GENERATED_IDS, piece
 
 
@@ -35,8 +36,10 @@ class OutputPlan:
     """The tokens a request will emit; `pieces[i]` is the text of token i ('' for EOS or after stop)."""
 
     pieces: tuple[str, ...]
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    finish_reason: str  # "stop" (EOS or stop string), "length" or "tool_calls"
     stop_reason: str | None  # the matched stop string, like vLLM's stop_reason
+    tool_name: str = ""  # the tool called: the pieces are then its arguments
+    shaped: bool = False  # JSON or a tool call (sim.structured), not free text
 
     @property
     def length(self) -> int:
@@ -44,14 +47,23 @@ class OutputPlan:
 
 
 class Sampler:
-    """Draws output plans; requests without a seed use a run-wide stream seeded by the config."""
+    """Draws output plans; requests without a seed use a run-wide stream seeded by the config.
 
-    def __init__(self, mean_output_tokens: float, seed: int) -> None:
+    `output_seed` stands for another model build: it changes every drawn text, greedy ones too.
+    """
+
+    def __init__(self, mean_output_tokens: float, seed: int, output_seed: int = 0) -> None:
         self._eos_p = min(1.0, 1.0 / mean_output_tokens)
         self._unseeded = random.Random(seed)
+        self._output_seed = output_seed
 
-    def plan(self, prompt_ids: list[int], params: SamplingParams) -> OutputPlan:
+    def plan(
+        self, prompt_ids: list[int], params: SamplingParams, structure: Structure | None = None
+    ) -> OutputPlan:
         rng = random.Random(self._request_seed(prompt_ids, params))
+        if structure is not None:
+            shaped = shape(structure, rng, params.max_tokens, params.min_tokens, params.ignore_eos)
+            return OutputPlan(shaped.pieces, shaped.finish_reason, None, shaped.tool_name, shaped=True)
         length = params.max_tokens if params.ignore_eos else self._eos_length(rng, params)
         ids = rng.choices(GENERATED_IDS, k=length)
         pieces = [piece(i) for i in ids]
@@ -71,6 +83,8 @@ class Sampler:
         if params.seed is None and params.temperature > 0:
             return self._unseeded.getrandbits(64)
         digest = hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8)
+        if self._output_seed:
+            digest.update(b"output-seed %d" % self._output_seed)
         if params.temperature > 0:
             digest.update(str(params.seed).encode())
         return int.from_bytes(digest.digest(), "little")

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import struct
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from replayproxy.sim import api
+from replayproxy.sim import api, variants
 from replayproxy.sim.chunks import DONE, Formatter, chunk_count, chunk_ranges
 from replayproxy.sim.clock import wall_ns, wall_s
 from replayproxy.sim.config import SimConfig
@@ -45,6 +46,7 @@ class Sim:
     sampler: Sampler
     faults: FaultDrawer
     truth: TruthLog | None = None
+    variance: random.Random = field(default_factory=random.Random)  # batch_variance draws
 
 
 SIM = web.AppKey("sim", Sim)
@@ -58,8 +60,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     metrics.engine = engine
     middlewares = [_require_api_key(config.api_key)] if config.api_key else []
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
-    sampler = Sampler(config.mean_output_tokens, config.seed)
-    app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config))
+    sampler = Sampler(config.mean_output_tokens, config.seed, config.output_seed)
+    app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config), variance=random.Random(config.seed))
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
@@ -159,19 +161,24 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
             req = api.parse(endpoint, await request.read(), config.model, config.max_model_len)
         except api.ApiError as e:
             return await _send_error(request, record, e)
-        plan = sim.sampler.plan(req.prompt_ids, req.sampling)
-        record.stream, record.prompt_tokens = req.stream, len(req.prompt_ids)
-        reasoning = config.reasoning_tokens if endpoint == api.CHAT else 0
+        plan, prompt_ids = variants.answer_plan(sim.sampler, config, req, sim.engine.busy, sim.variance)
+        record.stream, record.prompt_tokens = req.stream, len(prompt_ids)
+        reasoning = _reasoning_tokens(config, endpoint, plan)
         events = (endpoint == api.CHAT) + chunk_count(plan.length, config.tokens_per_chunk, reasoning)
         faults = sim.faults.draw(events + req.include_usage + 1 if req.stream else 1)
         record.fault = faults.name
         if faults.error is not None:
             return await _send_error(request, record, faults.error)
         record.id = f"{'chatcmpl' if endpoint == api.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
-        return await _Answer(request, sim, req, plan, record, faults).run()
+        return await _Answer(request, sim, req, plan, prompt_ids, record, faults).run()
     finally:
         if sim.truth is not None:
             sim.truth.write(record)
+
+
+def _reasoning_tokens(config: SimConfig, endpoint: str, plan: OutputPlan) -> int:
+    """Chat answers of free text open with reasoning; JSON and tool calls are all content."""
+    return config.reasoning_tokens if endpoint == api.CHAT and not plan.shaped else 0
 
 
 async def _send_error(request: web.Request, record: TruthRecord, error: api.ApiError) -> web.StreamResponse:
@@ -195,6 +202,7 @@ class _Answer:
         sim: Sim,
         req: api.GenRequest,
         plan: OutputPlan,
+        prompt_ids: list[int],
         record: TruthRecord,
         faults: Faults,
     ) -> None:
@@ -202,6 +210,7 @@ class _Answer:
         self.sim = sim
         self.req = req
         self.plan = plan
+        self.prompt_ids = prompt_ids
         self.record = record
         self.faults = faults
         self.resp = web.StreamResponse(headers=SSE_HEADERS if req.stream else {"Content-Type": JSON})
@@ -209,7 +218,7 @@ class _Answer:
 
     async def run(self) -> web.StreamResponse:
         seq = self.sim.engine.add(
-            self.req.prompt_ids,
+            self.prompt_ids,
             self.plan.length,
             self._notify_stream if self.req.stream else self._notify_done,
         )
@@ -243,7 +252,7 @@ class _Answer:
             config.model,
             seq.prompt_len,
             seq.cached_tokens,
-            config.reasoning_tokens,
+            _reasoning_tokens(config, self.req.endpoint, self.plan),
             self.req.continuous_usage,
         )
 

@@ -31,16 +31,14 @@ from replayproxy.tune.runner import Settings, Tuner
 from replayproxy.tune.store import Outcome, trace_digest
 
 SUMMARY_FILE = "tune.json"
-EXAMPLES = """examples:
-  replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft:p95<=500ms,tpot:p95<=50ms' -o tune
-  replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft<=300ms' --repeat 1 -o quick
-  replayproxy report tune/final/*.rpr --slo 'ttft<=300ms'   # the best-vs-best runs again
-"""
+EXAMPLES = (
+    "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft:p95<=500ms,tpot:p95<=50ms' -o tune",
+    "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft<=300ms' --repeat 1 -o quick",
+    "replayproxy report tune/final/*.rpr --slo 'ttft<=300ms'   # the best-vs-best runs again",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
     add("traces", nargs="+", metavar="TRACE", help="trace file(s) to replay")
     add("--candidates", required=True, metavar="FILE", help="TOML file of engines and knobs (docs/tune.md)")
@@ -218,7 +216,7 @@ def _final_runs(
             with running(config, directory / "engine.log") as engine:
                 for repetition in range(1, repeat + 1):
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    tuner.replay(engine.url, config, speed, path)
+                    tuner.replay(engine, config, speed, path)
                     paths.append(str(path))
         except (EngineFailed, ValueError) as e:
             tuner.say(f"{config.label}: the comparison run failed: {' '.join(str(e).split())}")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from replayproxy.cli import main
+from tests.report.check_helpers import both, write_check
 from tests.report.helpers import result, synthetic_run, write_run
 from tests.report.test_profile import write_baseline_trace
 
@@ -67,7 +68,8 @@ def test_text_is_side_by_side_and_markdown_is_tables(
     text = capsys.readouterr().out
     header = next(line for line in text.splitlines() if line.startswith("metric"))
     assert header.split() == ["metric", "stat", "engine-a", "engine-b"]
-    rows = [line.split() for line in text.split("\n\n")[0].splitlines()]  # the Latency block
+    latency = next(block for block in text.split("\n\n") if block.startswith("Latency\n"))
+    rows = [line.split() for line in latency.splitlines()]
     for stat in ("p50", "p90", "p95", "p99", "max", "mean", "count"):  # one row per latency figure
         assert sum(1 for r in rows if len(r) >= 3 and r[-3] == stat) == 7
     assert "Paired: engine-b vs engine-a" in text and "B is faster" in text
@@ -146,3 +148,30 @@ def test_every_json_key_is_documented(two_runs: list[str], capsys: pytest.Captur
     keys |= set(doc["comparisons"][0]["ttft"]) | set(doc["runs"][0]["breakdowns"]["window_10s"][0])
     undocumented = sorted(k for k in keys if k not in schema)
     assert not undocumented
+
+
+def test_check_results_beside_replay_results(
+    two_runs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = write_check(tmp_path / "c.rpc", both(output_hash="z", similarity_ppm=0))
+    assert main(["report", *two_runs, str(check)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Output check verdict") and "engine-b" in text
+    assert main(["report", *two_runs, str(check), "--json", "--gate", "match>=0.5"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "replayproxy-report/1"
+    assert doc["checks"][0]["gate"]["failures"] == ["match>=0.5: B 0"]
+    assert main(["report", *two_runs, "--gate", "match>=0.5"]) == 2
+    assert "--gate rules without *BASE read output-check results (.rpc)" in capsys.readouterr().err
+    assert main(["report", str(check), "--gate", "goodput>=0.9*BASE"]) == 2
+    assert "--gate rules with *BASE read replay results (.rpr); none given" in capsys.readouterr().err
+
+
+def test_check_results_alone_refuse_replay_only_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = write_check(tmp_path / "c.rpc", both())
+    assert main(["report", str(check), "--html", str(tmp_path / "r.html")]) == 2
+    assert "--html and --baseline need replay results (.rpr)" in capsys.readouterr().err
+    assert main(["report", str(check), "--markdown"]) == 0
+    assert capsys.readouterr().out.startswith("### Output check verdict")

@@ -1,0 +1,131 @@
+"""One request, one answer: POST a body, read the whole JSON reply, keep what the check compares.
+
+Non-streaming on purpose: every engine puts `usage` and `finish_reason` in the final body, so the
+answer is read the same way everywhere. Failures map to the trace's error classes; an error's
+message keeps the status and the engine's error type, never request or answer text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from replayproxy import clock
+
+UNKNOWN = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str  # the JSON text the engine sent
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int = 0
+    error: str = ""  # shape.ERROR_CLASSES
+    error_message: str = ""
+    e2e_ns: int = UNKNOWN
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = ""
+    prompt_tokens: int = UNKNOWN
+    completion_tokens: int = UNKNOWN
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    headers: Mapping[str, str],
+    timeout_s: float,
+) -> Answer:
+    data = orjson.dumps(body)
+    start = clock.now_ns()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, data=data, headers=headers) as resp:
+                raw = await resp.read()
+                status = resp.status
+    except TimeoutError:
+        return Answer(
+            error="timeout", error_message=f"no answer in {timeout_s:g} s", e2e_ns=clock.now_ns() - start
+        )
+    except aiohttp.ClientConnectorError as e:
+        return Answer(error="connect", error_message=type(e).__name__, e2e_ns=clock.now_ns() - start)
+    except (aiohttp.ClientError, ConnectionError) as e:
+        return Answer(error="reset", error_message=type(e).__name__, e2e_ns=clock.now_ns() - start)
+    e2e_ns = clock.now_ns() - start
+    if status != 200:
+        kind = "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "other"
+        return Answer(status, kind, f"HTTP {status}{_error_type(raw)}", e2e_ns)
+    try:
+        return parse_answer(orjson.loads(raw), status, e2e_ns)
+    except (orjson.JSONDecodeError, ValueError) as e:
+        return Answer(status, "bad_stream", f"unreadable answer: {_short(e)}", e2e_ns)
+
+
+def parse_answer(answer: Any, status: int, e2e_ns: int) -> Answer:
+    """The fields of an OpenAI chat or completion answer; raises ValueError when they are missing."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("no choices")
+    choice = choices[0]
+    message = choice.get("message")
+    if isinstance(message, dict):
+        text = message.get("content") or ""
+        calls = tuple(_tool_call(c) for c in message.get("tool_calls") or ())
+    else:
+        text, calls = choice.get("text") or "", ()
+    if not isinstance(text, str):
+        raise ValueError("content is not a string")
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    return Answer(
+        status=status,
+        e2e_ns=e2e_ns,
+        text=text,
+        tool_calls=calls,
+        finish_reason=str(choice.get("finish_reason") or ""),
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+    )
+
+
+def _tool_call(call: Any) -> ToolCall:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return ToolCall("", "")
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):  # some gateways send the arguments as an object
+        arguments = orjson.dumps(arguments).decode() if arguments is not None else ""
+    return ToolCall(str(function.get("name") or ""), arguments)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else UNKNOWN
+
+
+def _error_type(raw: bytes) -> str:
+    """The engine's error type or code (never its message, which may quote the request)."""
+    try:
+        error = orjson.loads(raw).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    if isinstance(error, dict):
+        kind = error.get("type") or error.get("code")
+        return f" {str(kind)[:40]}" if kind else ""
+    return ""
+
+
+def _short(e: Exception) -> str:
+    return str(e)[:80]
