@@ -1,15 +1,17 @@
 """The forwarding listener's accept loop, so that running out of room is refused, counted and logged.
 
 Past `max_client_connections` a new connection gets a 503 and is closed at once. When the process
-runs out of file descriptors (EMFILE/ENFILE, which the event loop's own accept hides), the few
-descriptors held in reserve here are given up so the admin listener and the refusal itself have
-room, the waiting connections are refused, and accepting pauses until the reserve can be taken
-back. Both are counted by reason and logged at most once per interval.
+runs out of file descriptors (EMFILE/ENFILE, which the event loop's own accept hides), the
+descriptors held in reserve here are given up so the admin listener keeps room to answer, and
+accepting pauses until twice the reserve could be opened again (connections have gone); meanwhile
+waiting connections are refused through one spare descriptor. Both are counted by reason and
+logged at most once per interval.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
@@ -45,13 +47,15 @@ class Listener:
         self._refused = refused
         self._log = log
         self._reserve: list[int] = []
+        self._spare = -1  # kept even when the reserve is given up: room to refuse with
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.sock.setblocking(False)
-        self._take_reserve()
+        self._take_reserve(RESERVE_FDS)
+        self._spare = os.open(os.devnull, os.O_RDONLY)
         self._loop.add_reader(self.sock.fileno(), self._accept)
 
     def close(self) -> None:
@@ -61,6 +65,9 @@ class Listener:
             self._retry.cancel()
         self.sock.close()
         self._give_reserve()
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
 
     def _accept(self) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
@@ -100,30 +107,42 @@ class Listener:
         self._log("fds", "out of file descriptors: refusing new connections; raise the limit (ulimit -n) "
                          "or lower --max-client-connections")  # fmt: skip
         self._give_reserve()
-        self._refused["fd_exhausted"] = self._refused.get("fd_exhausted", 0) + 1
-        for _ in range(ACCEPTS_PER_WAKE):  # the descriptors just freed refuse what is waiting
+        assert self._loop is not None
+        self._loop.remove_reader(self.sock.fileno())
+        self._refuse_waiting()
+        self._retry = self._loop.call_later(RETRY_S, self._resume)
+
+    def _refuse_waiting(self) -> None:
+        """Answer what waits in the backlog with a 503, through the spare descriptor."""
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
+        for _ in range(ACCEPTS_PER_WAKE):
             try:
                 conn, _ = self.sock.accept()
             except OSError:
                 break
             self._refuse(conn, "fd_exhausted")
-        assert self._loop is not None
-        self._loop.remove_reader(self.sock.fileno())
-        self._retry = self._loop.call_later(RETRY_S, self._resume)
+        with contextlib.suppress(OSError):
+            self._spare = os.open(os.devnull, os.O_RDONLY)
 
     def _resume(self) -> None:
-        """Accept again once the reserve could be taken back (descriptors were freed)."""
+        """Accept again once twice the reserve could be opened (descriptors were freed)."""
         assert self._loop is not None
         self._retry = None
-        if self._take_reserve():
+        self._refuse_waiting()
+        if self._take_reserve(2 * RESERVE_FDS):
+            for fd in self._reserve[RESERVE_FDS:]:
+                os.close(fd)
+            del self._reserve[RESERVE_FDS:]
             self._loop.add_reader(self.sock.fileno(), self._accept)
         else:
             self._give_reserve()
             self._retry = self._loop.call_later(RETRY_S, self._resume)
 
-    def _take_reserve(self) -> bool:
+    def _take_reserve(self, count: int) -> bool:
         try:
-            while len(self._reserve) < RESERVE_FDS:
+            while len(self._reserve) < count:
                 self._reserve.append(os.open(os.devnull, os.O_RDONLY))
         except OSError:
             return False
