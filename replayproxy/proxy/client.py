@@ -11,6 +11,7 @@ stops at its head, so its body is read on with a parser primed by a head of the 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 import httptools
@@ -39,13 +40,14 @@ class ClientSide:
     """Sans-I/O state of one client connection; the asyncio protocol feeds it and gives it a `Link`."""
 
     __slots__ = (
-        "ctx", "link", "peer", "parser", "queue", "parsing", "head_bytes", "closing", "paused",
+        "ctx", "link", "send", "peer", "parser", "queue", "parsing", "head_bytes", "closing", "paused",
         "feeding", "idle_tick", "ended", "held", "tunnel", "body_after_upgrade", "priming",
     )  # fmt: skip
 
     def __init__(self, ctx: ClientContext, link: Link, peer: bytes | None = None) -> None:
         self.ctx = ctx
         self.link = link
+        self.send: Callable[[bytes], None] = link.write  # the protocol puts its transport's write here
         self.peer = peer
         self.parser = httptools.HttpRequestParser(self)
         self.queue: deque[Exchange] = deque()  # the active exchange first, then pipelined ones

@@ -11,6 +11,7 @@ references to the bytes, taken after they were written to the client. Failures m
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +49,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.DONE: frozenset(),
 }
 _RESPONDING = (State.STREAMING, State.TUNNEL)
+_STREAMING, _TUNNEL = State.STREAMING, State.TUNNEL  # module globals: the per-read checks skip the class
 
 
 class StateError(RuntimeError):
@@ -96,6 +98,7 @@ class ClientEnd(Protocol):
 
     peer: bytes | None
     feeding: bool  # inside a parse of client bytes: upstream writes wait for its end (one write)
+    send: Callable[[bytes], None]  # the socket's own write: the per-read path takes no detour
 
     def write(self, data: bytes) -> None: ...
     def close(self) -> None: ...
@@ -120,7 +123,7 @@ class Exchange:
     """Created by the client side at a request's first byte; lives until the response ends."""
 
     __slots__ = (
-        "ctx", "client", "state", "deadline", "end_tick",
+        "ctx", "client", "send", "state", "deadline", "read_tick", "end_tick",
         "target", "headers", "method", "version", "client_keep_alive", "upgrade", "trailers", "endpoint",
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
         "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
@@ -131,8 +134,10 @@ class Exchange:
     def __init__(self, ctx: Context, client: ClientEnd) -> None:
         self.ctx = ctx
         self.client = client
+        self.send = client.send
         self.state = State.HEAD
         self.deadline = ctx.tick + ctx.limits.header_ticks  # -1: no timer in this state (yet)
+        self.read_tick = ctx.tick  # of the last upstream read: the idle timer of the responding states
         self.end_tick = ctx.tick + ctx.limits.total_ticks if ctx.limits.total_ticks else -1
         self.target = b""
         self.headers: http1.Headers = []
@@ -177,8 +182,8 @@ class Exchange:
         limits, tick = self.ctx.limits, self.ctx.tick
         if state is State.CONNECTING:
             self.deadline = tick + limits.connect_ticks
-        elif state in _RESPONDING:
-            self.deadline = tick + limits.idle_ticks
+        elif state in _RESPONDING:  # the timer runs from the last read: read_tick + idle_timeout
+            self.read_tick, self.deadline = tick, -1
         else:  # QUEUED waits on another exchange; AWAITING's timer starts once the request is sent
             self.deadline = -1
 
@@ -189,7 +194,8 @@ class Exchange:
             if self.deadline < now:
                 self.client.close()  # like nginx's client_header_timeout: no answer, the connection goes
         elif state is not State.QUEUED and state is not State.DONE:  # a queued one must not answer early
-            if 0 <= self.deadline < now or 0 <= self.end_tick < now:
+            idle = state in _RESPONDING and self.read_tick + self.ctx.limits.idle_ticks < now
+            if idle or 0 <= self.deadline < now or 0 <= self.end_tick < now:
                 self.upstream_failed("timeout")
 
     @property
@@ -386,9 +392,9 @@ class Exchange:
 
     def upstream_data(self, data: bytes) -> None:
         self.got_response = True
-        if self.state is State.TUNNEL:
-            self.deadline = self.ctx.tick + self.ctx.limits.idle_ticks
-            self.client.write(data)
+        self.read_tick = self.ctx.tick
+        if self.state is _TUNNEL:
+            self.send(data)
             return
         try:
             self.parser.feed_data(data)  # type: ignore[union-attr]
@@ -402,10 +408,10 @@ class Exchange:
         except httptools.HttpParserError:
             self.upstream_failed("bad_stream")
             return
-        if self.out:
-            self.flush_client()
-        if self.state is State.STREAMING:
-            self.deadline = self.ctx.tick + self.ctx.limits.idle_ticks
+        out = self.out
+        if out:  # one write per read: what the parse produced, before anything else happens
+            self.send(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
 
     # ------------------------------------------------------------------ response parser callbacks
 
@@ -481,33 +487,28 @@ class Exchange:
         self.client.upgrade_answered(self, switched=True)
 
     def on_body(self, piece: bytes) -> None:
-        if self.state is not State.STREAMING:
+        if self.state is not _STREAMING:
             self.reusable = False  # bytes after the response: do not reuse the connection
             return
-        strip = self.strip
-        # Per read, so the cheapest spellings (callgrind): `partition` takes its one argument
-        # directly where `find` and `endswith` parse theirs from a tuple, and `in` on bytes first
-        # tries its operand as an int, raising and clearing a TypeError inside.
-        if strip is not None and not (
-            strip.idle and piece[-2:] == b"\n\n" and not piece.partition(b'"usage"')[1]
-        ):  # whole usage-free events skip feed, which would return them as they are
-            self._capture(piece)
-            piece = strip.feed(piece)
-            if not piece:
-                return
-        elif self.cap is not None:
-            self._capture(piece)
-        self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)
-
-    def _capture(self, piece: bytes) -> None:
         cap = self.cap
-        assert cap is not None
-        cap.response_bytes += len(piece)
-        if cap.response_bytes <= cap.limit_bytes:
-            cap.pieces.append(piece)
-            cap.piece_ns.append(now_ns())  # parsed microseconds after its read arrived
-        else:
-            cap.response_truncated = True
+        if cap is not None:  # inlined: this runs for every read of observed streams
+            cap.response_bytes += len(piece)
+            if cap.response_bytes <= cap.limit_bytes:
+                cap.pieces.append(piece)
+                cap.piece_ns.append(now_ns())  # parsed microseconds after its read arrived
+            else:
+                cap.response_truncated = True
+            strip = self.strip
+            # Per read, so the cheapest spellings (callgrind): `partition` takes its one argument
+            # directly where `find` and `endswith` parse theirs from a tuple, and `in` on bytes first
+            # tries its operand as an int, raising and clearing a TypeError inside.
+            if strip is not None and not (
+                strip.idle and piece[-2:] == b"\n\n" and not piece.partition(b'"usage"')[1]
+            ):  # whole usage-free events skip feed, which would return them as they are
+                piece = strip.feed(piece)
+                if not piece:
+                    return
+        self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)
 
     def on_message_complete(self) -> None:
         if self.state is not State.STREAMING:
@@ -527,7 +528,7 @@ class Exchange:
     def flush_client(self) -> None:
         out = self.out
         if out:
-            self.client.write(out[0] if len(out) == 1 else b"".join(out))
+            self.send(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
 
     def _close_delimited(self) -> bool:
