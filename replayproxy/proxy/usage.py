@@ -6,8 +6,9 @@ the body (every other byte unchanged) and removes the extra `choices: []` usage 
 the client receives, so the client's byte stream is what it would have been without the proxy.
 Requests that already carry `stream_options` are never touched (continuous usage would change
 every chunk). Some engines (vLLM) move fields such as `system_fingerprint` into the usage event
-when usage is asked for; a usage event carrying a field the stream's first event lacks is passed
-on without its `usage` member instead of dropped, so the client loses nothing it gets direct.
+when usage is asked for; a usage event carrying such a field (beyond a chunk's identity: id,
+object, created, model) that the stream's first event lacks is passed on without its `usage`
+member instead of dropped, so the client loses nothing it gets direct.
 """
 
 from __future__ import annotations
@@ -110,7 +111,6 @@ class UsageStripper:
         rest, self._held = self._held, b""
         return rest
 
-
     def _without_usage(self, data: bytes) -> bytes | None:
         """None for an event to keep as it is; for a usage-only event (the one injection adds) b"" to
         drop it, or its data without `usage` when it carries a field the first event did not."""
@@ -119,10 +119,14 @@ class UsageStripper:
         if self._envelope is None:
             return b""
         obj = orjson.loads(data)  # classify parsed it: it is an object; once per stream
-        if not obj.keys() - self._envelope - {"usage"}:
+        if not obj.keys() - self._envelope - _IDENTITY:
             return b""
         del obj["usage"]
         return orjson.dumps(obj)
+
+
+# Fields every chunk of a stream repeats (or may, like the usage event's own): never a reason to keep it.
+_IDENTITY = frozenset({"id", "object", "created", "model", "choices", "usage"})
 
 
 def _keys(data: bytes) -> frozenset[str] | None:
