@@ -220,11 +220,15 @@ def test_a_101_turns_the_connection_into_a_tunnel_with_held_bytes_first() -> Non
 
 
 def test_an_upgrade_declined_resumes_http_with_the_held_bytes() -> None:
-    m = play([UPGRADE + GET], [])
-    m.upstream.answer([OK])
-    assert bytes(m.link.sent) == OK and not m.link.paused
-    second = m.pool.lent[1]
-    assert bytes(second.sent) == GET
+    for pieces in two_piece_splits(UPGRADE + GET):
+        m = play(pieces, [])
+        first = m.pool.lent[0]
+        first.answer([OK])
+        assert bytes(m.link.sent) == OK and not m.link.paused
+        second = m.pool.lent[1]
+        assert bytes(second.sent) == GET
+        second.answer([OK])
+        assert bytes(m.link.sent) == OK + OK
 
 
 def test_an_unasked_101_is_a_bad_stream() -> None:
