@@ -205,9 +205,7 @@ class Exchange:
 
     # ------------------------------------------------------------------ request side (from the client side)
 
-    def request_head(
-        self, method: bytes, version: str, keep_alive: bool, upgrade: bool
-    ) -> None:
+    def request_head(self, method: bytes, version: str, keep_alive: bool, upgrade: bool) -> None:
         """The head is complete (`target` and `headers` were filled while it arrived)."""
         limits = self.ctx.limits
         self.method = method
@@ -226,8 +224,13 @@ class Exchange:
         if expect is not None and expect.lower() == b"100-continue" and self.version == b"1.1":
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # like nginx: answer it here, drop Expect
         if self.ctx.observer_wants(self.endpoint):
-            self.cap = Capture(now_ns(), self.endpoint, method.decode("latin-1"), path.decode("latin-1"),
-                               limit_bytes=limits.max_captured_response_bytes)  # fmt: skip
+            self.cap = Capture(
+                now_ns(),
+                self.endpoint,
+                method.decode("latin-1"),
+                path.decode("latin-1"),
+                limit_bytes=limits.max_captured_response_bytes,
+            )
             self.buffering = (
                 limits.inject_usage
                 and self.endpoint in _INJECTABLE
