@@ -18,10 +18,15 @@ from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
 from replayproxy.replay import flavors, plan
 
+EXAMPLES = (
+    "replayproxy export traces/ --format mooncake -o trace.jsonl",
+    "replayproxy export prod.rpt --format vllm-custom -o prompts.jsonl --model my-model",
+    "replayproxy export vllm.rpr sglang.rpr --format parquet -o requests.parquet",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = exporters()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         listing(formats)
         + "\n\nColumns, units and consumer rules: docs/formats.md"
@@ -31,9 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "traces", nargs="+", metavar="TRACE", help="trace files, directories or globs; or RESULT.rpr files"
     )
     parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="output format (below)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="file to write")
     parser.add_argument(
-        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+        "--block-size",
+        type=int,
+        help="tokens per hash id (default: the format's, mooncake 512, bailian 16, jsonl 16)",
     )
     parser.add_argument(
         "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
