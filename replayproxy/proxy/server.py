@@ -153,6 +153,10 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(backlog)
+    except OSError as e:  # worded as asyncio's create_server words it
+        sock.close()
+        reason = (e.strerror or str(e)).lower()
+        raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}") from e
     except BaseException:
         sock.close()
         raise
