@@ -7,8 +7,9 @@ The path under test is pinned to CPU 0, the upstream and the load generator to C
 in issue 4 are "on one core"). Figures are differences and ratios against the direct
 path measured in the same run, so machine noise mostly cancels.
 
-    python benchmarks/proxy_overhead.py                   # full run (about 9 minutes)
+    python benchmarks/proxy_overhead.py                   # full run (about 13 minutes)
     python benchmarks/proxy_overhead.py --quick           # shorter, for a smoke check
+    python benchmarks/proxy_overhead.py --budget-only     # only the nginx budget (overhead_budget.py)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 import httptools
 import uvloop
+from overhead_budget import report_budget
 
 from replayproxy.clock import now_ns
 from replayproxy.proxy import server
@@ -58,8 +60,13 @@ REQUEST_BODY = json.dumps(
 # --------------------------------------------------------------------------- upstream (its own process)
 
 
+# Stream shapes a request can ask for with ?shape=NAME: (content events, gap between them in s; 0 is one
+# burst of separate writes). Without it the upstream sends CHUNKS events `--gap-ms` apart.
+SHAPES = {"burst": (64, 0.0), "paced": (32, 0.005)}
+
+
 class _Upstream(asyncio.Protocol):
-    """Answers every request with an SSE stream of CHUNKS content events, one write each, `gap_s` apart."""
+    """Answers every request with an SSE stream of content events, one write each, `gap_s` apart."""
 
     gap_s = 0.001
 
@@ -67,29 +74,36 @@ class _Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
         self.parser = httptools.HttpRequestParser(self)
         self.body: list[bytes] = []
+        self.url = b""
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
 
     def on_message_complete(self) -> None:
         usage = b'"include_usage"' in b"".join(self.body)
-        self.body = []
+        shape = SHAPES.get(self.url.partition(b"shape=")[2].decode(), (CHUNKS, self.gap_s))
+        self.body, self.url = [], b""
         self.transport.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
-        self._send(0, usage)
+        self._send(0, usage, *shape)
 
-    def _send(self, i: int, usage: bool) -> None:
+    def _send(self, i: int, usage: bool, chunks: int, gap_s: float) -> None:
         if self.transport.is_closing():
             return
-        if i < CHUNKS:
+        while i < chunks:
             event = b'data: {"id":"b","choices":[{"index":0,"delta":{"content":" tok%d"}}]}\n\n' % i
             self.transport.write(b"%x\r\n%b\r\n" % (len(event), event))
-            asyncio.get_running_loop().call_later(self.gap_s, self._send, i + 1, usage)
-            return
+            i += 1
+            if gap_s:
+                asyncio.get_running_loop().call_later(gap_s, self._send, i, usage, chunks, gap_s)
+                return
         tail = b""
         if usage:
             tail += b'data: {"id":"b","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":64}}\n\n'
@@ -367,6 +381,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per fixed-rate measurement")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="upstream pause between chunks")
     parser.add_argument("--quick", action="store_true", help="shorter runs")
+    parser.add_argument("--budget-only", action="store_true", help="only the aiohttp-client nginx budget")
+    parser.add_argument("--budget-rounds", type=int, default=3, help="rounds of the nginx budget section")
     parser.add_argument("--out", help="(load role) write the results here instead of stdout")
     args = parser.parse_args()
     if args.role == "upstream":
@@ -405,6 +421,16 @@ def _bench(args: argparse.Namespace) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp, _process(upstream_argv, 1, "upstream ready"):
         work = Path(tmp)
+        if "nginx" in paths:
+            report_budget(
+                lambda name: _path(name, upstream, work),
+                _cpu_s,
+                args.rate,
+                min(duration, 5.0),
+                rounds=1 if args.quick else args.budget_rounds,
+            )
+        if args.budget_only:
+            return
         fixed: dict[str, dict[str, Any]] = {}
         for name in paths:
             fixed[name] = _measure(name, upstream, work, args.rate, duration)

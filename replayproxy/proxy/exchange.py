@@ -1,30 +1,110 @@
-"""One request/response pair on the forwarding path: THE hot path (DESIGN.md, Performance budgets).
+"""One request/response pair on the forwarding path as an explicit state machine: THE hot path.
 
-Bytes move as they arrive: the request head is rebuilt without hop-by-hop fields, body pieces
-go upstream as read, and every upstream read becomes one client write. httptools (llhttp) only
-finds message boundaries; nothing is parsed beyond that unless an observer asked for a capture,
-and even then the capture only keeps references. Failures map like nginx's: 502/504 before the
-response head, a cut stream after it.
+Events come in as bytes and ticks (the client side's parsed request, upstream reads, the timer
+tick) and bytes go out through `Link`s (seam.py); nothing here touches a socket or a clock, so
+tests drive it with scripted byte splits. One state enum, one transition table, one deadline per
+state, like h11. httptools (llhttp) only finds response boundaries; a capture for observers keeps
+references to the bytes, taken after they were written to the client. Failures map like nginx's:
+502/504 before the response head, a cut stream after it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import httptools
 
 from replayproxy.clock import now_ns
-from replayproxy.proxy import http1
+from replayproxy.proxy import heads, http1
 from replayproxy.proxy.observe import Capture
-from replayproxy.proxy.upstream import UpstreamConnection
+from replayproxy.proxy.seam import Pool, UpstreamLink
 from replayproxy.proxy.usage import UsageStripper, inject
-
-if TYPE_CHECKING:
-    from replayproxy.proxy.forward import ClientConnection, Forwarder
 
 _RETRY_KEEP_BYTES = 1 << 20  # request bytes kept to resend once if a reused connection was stale
 _INJECTABLE = ("chat", "completions")
-_DROP_REQUEST = frozenset({b"expect"})
+
+
+class State(enum.Enum):
+    HEAD = "head"  # request head arriving; timer: client_header_timeout_s
+    QUEUED = "queued"  # head complete, behind an earlier request of the same connection
+    CONNECTING = "connecting"  # borrowing an upstream connection; timer: connect_timeout_s
+    AWAITING = "awaiting"  # request going upstream, no final response head; timer: first_byte once sent
+    STREAMING = "streaming"  # response head passed on, body flowing; timer: idle_timeout_s between reads
+    TUNNEL = "tunnel"  # after 101 Switching Protocols: bytes pass both ways untouched; timer: idle
+    DONE = "done"
+
+
+# Every legal move; anything else is a bug in this module and raises. AWAITING -> CONNECTING is the one
+# resend on a fresh connection when a kept-alive one turned out closed before answering.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.HEAD: frozenset({State.QUEUED, State.DONE}),
+    State.QUEUED: frozenset({State.CONNECTING, State.DONE}),
+    State.CONNECTING: frozenset({State.AWAITING, State.DONE}),
+    State.AWAITING: frozenset({State.CONNECTING, State.STREAMING, State.TUNNEL, State.DONE}),
+    State.STREAMING: frozenset({State.DONE}),
+    State.TUNNEL: frozenset({State.DONE}),
+    State.DONE: frozenset(),
+}
+_RESPONDING = (State.STREAMING, State.TUNNEL)
+_STREAMING, _TUNNEL = State.STREAMING, State.TUNNEL  # module globals: the per-read checks skip the class
+
+
+class StateError(RuntimeError):
+    """A transition the table does not allow."""
+
+
+class ResponseHeadTooLarge(Exception):
+    """Raised inside the response parser's callback; the parser reports it as its own error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Settings the state machine enforces; times in ticks of the forwarder's timer."""
+
+    header_ticks: int
+    connect_ticks: int
+    first_byte_ticks: int
+    idle_ticks: int
+    total_ticks: int  # 0: none
+    inject_usage: bool
+    max_buffered_body_bytes: int
+    max_captured_response_bytes: int
+    max_response_head_bytes: int
+
+
+class Context(Protocol):
+    """What all exchanges of one listener share (forward.Forwarder)."""
+
+    tick: int
+    draining: bool
+    limits: Limits
+    upstream: heads.Upstream
+
+    @property
+    def pool(self) -> Pool: ...
+
+    def observer_wants(self, endpoint: str) -> bool: ...
+    def forwarded_fields(self, peer: bytes | None) -> http1.Headers: ...
+    def exchange_finished(self, exchange: Exchange) -> None: ...
+    def count_upstream_error(self, error: str) -> None: ...
+    def count_cancel(self) -> None: ...
+
+
+class ClientEnd(Protocol):
+    """The client connection an exchange answers on (client.ClientSide)."""
+
+    peer: bytes | None
+    feeding: bool  # inside a parse of client bytes: upstream writes wait for its end (one write)
+    send: Callable[[bytes], None]  # the socket's own write: the per-read path takes no detour
+
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def pause_reading(self, paused: bool) -> None: ...
+    def exchange_done(self, exchange: Exchange) -> None: ...
+    def upgrade_answered(self, exchange: Exchange, switched: bool) -> None: ...
 
 
 def endpoint_of(method: bytes, path: bytes) -> str:
@@ -39,69 +119,33 @@ def endpoint_of(method: bytes, path: bytes) -> str:
     return "other"
 
 
-def _is_event_stream(headers: http1.Headers) -> bool:
-    content_type = http1.header_value(headers, b"content-type") or b""
-    return content_type.lower().startswith(b"text/event-stream")
-
-
 class Exchange:
-    """Created by the client connection at a request's first byte; lives until the response ends."""
+    """Created by the client side at a request's first byte; lives until the response ends."""
 
     __slots__ = (
-        "ctx",
-        "client",
-        "target",
-        "headers",
-        "head_bytes",
-        "method",
-        "version",
-        "client_keep_alive",
-        "endpoint",
-        "cap",
-        "buffering",
-        "body",
-        "body_bytes",
-        "req_length",
-        "req_chunked",
-        "request_done",
-        "upstream",
-        "out_up",
-        "sent_log",
-        "sent_bytes",
-        "sent",
-        "retried",
-        "parser",
-        "reason",
-        "resp_headers",
-        "status",
-        "interim",
-        "head_sent",
-        "chunked_out",
-        "close_after",
-        "upstream_keep_alive",
-        "strip",
-        "out",
-        "done",
-        "start_tick",
-        "sent_tick",
-        "head_tick",
-        "seen_activity",
-        "active_tick",
-        "active",
-        "reading_body",
-        "reused",
-        "got_response",
-    )
+        "ctx", "client", "send", "state", "deadline", "read_tick", "end_tick",
+        "target", "headers", "method", "version", "client_keep_alive", "upgrade", "trailers", "endpoint",
+        "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
+        "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
+        "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
+        "strip", "out", "trailer_fields",
+    )  # fmt: skip
 
-    def __init__(self, ctx: Forwarder, client: ClientConnection) -> None:
+    def __init__(self, ctx: Context, client: ClientEnd) -> None:
         self.ctx = ctx
         self.client = client
+        self.send = client.send
+        self.state = State.HEAD
+        self.deadline = ctx.tick + ctx.limits.header_ticks  # -1: no timer in this state (yet)
+        self.read_tick = ctx.tick  # of the last upstream read: the idle timer of the responding states
+        self.end_tick = ctx.tick + ctx.limits.total_ticks if ctx.limits.total_ticks else -1
         self.target = b""
         self.headers: http1.Headers = []
-        self.head_bytes = 0
         self.method = b""
         self.version = b"1.1"
         self.client_keep_alive = True
+        self.upgrade = False  # a body-less request offering Upgrade: held until the answer says 101 or not
+        self.trailers = False  # the client sent `TE: trailers`
         self.endpoint = "other"
         self.cap: Capture | None = None
         self.buffering = False  # hold the body until complete (usage injection needs all of it)
@@ -110,136 +154,151 @@ class Exchange:
         self.req_length: int | None = None
         self.req_chunked = False
         self.request_done = False
-        self.upstream: UpstreamConnection | None = None
+        self.upstream: UpstreamLink | None = None
         self.out_up: list[bytes] = []  # bytes for upstream not written yet
         self.sent_log: list[bytes] | None = []  # everything written upstream, for one retry
         self.sent_bytes = 0
-        self.sent = False
         self.retried = False
+        self.reused = False  # the upstream connection had served requests before
+        self.got_response = False
         self.parser: httptools.HttpResponseParser | None = None
         self.reason = b""
         self.resp_headers: http1.Headers = []
+        self.head_bytes = 0  # of the response head so far
         self.status = 0
-        self.interim = False
-        self.head_sent = False
         self.chunked_out = False
-        self.close_after = False
-        self.upstream_keep_alive = False
+        self.close_after = False  # the client connection closes after this response
+        self.reusable = False  # the upstream connection may serve another request after this one
         self.strip: UsageStripper | None = None
         self.out: list[bytes] = []  # bytes for the client, written after each upstream read
-        self.done = False
-        self.start_tick = ctx.tick
-        self.sent_tick = -1
-        self.head_tick = -1
-        self.seen_activity = -1
-        self.active_tick = ctx.tick
-        self.active = False  # first in its connection's queue: may talk to the upstream
-        self.reading_body = True
-        self.reused = False  # the upstream connection had served requests before
-        self.got_response = False
+        self.trailer_fields: http1.Headers = []
 
-    # ------------------------------------------------------------------ request side
+    # ------------------------------------------------------------------ states and timers
 
-    def request_head(self, method: bytes, version: str, keep_alive: bool) -> None:
-        ctx = self.ctx
+    def _to(self, state: State) -> None:
+        if state not in TRANSITIONS[self.state]:
+            raise StateError(f"{self.state.name} -> {state.name}")
+        self.state = state
+        limits, tick = self.ctx.limits, self.ctx.tick
+        if state is State.CONNECTING:
+            self.deadline = tick + limits.connect_ticks
+        elif state in _RESPONDING:  # the timer runs from the last read: read_tick + idle_timeout
+            self.read_tick, self.deadline = tick, -1
+        else:  # QUEUED waits on another exchange; AWAITING's timer starts once the request is sent
+            self.deadline = -1
+
+    def tick(self, now: int) -> None:
+        """The forwarder's timer: expire this state's deadline or the whole-exchange limit."""
+        state = self.state
+        if state is State.HEAD:
+            if self.deadline < now:
+                self.client.close()  # like nginx's client_header_timeout: no answer, the connection goes
+        elif state is not State.QUEUED and state is not State.DONE:  # a queued one must not answer early
+            idle = state in _RESPONDING and self.read_tick + self.ctx.limits.idle_ticks < now
+            if idle or 0 <= self.deadline < now or 0 <= self.end_tick < now:
+                self.upstream_failed("timeout")
+
+    @property
+    def responding(self) -> bool:
+        """The response head has gone to the client (errors now cut the stream instead of a 502)."""
+        return self.state in _RESPONDING
+
+    # ------------------------------------------------------------------ request side (from the client side)
+
+    def request_head(self, method: bytes, version: str, keep_alive: bool, upgrade: bool) -> None:
+        """The head is complete (`target` and `headers` were filled while it arrived)."""
+        limits = self.ctx.limits
         self.method = method
         self.version = b"1.0" if version == "1.0" else b"1.1"
         self.client_keep_alive = keep_alive
         path = self.target.partition(b"?")[0]
+        self.target = heads.rebase(self.target, self.ctx.upstream.prefix)  # may refuse it: nothing done yet
         self.endpoint = endpoint_of(method, path)
         length = http1.header_value(self.headers, b"content-length")
         self.req_length = int(length) if length is not None else None
         self.req_chunked = http1.is_chunked(self.headers)
+        self.upgrade = upgrade and not self.req_chunked and not self.req_length and self.version == b"1.1"
+        te = http1.header_value(self.headers, b"te")
+        self.trailers = te is not None and b"trailers" in te.lower()
         expect = http1.header_value(self.headers, b"expect")
         if expect is not None and expect.lower() == b"100-continue" and self.version == b"1.1":
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # like nginx: answer it here, drop Expect
-        observer = ctx.observer
-        if observer is not None and ctx.observer_wants(self.endpoint):
+        if self.ctx.observer_wants(self.endpoint):
             self.cap = Capture(
                 now_ns(),
                 self.endpoint,
                 method.decode("latin-1"),
                 path.decode("latin-1"),
-                limit_bytes=ctx.settings.max_captured_response_bytes,
+                limit_bytes=limits.max_captured_response_bytes,
             )
             self.buffering = (
-                ctx.settings.inject_usage
+                limits.inject_usage
                 and self.endpoint in _INJECTABLE
-                and (self.req_length is None or self.req_length <= ctx.settings.max_buffered_body_bytes)
+                and (self.req_length is None or self.req_length <= limits.max_buffered_body_bytes)
             )
         if not self.buffering:
-            self._queue_up(self._request_head_bytes(self.req_length if not self.req_chunked else None))
-        self.active_tick = ctx.tick
+            self.out_up.append(self._request_head_bytes(self.req_length if not self.req_chunked else None))
+        self._to(State.QUEUED)
 
     def _request_head_bytes(self, length: int | None) -> bytes:
         ctx = self.ctx
-        target = self.target
-        if target[:1] != b"/" and target != b"*":  # absolute-form: keep only path and query
-            scheme_end = target.find(b"://")
-            slash = target.find(b"/", scheme_end + 3) if scheme_end >= 0 else -1
-            target = target[slash:] if slash >= 0 else b"/"
-        extra = ctx.forwarded_fields(self.client)
-        if http1.header_value(self.headers, b"host") is None:
-            extra.append((b"Host", ctx.upstream_host))
-        framing: http1.Headers = []
-        if length is not None:
-            framing.append((b"Content-Length", b"%d" % length))
-        elif self.req_chunked:
-            framing.append((b"Transfer-Encoding", b"chunked"))
-        start = b"%b %b%b HTTP/1.1" % (self.method, ctx.upstream_prefix, target)
-        return http1.serialize(start, http1.end_to_end(self.headers, framing, _DROP_REQUEST), extra)
+        return heads.request_head(
+            self.method,
+            self.target,
+            self.headers,
+            ctx.upstream,
+            length=length,
+            chunked=self.req_chunked and length is None,
+            upgrade=self.upgrade,
+            forwarded=ctx.forwarded_fields(self.client.peer),
+        )
 
     def request_body(self, piece: bytes) -> None:
         self.body_bytes += len(piece)
+        limit = self.ctx.limits.max_buffered_body_bytes
         cap = self.cap
         if cap is not None:
-            if self.body_bytes <= self.ctx.settings.max_buffered_body_bytes:
+            if self.body_bytes <= limit:
                 cap.request_body.append(piece)
             else:
                 cap.body_truncated = True
-        if self.buffering:
-            self.body.append(piece)
-            if self.body_bytes > self.ctx.settings.max_buffered_body_bytes:  # chunked and huge: stream it
-                self.buffering = False
-                self._queue_up(self._request_head_bytes(None))
-                for part in self.body:
-                    self._queue_up(http1.chunk(part))
-                self.body = []
-        else:
-            self._queue_up(http1.chunk(piece) if self.req_chunked else piece)
+        if not self.buffering:
+            self.out_up.append(http1.chunk(piece) if self.req_chunked else piece)
+            return
+        self.body.append(piece)
+        if self.body_bytes > limit:  # chunked and huge: stream it as it is
+            self.buffering = False
+            self.out_up.append(self._request_head_bytes(None))
+            self.out_up.extend(http1.chunk(part) for part in self.body)
+            self.body = []
 
     def request_complete(self) -> None:
         self.request_done = True
-        self.reading_body = False
-        if self.cap is not None:
-            self.cap.request_bytes = self.body_bytes
+        cap = self.cap
+        if cap is not None:
+            cap.request_bytes = self.body_bytes
         if self.buffering:
             body = b"".join(self.body)
             self.body = []
             new_body, parsed = inject(body)
-            cap = self.cap
             if cap is not None:
                 cap.request_json = parsed
                 cap.injected_usage = new_body is not None
             if new_body is not None:
                 body = new_body
-            self._queue_up(self._request_head_bytes(len(body)) + body)
+            self.out_up.append(self._request_head_bytes(len(body)) + body)
         elif self.req_chunked:
-            self._queue_up(http1.CHUNKED_END)
+            self.out_up.append(http1.CHUNKED_END)
         self.flush_up()
 
-    def _queue_up(self, data: bytes) -> None:
-        self.out_up.append(data)
-
     def start(self) -> None:
-        """Become the connection's active exchange: borrow an upstream connection."""
-        self.active = True
-        self.active_tick = self.ctx.tick
+        """First in its connection's line: borrow an upstream connection."""
+        self._to(State.CONNECTING)
         self.ctx.pool.acquire(self)
 
     def flush_up(self) -> None:
         upstream = self.upstream
-        if upstream is None or not self.out_up or self.done:
+        if upstream is None or not self.out_up or self.state is State.DONE:
             return
         data = self.out_up[0] if len(self.out_up) == 1 else b"".join(self.out_up)
         self.out_up.clear()
@@ -250,60 +309,77 @@ class Exchange:
                 self.sent_log.append(data)
             else:
                 self.sent_log = None
-        if self.request_done and not self.sent:
-            self.sent = True
-            self.sent_tick = self.ctx.tick
+        if self.request_done and self.state is State.AWAITING and self.deadline < 0:
+            self.deadline = self.ctx.tick + self.ctx.limits.first_byte_ticks
+
+    def tunnel_up(self, data: bytes) -> None:
+        """Client bytes after a 101: the upstream's, untouched."""
+        if self.upstream is not None:
+            self.upstream.write(data)
+
+    def client_gone(self) -> None:
+        """The client closed its connection: stop the upstream at once so the engine frees the slot."""
+        if self.state is State.DONE:
+            return
+        if self.state is not State.TUNNEL:  # a tunnel ends by either side closing
             if self.cap is not None:
-                self.cap.sent_ns = now_ns()
+                self.cap.error = "client_cancel"
+            self.ctx.count_cancel()
+        self._drop_upstream()
+        self.close_after = True
+        self._finish(reusable=False)
 
-    # ------------------------------------------------------------------ pool callbacks
+    def client_paused(self, paused: bool) -> None:
+        """The client's socket buffer is full (or drained): stop (or resume) reading the upstream."""
+        if self.upstream is not None:
+            self.upstream.pause(paused)
 
-    def upstream_ready(self, conn: UpstreamConnection) -> None:
-        if self.done:
+    # ------------------------------------------------------------------ pool and upstream events
+
+    def upstream_ready(self, conn: UpstreamLink) -> None:
+        if self.state is not State.CONNECTING:  # ended while waiting
             self.ctx.pool.release(conn, True, self.ctx.tick)
             return
         conn.requests += 1
         self.reused = conn.requests > 1
         self.upstream = conn
         self.parser = httptools.HttpResponseParser(self)
-        self.active_tick = self.ctx.tick
-        if not self.client.feeding:  # else the client flushes after parsing its read: head + body, one write
+        self._to(State.AWAITING)
+        if not self.client.feeding:  # else the client side flushes after its read: head + body, one write
             self.flush_up()
 
     def upstream_failed(self, error: str) -> None:
         """Connect failure or timeout, reset, or a broken response: 502/504 before the head, else cut."""
-        if self.done:
+        if self.state is State.DONE:
             return
         self.ctx.count_upstream_error(error)
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            upstream.abort()
-        else:
-            self.ctx.pool.forget(self)
+        self._drop_upstream()
         if self.cap is not None:
             self.cap.error = error
-        if not self.head_sent:
+        if self.responding:
+            self.flush_client()
+            self.close_after = True  # the client sees an incomplete body, as behind nginx
+        else:
             self.status = 504 if error == "timeout" else 502
             if self.cap is not None:
                 self.cap.status = self.status
             self.close_after = not self.request_done or not self.client_keep_alive
             self.client.write(http1.error_response(self.status, close=self.close_after, version=self.version))
-        else:
-            self.flush_client()
-            self.close_after = True  # the client sees an incomplete body, as behind nginx
         self._finish(reusable=False)
 
     def upstream_lost(self) -> None:
-        if self.done:
+        if self.state is State.DONE:
             return
         self.upstream = None
-        if self.head_sent and self._close_delimited():
+        if self.state is State.TUNNEL:
+            self.flush_client()
+            self._finish(reusable=False)
+        elif self.state is State.STREAMING and self._close_delimited():
             self.on_message_complete()  # the close is this response's end
-            return
-        if not self.got_response and self.reused and not self.retried and self.sent_log is not None:
+        elif not self.got_response and self.reused and not self.retried and self.sent_log is not None:
             self._retry()
-            return
-        self.upstream_failed("reset")
+        else:
+            self.upstream_failed("reset")
 
     def upstream_pause(self, paused: bool) -> None:
         self.client.pause_reading(paused)
@@ -313,96 +389,112 @@ class Exchange:
         self.retried = True
         assert self.sent_log is not None
         self.out_up = [*self.sent_log, *self.out_up]
-        self.sent_log, self.sent_bytes, self.sent = [], 0, False
+        self.sent_log, self.sent_bytes = [], 0
         self.parser = None
-        self.ctx.pool.acquire(self)
+        self.start()
 
     def upstream_data(self, data: bytes) -> None:
         self.got_response = True
+        self.read_tick = self.ctx.tick
+        if self.state is _TUNNEL:
+            self.send(data)
+            return
         try:
             self.parser.feed_data(data)  # type: ignore[union-attr]
+        except httptools.HttpParserUpgrade as e:  # a 101: what follows its head is the new protocol's
+            if self.status != 101:  # a 101 nobody offered an Upgrade for
+                self.upstream_failed("bad_stream")
+                return
+            offset = e.args[0] if e.args and isinstance(e.args[0], int) else len(data)
+            if data[offset:]:
+                self.out.append(data[offset:])
         except httptools.HttpParserError:
             self.upstream_failed("bad_stream")
             return
-        if self.out:
-            self.flush_client()
-
-    def client_gone(self) -> None:
-        """The client closed its connection: stop the upstream at once so the engine frees the slot."""
-        if self.done:
-            return
-        if self.cap is not None:
-            self.cap.error = "client_cancel"
-        self.ctx.count_cancel()
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            upstream.abort()
-        else:
-            self.ctx.pool.forget(self)
-        self.close_after = True
-        self._finish(reusable=False)
+        out = self.out
+        if out:  # one write per read: what the parse produced, before anything else happens
+            self.send(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
 
     # ------------------------------------------------------------------ response parser callbacks
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
+        self._count_head(len(reason))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.resp_headers.append((name, value))
+        self._count_head(len(name) + len(value) + 4)
+        if self.state is State.AWAITING:
+            self.resp_headers.append((name, value))
+        elif self.trailers:  # after the body: a trailer field
+            self.trailer_fields.append((name, value))
+
+    def _count_head(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > self.ctx.limits.max_response_head_bytes:
+            raise ResponseHeadTooLarge
 
     def on_headers_complete(self) -> None:
         parser = self.parser
-        if parser is None:  # another response in the read that ended this exchange: not answered to anyone
+        if parser is None or self.state is not State.AWAITING:  # a response no one asked for: not answered
             return
         status = parser.get_status_code()
-        if status < 200:
-            self.interim = True
+        if status == 101 and self.upgrade:
+            self._switch()
+        elif status < 200:
             if status != 100 and self.version == b"1.1":  # 103 Early Hints and the like pass on
                 self.out.append(http1.serialize(b"HTTP/1.1 %d %b" % (status, self.reason), self.resp_headers))
-            self.reason, self.resp_headers = b"", []
-            return
+            self.reason, self.resp_headers, self.head_bytes = b"", [], 0
+        else:
+            self._final_head(status, parser.should_keep_alive())
+
+    def _final_head(self, status: int, keep_alive: bool) -> None:
         self.status = status
-        self.head_tick = self.ctx.tick
-        self.upstream_keep_alive = parser.should_keep_alive()
+        self.reusable = keep_alive
         headers = self.resp_headers
-        extra: http1.Headers = []
         framing: http1.Headers = []
         length = http1.header_value(headers, b"content-length")
         no_body = http1.status_has_no_body(status, self.method)
-        stripping = self.cap is not None and self.cap.injected_usage and _is_event_stream(headers)
-        if length is not None and not http1.is_chunked(headers) and not stripping:
+        cap = self.cap
+        stripping = cap is not None and cap.injected_usage and heads.is_event_stream(headers)
+        chunked_in = http1.is_chunked(headers)
+        if length is not None and not chunked_in and not stripping:
             framing.append((b"Content-Length", length))
-        elif not no_body:
-            if self.version == b"1.1":
-                self.chunked_out = True
-                framing.append((b"Transfer-Encoding", b"chunked"))
-            else:
-                self.close_after = True
+        elif not no_body and self.version == b"1.1" and (chunked_in or length is not None):
+            self.chunked_out = True
+            framing.append((b"Transfer-Encoding", b"chunked"))
+        elif not no_body:  # close-delimited upstream, or an HTTP/1.0 client: the close is the end
+            self.close_after = True
         if not self.client_keep_alive or self.ctx.draining or not self.request_done:
             self.close_after = True
-        if self.close_after:
-            extra.append((b"Connection", b"close"))
-        elif self.version == b"1.0":
-            extra.append((b"Connection", b"keep-alive"))
-        start = b"HTTP/%b %d %b" % (self.version, status, self.reason)
-        self.out.append(http1.serialize(start, http1.end_to_end(headers, framing), extra))
-        self.head_sent = True
-        cap = self.cap
+        connection = b"close" if self.close_after else b"keep-alive" if self.version == b"1.0" else b""
+        self.out.append(heads.response_head(self.version, status, self.reason, headers, framing, connection))
+        self._to(State.STREAMING)
+        if self.upgrade:
+            self.client.upgrade_answered(self, switched=False)
         if cap is not None:
             cap.status = status
-            cap.head_ns = now_ns()
-            cap.event_stream = _is_event_stream(headers)
+            cap.event_stream = heads.is_event_stream(headers)
             if stripping:  # the body shrinks by the usage event, so a Content-Length became chunked framing
                 self.strip = UsageStripper()
         if no_body:
             self.on_message_complete()
 
+    def _switch(self) -> None:
+        self.status = 101
+        self.close_after = True
+        if self.cap is not None:
+            self.cap.status = 101
+        self.out.append(heads.switching_head(self.version, self.reason, self.resp_headers))
+        self._to(State.TUNNEL)
+        self.client.upgrade_answered(self, switched=True)
+
     def on_body(self, piece: bytes) -> None:
-        if self.done:
-            self.upstream_keep_alive = False  # bytes after a bodiless response: do not reuse
+        if self.state is not _STREAMING:
+            self.reusable = False  # bytes after the response: do not reuse the connection
             return
         cap = self.cap
-        if cap is not None:  # inlined Capture.add_piece: this runs for every chunk of observed streams
+        if cap is not None:  # inlined: this runs for every read of observed streams
             cap.response_bytes += len(piece)
             if cap.response_bytes <= cap.limit_bytes:
                 cap.pieces.append(piece)
@@ -422,26 +514,24 @@ class Exchange:
         self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)
 
     def on_message_complete(self) -> None:
-        if self.interim:
-            self.interim = False
-            return
-        if self.done:
-            return
+        if self.state is not State.STREAMING:
+            return  # an interim (1xx) response, a 101's head, or a response after this exchange ended
         if self.strip is not None:
             rest = self.strip.flush()
             if rest:
                 self.out.append(http1.chunk(rest) if self.chunked_out else rest)
         if self.chunked_out:
-            self.out.append(http1.CHUNKED_END)
+            trailers = self.trailer_fields
+            self.out.append(heads.trailer_block(trailers) if trailers else http1.CHUNKED_END)
         self.flush_client()
-        self._finish(reusable=self.upstream_keep_alive and self.request_done)
+        self._finish(reusable=self.reusable and self.request_done)
 
     # ------------------------------------------------------------------ end
 
     def flush_client(self) -> None:
         out = self.out
         if out:
-            self.client.write(out[0] if len(out) == 1 else b"".join(out))
+            self.send(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
 
     def _close_delimited(self) -> bool:
@@ -449,8 +539,16 @@ class Exchange:
         headers = self.resp_headers
         return http1.header_value(headers, b"content-length") is None and not http1.is_chunked(headers)
 
+    def _drop_upstream(self) -> None:
+        """Abort the upstream connection, or stop waiting for one."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.close()
+        elif self.state is State.CONNECTING:
+            self.ctx.pool.forget(self)
+
     def _finish(self, reusable: bool) -> None:
-        self.done = True
+        self._to(State.DONE)
         # The parser holds this exchange (its callbacks): letting go of it breaks the cycle, so an
         # ended exchange, its buffers and its capture are freed at once instead of by the collector.
         self.parser = None

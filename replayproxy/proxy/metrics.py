@@ -33,6 +33,13 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("replayproxy_client_cancels_total", "counter", "Requests whose client disconnected before the end", ()),
     ("replayproxy_upstream_errors_total", "counter", "Upstream failures, by error class", ("error",)),
     ("replayproxy_upstream_connections", "gauge", "Upstream connections open or opening", ()),
+    ("replayproxy_client_connections", "gauge", "Client connections open", ()),
+    (
+        "replayproxy_client_connections_refused_total",
+        "counter",
+        "Client connections refused at accept, by reason (limit, fd_exhausted)",
+        ("reason",),
+    ),
     (
         "replayproxy_ttft_seconds",
         "histogram",
@@ -94,6 +101,7 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ),
 )
 METRIC_NAMES = tuple(name for name, _, _, _ in METRICS)
+REFUSE_REASONS = ("limit", "fd_exhausted")
 DROP_REASONS = ("queue_full", "writer_error", "shape_error")
 RECORDER_ERROR_KINDS = ("disk_full", "permission", "io", "crash", "observer")
 
@@ -132,8 +140,10 @@ class HotCounters:
     requests: dict[tuple[str, ...], int] = field(default_factory=dict)  # (endpoint, status class)
     upstream_errors: dict[str, int] = field(default_factory=dict)
     client_cancels: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSE_REASONS, 0))
     in_flight: Callable[[], int] = lambda: 0
     upstream_connections: Callable[[], int] = lambda: 0
+    client_connections: Callable[[], int] = lambda: 0
 
 
 class _HotCollector(Collector):
@@ -151,6 +161,10 @@ class _HotCollector(Collector):
         yield cancels
         yield _counter("replayproxy_upstream_errors_total", {(k,): v for k, v in hot.upstream_errors.items()})
         yield _gauge("replayproxy_upstream_connections", hot.upstream_connections())
+        yield _gauge("replayproxy_client_connections", hot.client_connections())
+        yield _counter(
+            "replayproxy_client_connections_refused_total", {(k,): v for k, v in hot.refused.items()}
+        )
 
 
 class Buckets:

@@ -32,25 +32,14 @@ class Capture:
     request_bytes: int = 0
     body_truncated: bool = False  # more than max_buffered_body_bytes: the shape is minimal
     injected_usage: bool = False  # the proxy added stream_options.include_usage
-    sent_ns: int = -1  # request completely written upstream
     status: int = 0
     event_stream: bool = False  # response Content-Type is text/event-stream
-    head_ns: int = -1  # response headers arrived
     pieces: list[bytes] = field(default_factory=list)  # decoded upstream body, as it arrived
     piece_ns: list[int] = field(default_factory=list)
     response_bytes: int = 0
     response_truncated: bool = False
     end_ns: int = -1  # response complete, cut, or cancelled
     error: str = ""  # shape.ERROR_CLASSES
-
-    def add_piece(self, piece: bytes, at_ns: int) -> None:
-        """Keep one piece of the upstream body and when it was parsed (the forwarding path inlines this)."""
-        self.response_bytes += len(piece)
-        if self.response_bytes > self.limit_bytes:
-            self.response_truncated = True
-            return
-        self.pieces.append(piece)
-        self.piece_ns.append(at_ns)
 
 
 class Observer(Protocol):

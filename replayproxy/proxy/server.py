@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import resource
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 
@@ -20,6 +22,7 @@ from replayproxy.config import ConfigError
 from replayproxy.proxy.admin import make_admin_app, start_admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
+from replayproxy.proxy.listener import Listener
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.observe import Observer, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
@@ -55,19 +58,26 @@ class ProxyServer:
         )
         self.url = ""
         self.admin_url = ""
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: Listener | None = None
         self._admin: web.AppRunner | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = False
         self._tick_log = RateLimitedLog(settings.log_interval_s)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         host, port = parse_hostport(self.settings.listen, "listen")
-        self._server = await loop.create_server(
-            self.forwarder.protocol, host, port, backlog=self.settings.backlog, reuse_address=True
+        forwarder = self.forwarder
+        forwarder.hot.client_connections = lambda: len(forwarder.clients)
+        self._listener = Listener(
+            _listen(host, port, self.settings.backlog),
+            forwarder.protocol,
+            open_clients=forwarder.hot.client_connections,
+            max_clients=self.settings.max_client_connections,
+            refused=forwarder.hot.refused,
+            log=forwarder.log,
         )
-        self.url = _url(host, self._server.sockets[0].getsockname()[1])
+        self._listener.start()
+        self.url = _url(host, self._listener.sock.getsockname()[1])
         if self.settings.admin_listen:
             admin_host, admin_port = parse_hostport(self.settings.admin_listen, "admin_listen")
             recorder = self.recorder
@@ -79,7 +89,7 @@ class ProxyServer:
             try:
                 self._admin, bound = await start_admin(app, admin_host, admin_port)
             except BaseException:
-                self._server.close()
+                self._listener.close()
                 raise
             self.admin_url = _url(admin_host, bound)
         if self.recorder is not None:
@@ -100,6 +110,7 @@ class ProxyServer:
         self._start_ticker()
 
     async def _tick(self) -> None:
+        """The forwarding timer; a failure is logged and the next tick runs (timeouts never stop)."""
         while True:
             await asyncio.sleep(TICK_S)
             try:
@@ -115,16 +126,15 @@ class ProxyServer:
         """Stop accepting, drain, cancel what is left, close the trace."""
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         forwarder = self.forwarder
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         forwarder.drain()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while forwarder.exchanges:
                     await asyncio.sleep(0.02)
         for client in list(forwarder.clients):
-            if client.transport is not None:
-                client.transport.abort()
+            client.abort()
         await asyncio.sleep(0)  # let connection_lost cancel what was aborted
         self._stopping = True
         if self._ticker is not None:
@@ -134,6 +144,32 @@ class ProxyServer:
             await asyncio.to_thread(self.recorder.close)
         if self._admin is not None:
             await self._admin.cleanup()
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as e:  # worded as asyncio's create_server words it
+        sock.close()
+        reason = (e.strerror or str(e)).lower()
+        raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}") from e
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def raise_fd_limit() -> None:
+    """Use every file descriptor the hard limit allows (like Go's runtime): one per client and one
+    per upstream connection add up fast, and the soft limit is often 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _url(host: str, port: int) -> str:
@@ -177,6 +213,7 @@ def run(settings: ProxySettings, observer: Observer | None = None) -> int:
     """Serve until SIGTERM/SIGINT on uvloop (plain asyncio where uvloop is unavailable); `observer`
     replaces the recorder (benchmarks/proxy_overhead.py measures a do-nothing one)."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    raise_fd_limit()
     try:
         import uvloop
     except ImportError:

@@ -60,6 +60,8 @@ class ProxySettings:
     client_keepalive_s: float = _opt(75.0, "idle client connections are closed after this")
     client_header_timeout_s: float = _opt(60.0, "a client must send a whole request head within this")
     max_request_head_bytes: int = _opt(65536, "larger request heads get 431")
+    max_response_head_bytes: int = _opt(65536, "larger upstream response heads get 502")
+    max_client_connections: int = _opt(4096, "open client connections at most; more get 503 at once")
     max_buffered_body_bytes: int = _opt(16 << 20, "request bodies up to this are parsed for recording")
     max_captured_response_bytes: int = _opt(16 << 20, "response bytes kept per request for recording")
     queue_records: int = _opt(4096, "requests waiting for the recorder at most; more are dropped")
@@ -113,6 +115,8 @@ class ProxySettings:
             "flush_interval_s",
             "drain_timeout_s",
             "max_request_head_bytes",
+            "max_response_head_bytes",
+            "max_client_connections",
         )
         for name in positive:
             if not getattr(self, name) > 0:
@@ -138,6 +142,8 @@ _MAX_BY_NAME: dict[str, int] = {
     "queue_records": 100_000_000,
     "block_size": 1_000_000,
     "max_request_head_bytes": 1 << 30,
+    "max_response_head_bytes": 1 << 30,
+    "max_client_connections": 1_000_000,
     "max_buffered_body_bytes": 1 << 40,
     "max_captured_response_bytes": 1 << 40,
     "queue_bytes": 1 << 40,

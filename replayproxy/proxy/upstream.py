@@ -13,29 +13,20 @@ import contextlib
 import socket
 import ssl
 from collections import deque
-from typing import Protocol
 
+from replayproxy.proxy.seam import Borrower, UpstreamLink
 from replayproxy.tasks import spawn
 
 
-class Borrower(Protocol):
-    """The side of an exchange the pool and the connection talk to."""
-
-    def upstream_ready(self, conn: UpstreamConnection) -> None: ...
-    def upstream_failed(self, error: str) -> None: ...
-    def upstream_data(self, data: bytes) -> None: ...
-    def upstream_lost(self) -> None: ...
-    def upstream_pause(self, paused: bool) -> None: ...
-
-
 class UpstreamConnection(asyncio.Protocol):
-    __slots__ = ("pool", "transport", "borrower", "activity", "idle_tick", "requests", "lost")
+    """The socket of one upstream connection, and the exchange's `UpstreamLink` to it."""
+
+    __slots__ = ("pool", "transport", "borrower", "idle_tick", "requests", "lost")
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.borrower: Borrower | None = None
-        self.activity = 0  # reads so far; the timeout ticker compares it between ticks
         self.idle_tick = 0
         self.requests = 0  # requests sent on this connection; >0 means a reused connection
         self.lost = False
@@ -48,10 +39,9 @@ class UpstreamConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        self.activity += 1
         borrower = self.borrower
         if borrower is None:  # an idle connection must stay silent; anything else is a broken peer
-            self.abort()
+            self.close()
             return
         borrower.upstream_data(data)
 
@@ -77,10 +67,15 @@ class UpstreamConnection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(data)
 
-    def abort(self) -> None:
+    def close(self) -> None:
+        """Abort: the engine sees the connection go at once and frees the request's slot."""
         self.borrower = None
         if self.transport is not None:
             self.transport.abort()
+
+    def pause(self, paused: bool) -> None:
+        if self.transport is not None and not self.lost:
+            (self.transport.pause_reading if paused else self.transport.resume_reading)()
 
 
 class UpstreamPool:
@@ -124,10 +119,11 @@ class UpstreamPool:
         with contextlib.suppress(ValueError):
             self.waiting.remove(borrower)
 
-    def release(self, conn: UpstreamConnection, reusable: bool, tick: int) -> None:
+    def release(self, conn: UpstreamLink, reusable: bool, tick: int) -> None:
+        assert isinstance(conn, UpstreamConnection)
         conn.borrower = None
         if not reusable or conn.lost:
-            conn.abort()
+            conn.close()
             return
         if self.waiting:
             self._lend(conn, self.waiting.popleft())
@@ -135,7 +131,7 @@ class UpstreamPool:
             conn.idle_tick = tick
             self.idle.append(conn)
         else:
-            conn.abort()
+            conn.close()
 
     def lost(self, conn: UpstreamConnection) -> None:
         self.open -= 1
@@ -150,7 +146,7 @@ class UpstreamPool:
         keep = [c for c in self.idle if older_than_tick is not None and c.idle_tick >= older_than_tick]
         for conn in self.idle:
             if conn not in keep:
-                conn.abort()
+                conn.close()
         self.idle = keep
 
     def _lend(self, conn: UpstreamConnection, borrower: Borrower) -> None:

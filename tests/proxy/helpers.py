@@ -227,6 +227,16 @@ async def raw_exchange(url: str, data: bytes, responses: int = 1) -> list[RawRes
     return parser.done
 
 
+def add_piece(cap: Capture, piece: bytes, at_ns: int) -> None:
+    """Keep one piece of an upstream body in a hand-made capture, as the forwarding path does."""
+    cap.response_bytes += len(piece)
+    if cap.response_bytes > cap.limit_bytes:
+        cap.response_truncated = True
+        return
+    cap.pieces.append(piece)
+    cap.piece_ns.append(at_ns)
+
+
 class CaptureSink:
     """An observer that keeps every capture, for tests of what the hot path hands over."""
 

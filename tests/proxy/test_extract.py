@@ -9,6 +9,7 @@ import orjson
 from replayproxy.proxy.extract import build_shape
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
+from tests.proxy.helpers import add_piece
 
 KEY = b"k" * 32
 MS = 1_000_000
@@ -29,7 +30,7 @@ def capture(
         **fields,
     )
     for at_ms, piece in pieces:
-        cap.add_piece(piece, (1000 + at_ms) * MS)
+        add_piece(cap, piece, (1000 + at_ms) * MS)
     cap.end_ns = (1000 + (pieces[-1][0] if pieces else 0) + 1) * MS
     return cap
 

@@ -24,6 +24,7 @@ from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
 from replayproxy.trace import ReadReport, TraceHeader, TraceWriter, read_tables
+from tests.proxy.helpers import add_piece
 from tests.proxy.test_recorder import KEY, cap, make, sample
 
 HASHER = PromptHasher(KEY)
@@ -100,7 +101,7 @@ def build(body: Any, usage: Any, endpoint: str, parsed: bool) -> RequestShape:
     c.request_json = body if parsed else None
     c.request_bytes = len(raw)
     c.status = 200
-    c.add_piece(safe_dumps({"usage": usage}), now_ns())
+    add_piece(c, safe_dumps({"usage": usage}), now_ns())
     c.end_ns = now_ns()
     return build_shape(c, HASHER, 0)
 

@@ -19,7 +19,7 @@ from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.shape import key_fingerprint
 from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, iter_shapes, read_tables
-from tests.proxy.helpers import settings
+from tests.proxy.helpers import add_piece, settings
 
 KEY = b"r" * 32
 
@@ -42,7 +42,7 @@ def cap(i: int = 0) -> Capture:
         request_bytes=len(body),
         status=200,
     )
-    c.add_piece(answer, now_ns())
+    add_piece(c, answer, now_ns())
     c.end_ns = now_ns()
     return c
 

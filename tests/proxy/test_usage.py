@@ -150,3 +150,29 @@ def test_unobserved_requests_are_not_rewritten() -> None:
             assert orjson.loads(up.requests[0].body) == body and sink.captures == []
 
     run(main())
+
+
+FP_TOKEN = b'data: {"id":"c","system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+FP_USAGE = b'data: {"id":"c","system_fingerprint":"fp","choices":[],"usage":{"prompt_tokens":4}}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected"),
+    [
+        # OpenAI: every chunk carries system_fingerprint, so the usage event adds nothing: dropped.
+        (FP_TOKEN + FP_USAGE + DONE, FP_TOKEN + DONE),
+        # vLLM: only the usage event carries it: kept, without its usage.
+        (
+            TOKEN + FP_USAGE + DONE,
+            TOKEN + b'data: {"id":"c","system_fingerprint":"fp","choices":[]}\n\n' + DONE,
+        ),
+        # A chunk's identity (id here) missing from the first event is no reason to keep it.
+        (ROLE + TOKEN + USAGE.replace(b"{", b'{"id":"c",', 1) + DONE, ROLE + TOKEN + DONE),
+    ],
+)
+def test_a_usage_event_is_kept_only_for_a_field_the_stream_did_not_carry(
+    stream: bytes, expected: bytes
+) -> None:
+    for i in range(len(stream) + 1):
+        stripper = UsageStripper()
+        assert stripper.feed(stream[:i]) + stripper.feed(stream[i:]) + stripper.flush() == expected, i
