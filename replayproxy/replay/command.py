@@ -54,6 +54,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip chat token calibration (lengths then assume the default template)",
     )
     add(
+        "--tokenizer",
+        metavar="PATH",
+        help="local Hugging Face tokenizer.json (or its model directory) for exact prompt lengths "
+        "(default: the engine's tokenize endpoint)",
+    )
+    add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
+    add(
+        "--include-failed",
+        action="store_const",
+        const=True,
+        help="also replay requests that failed when recorded (left out by default)",
+    )
+    add(
         "--pool-size",
         type=int,
         metavar="N",

@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
-from replayproxy.replay import calibrate, flavors, plan, schedule, summary, synth
+from replayproxy.replay import calibrate, exact, exactness, flavors, plan, schedule, summary, synth
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
@@ -59,6 +59,9 @@ class ReplayOptions:
     start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
     reset_prefix_cache: bool = True
     calibrate: bool = True
+    tokenizer: str = ""  # local tokenizer.json (or its directory) for exact prompts; "" = the engine's
+    chat_template: str = ""  # Jinja chat template file for the local tokenizer ("" = its own)
+    include_failed: bool = False  # replay requests that failed when recorded (left out by default)
     api_key: str = ""  # sent as a bearer token; never recorded
     pool_size: int = 0  # connections opened before the run; 0: the trace's peak concurrency
     scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
@@ -136,6 +139,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         _log.warning("%s", warning)
     window = schedule.Window(options.start_offset, options.duration, options.limit)
     rows = schedule.select(cols.offset_ns, window)
+    rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
     target = Target.parse(options.target)
     timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -152,14 +156,28 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
             default_model=info.default_model,
         )
         record: dict[str, Any] = {}
-        prober = calibrate.Prober(
-            session, target.url, flavor, _probe_model(cols, rows, plan_options), options.headers
+        model = _probe_model(cols, rows, plan_options)
+        prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
+        tokenizer, why = await exactness.find_tokenizer(
+            options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers
         )
-        if options.calibrate:
+        book: exact.Book | None = None
+        exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": why}
+        if tokenizer is not None:
+            book, exact_record = await exactness.measure(tokenizer, cols, rows)
+        if len(rows) and np.any(cols.endpoint[rows] == "completions"):
+            flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
+            exact_record.update(ids_record)
+            prober.flavor = flavor
+        plan_options = replace(plan_options, book=book)
+        if options.calibrate and (book is None or book.failed):
             plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
         prepared = plan.prepare(cols, rows, flavor, plan_options)
-        if options.calibrate and any(p.endpoint == "chat" for p in prepared):
-            record["check"] = await calibrate.verify(prober, [p for p in prepared if p.endpoint == "chat"])
+        if tokenizer is not None and book is not None:
+            exact_record["check"] = await exactness.verify(tokenizer, prepared)
+        approximate = [p for p in prepared if p.endpoint == "chat" and not p.exact]
+        if options.calibrate and approximate:
+            record["check"] = await calibrate.verify(prober, approximate)
         skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
         actions = await pre_run(session, target.url, flavor, skip, options.headers)
     if options.shard:
@@ -169,8 +187,24 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
-    outcome = {**actions, "calibration": record, "probes": prober.probes, "peak_concurrency": peak}
+    outcome = {
+        **actions,
+        "prompts": exact_record,
+        "calibration": record,
+        "probes": prober.probes,
+        "peak_concurrency": peak,
+        "recorded_failures_left_out": failed_left_out,
+    }
     return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows))
+
+
+def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> tuple[np.ndarray, int]:
+    """Rows that did not fail when recorded (a client's own cancel is not a failure), unless `include`."""
+    if include or not len(rows):
+        return rows, 0
+    errors = cols.error[rows]
+    keep = (errors == "") | (errors == "client_cancel")
+    return rows[keep], int((~keep).sum())
 
 
 def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
