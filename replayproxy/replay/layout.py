@@ -108,9 +108,10 @@ def shared_layout(
     shared = min(shared, donor.total, total - len(structure.closing) - 1)
     n = len(donor.lengths)
     m = next((i for i in range(n) if shared <= donor.end(i)), n - 1)
-    plan: tuple[list[int], int, int] | None = None  # (fixed lengths, first free message's minimum, shared)
+    # (fixed lengths, the next message's minimum length, tokens shared, donor messages in the span)
+    plan: tuple[list[int], int, int, int]
     if donor.starts[m] <= shared <= donor.end(m):
-        plan = (list(donor.lengths[:m]), shared - donor.starts[m] + 1, shared)
+        plan = (list(donor.lengths[:m]), shared - donor.starts[m] + 1, shared, m + 1)
     else:
         if shared > donor.end(m):  # past the last content: inside the donor's generation prompt
             gap, next_start = donor.structure.closing, donor.total
@@ -120,11 +121,10 @@ def shared_layout(
             m -= 1
             gap, next_start = donor.structure.between[m], donor.starts[m + 1]
         if len(roles) > m + 1 and m < len(structure.between) and structure.between[m] == gap:
-            plan = (list(donor.lengths[: m + 1]), 1, next_start)
+            plan = (list(donor.lengths[: m + 1]), 1, next_start, m + 1)
         else:
-            plan = (list(donor.lengths[:m]), donor.lengths[m] + 1, donor.end(m))
-    fixed, first_min, realized = plan
-    copied = len(fixed) + 1
+            plan = (list(donor.lengths[:m]), donor.lengths[m] + 1, donor.end(m), m + 1)
+    fixed, first_min, realized, copied = plan
     same_template = (
         tuple(roles[:copied]) == donor.roles[:copied]
         and structure.head == donor.structure.head

@@ -181,6 +181,7 @@ def _plan_exact(
     else:
         roles = ("prompt",)
         structure = exact.Structure((), (), ()) if token_ids else book.text
+    token_ids = token_ids and endpoint != "chat"
     n_tokens = max(n_tokens, structure.overhead + len(roles))
     plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
     if plan is None:

@@ -95,7 +95,11 @@ async def _gather(calls: Sequence[Any]) -> list[list[int]]:
         async with limit:
             return await call  # type: ignore[no-any-return]
 
-    return list(await asyncio.gather(*(one(c) for c in calls)))
+    answers = await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return answers  # type: ignore[return-value]
 
 
 def _ids(value: Any, where: str) -> list[int]:

@@ -92,6 +92,12 @@ class Metrics(Collector):
             return family
 
         stats = engine.stats
+        config = engine.config
+        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                 labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"])
+        info.add_metric([str(config.block_size), str(config.num_gpu_blocks), str(config.prefix_cache), "0"],
+                        1)
+        yield info
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", len(engine.running))
         yield gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", len(engine.waiting))
         usage = engine.pool.usage
