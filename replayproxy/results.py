@@ -54,6 +54,7 @@ class ReplayResult:
     prompt_tokens: int = UNKNOWN  # from the target's usage
     completion_tokens: int = UNKNOWN
     cached_tokens: int = UNKNOWN
+    expected_shared_tokens: int = 0  # prompt prefix an earlier request of the trace had (tokens)
     new_connection: bool = False  # a connection had to be opened on the send path
     worker: int = 0
 
@@ -84,6 +85,7 @@ RESULT_KINDS: dict[str, str] = {
     "prompt_tokens": "i8",
     "completion_tokens": "i8",
     "cached_tokens": "i8",
+    "expected_shared_tokens": "i8",
     "new_connection": "b1",
     "worker": "i8",
 }

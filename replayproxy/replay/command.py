@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import session, summary, workers
+from replayproxy.replay import session, summary, telemetry, workers
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
@@ -175,4 +175,7 @@ def _finish(
     if show_progress:
         print(file=sys.stderr)
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
-    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop())
+    extras = dict(sidecars.stop())
+    after = telemetry.scrape_cache_state(session.cache_metrics_url(options))
+    extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
+    return session.write_results(options, plan, results, start_wall_ns, extras)

@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
-from replayproxy.replay import calibrate, exact, exactness, flavors, plan, schedule, summary, synth
+from replayproxy.replay import calibrate, exact, exactness, flavors, plan, schedule, summary, synth, telemetry
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
@@ -179,7 +179,9 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
         skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
-        actions = await pre_run(session, target.url, flavor, skip, options.headers)
+        actions: dict[str, Any] = dict(await pre_run(session, target.url, flavor, skip, options.headers))
+        cache_url = cache_metrics_url(options)
+        actions["prefix_cache"] = await asyncio.to_thread(telemetry.scrape_cache_state, cache_url)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
         prepared = [p for p in prepared if p.index % count == index]
@@ -196,6 +198,11 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         "recorded_failures_left_out": failed_left_out,
     }
     return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows))
+
+
+def cache_metrics_url(options: ReplayOptions) -> str:
+    """Where the engine's prefix-cache counters are read before and after the run."""
+    return options.metrics_url or Target.parse(options.target).url + "/metrics"
 
 
 def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> tuple[np.ndarray, int]:

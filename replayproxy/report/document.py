@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown, telemetry
+from replayproxy.report import breakdown, cache, telemetry
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import concurrency, exact_share
@@ -46,7 +46,7 @@ def build_document(
         "runs": [run_doc(r, slos) for r in columns],
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
         "sweeps": [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)],
-        "warnings": [w for r in columns for w in run_warnings(r)],
+        "warnings": [*cache.header_notes(columns), *(w for r in columns for w in run_warnings(r))],
     }
     return doc
 
@@ -111,6 +111,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "goodput": goodput_doc(goodput(m, slos)) if slos else None,
         "telemetry": _telemetry_doc(run, m.n),
         "trace_prefix_reuse": _trace_prefix_reuse(run),
+        "prefix_cache": cache.prefix_cache_doc(run),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],

@@ -8,7 +8,7 @@ beside them (never silently dropped).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class Requests:
     output_tokens: np.ndarray  # from usage; -1 unknown
     expected_input_tokens: np.ndarray  # what the trace asked for; -1 unknown
     expected_output_tokens: np.ndarray
+    # prompt prefix an earlier request of the trace had, tokens; empty when the run did not record it
+    expected_shared_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.index)
