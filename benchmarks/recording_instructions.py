@@ -3,8 +3,9 @@
 CPU time on a shared VM moves by ±20% between identical runs (BENCHMARKS.md), more than most
 changes to the recorder. Instructions counted by callgrind repeat to within a percent whatever
 else runs, so this script puts the proxy under `valgrind --tool=callgrind`, with recording off,
-then at each of proxy_overhead.py's steps to recording on (`CPU_STEPS`), and counts the instructions that each of its threads spends per streamed request (the
-same 64-chunk requests as benchmarks/proxy_overhead.py, from its upstream and load generator).
+then at each of proxy_overhead.py's steps to recording on (`CPU_STEPS`), and counts the
+instructions that each of its threads spends per streamed request (the same 64-chunk requests as
+benchmarks/proxy_overhead.py, from its upstream and load generator).
 Instructions are not time: cache misses are not counted, so this tells which code costs what,
 and proxy_overhead.py tells what it costs on the machine.
 
