@@ -1,0 +1,71 @@
+"""Exact workload end to end: the sim counting with a real BPE tokenizer, the replayer through its /tokenize.
+
+Lengths must be exact request by request, and the sim's prefix-cache hits must match what the
+trace implies at the sim's block size. With REPLAYPROXY_REAL_ENGINE=URL the same checks run
+against a real engine (e.g. ../shared/real-engine/start.sh's vLLM); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from replayproxy.cli import main
+from replayproxy.results import load_results
+from tests import servers
+from tests.replay import traces
+
+pytestmark = pytest.mark.slow
+
+
+def _trace(tmp_path: Path, endpoint: str, model: str) -> Path:
+    shapes = traces.synthetic_shapes(
+        model=model,
+        requests=80,
+        rate_rps=8.0,
+        prefix_groups=3,
+        prefix_len_tokens=400,
+        sessions_share=0.4 if endpoint == "chat" else 0.0,
+        turns="uniform:2,3",
+        input_len="uniform:420,700",
+        output_len="uniform:2,6",
+        endpoint=endpoint,
+    )
+    return traces.write(tmp_path / f"{endpoint}.rpt", shapes)
+
+
+def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _trace(tmp_path, endpoint, model)
+    out = tmp_path / f"{endpoint}.rpr"
+    assert main(["replay", str(trace), "--target", url, "-o", str(out), "--quiet", "--speed", "2"]) == 0
+    capsys.readouterr()
+    run = load_results([out])[0]
+    assert run.header.pre_run["prompts"]["lengths"] == "exact"
+    assert run.footer["summary"]["errors"] == 0
+    share = run.footer["summary"]["input_exact"]
+    assert share >= (0.99 if endpoint == "chat" else 1.0), share
+    assert run.footer["summary"]["output_exact"] == 1.0
+    assert main(["report", str(out), "--json"]) == 0
+    cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
+    assert cache["implied_hit_tokens"] > 0
+    assert abs(cache["engine_hit_tokens"] / cache["implied_hit_tokens"] - 1) <= 0.01, cache
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_sim_with_a_bpe_tokenizer_gets_exact_lengths_and_the_implied_cache_hits(
+    tmp_path: Path, bpe_tokenizer: Path, endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with servers.sim("--tokenizer", str(bpe_tokenizer), "--speed", "20") as sim:
+        _check(tmp_path, sim.url, traces.SIM_MODEL, endpoint, capsys)
+
+
+@pytest.mark.skipif(not os.environ.get("REPLAYPROXY_REAL_ENGINE"), reason="set REPLAYPROXY_REAL_ENGINE=URL")
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_real_engine_gets_exact_lengths_and_the_implied_cache_hits(
+    tmp_path: Path, endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = os.environ["REPLAYPROXY_REAL_ENGINE"]
+    _check(tmp_path, url, os.environ.get("REPLAYPROXY_REAL_MODEL", "tiny-llama"), endpoint, capsys)
