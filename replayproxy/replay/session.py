@@ -29,6 +29,7 @@ from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.target import TargetInfo, describe, pre_run
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
+from replayproxy.trace.reuse import prefix_reuse
 
 _log = logging.getLogger("replayproxy.replay")
 START_LEAD_NS = 200_000_000  # first send this long after everything is ready
@@ -197,7 +198,8 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         "peak_concurrency": peak,
         "recorded_failures_left_out": failed_left_out,
     }
-    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, rows))
+    replayed = rows[plan.replayable(cols)[rows]] if len(rows) else rows
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, replayed))
 
 
 def cache_metrics_url(options: ReplayOptions) -> str:
@@ -215,16 +217,9 @@ def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> t
 
 
 def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
-    """The replayed window's prefix reuse: share of input tokens in blocks an earlier request had."""
-    rows = rows[plan.replayable(cols)[rows]] if len(rows) else rows
-    index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
-    hashes = np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
-    owners = synth.first_owners(hashes, index)
-    block = plan.block_tokens(cols)
-    shared = sum(min(synth.shared_blocks(owners, index, i) * block, max(int(cols.input_tokens[r]), 0))
-                 for i, r in enumerate(rows.tolist()))  # fmt: skip
+    """The replayed window's prefix reuse, by the definition `inspect` uses (trace.reuse)."""
     total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
-    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": shared / total if total else None}
+    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
 
 
 def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:

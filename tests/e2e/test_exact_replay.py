@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
+from replayproxy.inspect import profile_of
 from replayproxy.results import load_results
+from replayproxy.trace import load
 from tests import servers
 from tests.replay import traces
 
@@ -40,7 +42,7 @@ def _trace(tmp_path: Path, endpoint: str, model: str) -> Path:
 def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _trace(tmp_path, endpoint, model)
     out = tmp_path / f"{endpoint}.rpr"
-    assert main(["replay", str(trace), "--target", url, "-o", str(out), "--quiet", "--speed", "2"]) == 0
+    assert main(["replay", str(trace), "--target", url, "-o", str(out), "--quiet"]) == 0
     capsys.readouterr()
     run = load_results([out])[0]
     assert run.header.pre_run["prompts"]["lengths"] == "exact"
@@ -48,6 +50,8 @@ def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.C
     share = run.footer["summary"]["input_exact"]
     assert share >= (0.99 if endpoint == "chat" else 1.0), share
     assert run.footer["summary"]["output_exact"] == 1.0
+    # one reuse figure for one trace: the replay's profile of its window is inspect's
+    assert run.extras["trace_profile"][0]["prefix_reuse"] == profile_of(load(trace))["prefix_reuse"]
     assert main(["report", str(out), "--json"]) == 0
     cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
     assert cache["implied_hit_tokens"] > 0
