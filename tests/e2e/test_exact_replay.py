@@ -7,6 +7,7 @@ against a real engine (e.g. ../shared/real-engine/start.sh's vLLM); skipped othe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ from replayproxy.cli import main
 from replayproxy.inspect import profile_of
 from replayproxy.results import load_results
 from replayproxy.trace import load
-from tests import servers
+from tests import conversations, servers
 from tests.replay import traces
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,12 @@ def _trace(tmp_path: Path, endpoint: str, model: str) -> Path:
 
 
 def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = _trace(tmp_path, endpoint, model)
+    _check_run(tmp_path, _trace(tmp_path, endpoint, model), url, endpoint, capsys)
+
+
+def _check_run(
+    tmp_path: Path, trace: Path, url: str, endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / f"{endpoint}.rpr"
     assert main(["replay", str(trace), "--target", url, "-o", str(out), "--quiet"]) == 0
     capsys.readouterr()
@@ -64,6 +70,21 @@ def test_sim_with_a_bpe_tokenizer_gets_exact_lengths_and_the_implied_cache_hits(
 ) -> None:
     with servers.sim("--tokenizer", str(bpe_tokenizer), "--speed", "20") as sim:
         _check(tmp_path, sim.url, traces.SIM_MODEL, endpoint, capsys)
+
+
+def test_recorded_multi_turn_trace_gets_the_implied_cache_hits(
+    tmp_path: Path, bpe_tokenizer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Conversations with live replies recorded through the proxy, then replayed against a fresh sim."""
+    with (
+        servers.sim("--tokenizer", str(bpe_tokenizer), "--speed", "20") as engine,
+        servers.start_proxy(engine.url, tmp_path / "traces") as proxy,
+    ):
+        asyncio.run(conversations.send(proxy.url, traces.SIM_MODEL))
+    recorded = sorted((tmp_path / "traces").glob("*.rpt"))
+    assert recorded and len(load(recorded)) == 36
+    with servers.sim("--tokenizer", str(bpe_tokenizer), "--speed", "20") as sim:
+        _check_run(tmp_path, recorded[0], sim.url, "chat", capsys)
 
 
 @pytest.mark.skipif(not os.environ.get("REPLAYPROXY_REAL_ENGINE"), reason="set REPLAYPROXY_REAL_ENGINE=URL")
