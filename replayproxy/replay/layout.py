@@ -179,9 +179,11 @@ def word_indices(
     within = np.where(in_chain, positions % block, positions).astype(np.uint64)
     chosen = (_mix(keys ^ _mix(within ^ seed)) % np.uint64(size)).astype(np.int64)
     parents = np.concatenate([[root], hashes]).astype(np.uint64)
-    bases = (_mix(parents) % np.uint64(size)).astype(np.int64)
-    for b in range(len(hashes) + 1):
-        at = int(np.searchsorted(positions, b * block))
-        if at < len(positions) and (b == len(hashes) or positions[at] < (b + 1) * block):
-            chosen[at] = (bases[b] + int(ranks[b])) % size
+    branch = ((_mix(parents) % np.uint64(size)).astype(np.int64) + ranks) % size
+    starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
+    at = np.searchsorted(positions, starts)
+    inside = at < len(positions)
+    first = np.where(inside, positions[np.minimum(at, len(positions) - 1)], -1)
+    ok = inside & ((first < starts + block) | (np.arange(len(starts)) == len(hashes)))
+    chosen[at[ok]] = branch[ok]
     return chosen

@@ -89,6 +89,7 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     words = synth.Words(options.seed, block)
     salted = sub_hashes ^ np.repeat(salts, np.diff(sub_index))
     ranks, rank_index = _branch_ranks(salted, sub_index, salts, rows) if options.book else (None, None)
+    spelled = _Spelled(options.book.alphabet, words) if options.book else None
     layouts: list[synth.Layout | layout.Layout | None] = []
     prepared = []
     for position, row in enumerate(rows.tolist()):
@@ -98,12 +99,12 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
         recorded_in = int(cols.input_tokens[row])
         expected_shared = min(shared * block, max(recorded_in, 0))
         exact_plan = None
-        if options.book is not None and ranks is not None and rank_index is not None:
+        if options.book is not None and ranks is not None and rank_index is not None and spelled is not None:
             exact_plan = _plan_exact(
                 cols, row, salted[sub_index[position] : sub_index[position + 1]], shared * block,
                 donor if isinstance(donor, layout.Layout) else None,
                 ranks[rank_index[position] : rank_index[position + 1]], salts[position], options,
-                options.book, flavor.token_id_prompts, block,
+                options.book, spelled, flavor.token_id_prompts, block,
             )  # fmt: skip
         plan_layout: synth.Layout | layout.Layout
         if exact_plan is not None:
@@ -153,6 +154,20 @@ def _branch_ranks(
     return layout.branch_ranks(parents, children), index
 
 
+@dataclass(frozen=True, slots=True)
+class _Spelled:
+    """The alphabet as arrays, and the word seed, made once per preparation."""
+
+    words: np.ndarray  # object: the words
+    ids: np.ndarray  # int64: their ids after a space
+    seed: np.uint64
+
+    def __init__(self, letters: exact.Alphabet, words: synth.Words) -> None:
+        object.__setattr__(self, "words", np.array(letters.words, dtype=object))
+        object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
+        object.__setattr__(self, "seed", words._seed)
+
+
 def _plan_exact(
     cols: Columns,
     row: int,
@@ -163,6 +178,7 @@ def _plan_exact(
     root: np.uint64,
     options: PlanOptions,
     book: exact.Book,
+    spelled: _Spelled,
     token_ids: bool,
     block: int,
 ) -> tuple[flavors.Planned, layout.Layout, str, int, int] | None:
@@ -186,20 +202,18 @@ def _plan_exact(
     plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
     if plan is None:
         return None
-    letters = book.alphabet
-    seed = synth.Words(options.seed, block)._seed
     chosen = layout.word_indices(
-        plan.positions(), salted, layout.tail_key(row), ranks, root, block, seed, len(letters)
-    ).tolist()
+        plan.positions(), salted, layout.tail_key(row), ranks, root, block, spelled.seed, len(spelled.words)
+    )
     contents: list[Any] = []
     at = 0
     for length in plan.lengths:
         picked = chosen[at : at + length]
         at += length
         if token_ids:
-            contents.append([letters.ids[i] for i in picked])
+            contents.append(spelled.ids[picked].tolist())
         else:
-            contents.append(" ".join(letters.words[i] for i in picked))
+            contents.append(" ".join(spelled.words[picked].tolist()))
     prompt: Any
     if endpoint == "chat":
         prompt = [{"role": role, "content": text} for role, text in zip(roles, contents, strict=True)]
