@@ -137,8 +137,8 @@ def main_(argv: list[str] | None = None) -> int:
               f"{'block':>5} {'implied hits':>12} {'engine hits':>11} {'engine/implied':>14}")  # fmt: skip
         for name, r in rows:
             ratio = f"{r['engine'] / r['implied']:.4f}" if r["implied"] and r["engine"] is not None else "-"
-            print(f"{name:26} {r['requests']:>8} {r['errors']:>6} {r['input_exact']:>11} {r['output_exact']:>12} "
-                  f"{r['block']:>5} {r['implied']:>12} {r['engine']:>11} {ratio:>14}")  # fmt: skip
+            counts = f"{r['requests']:>8} {r['errors']:>6} {r['input_exact']:>11} {r['output_exact']:>12}"
+            print(f"{name:26} {counts} {r['block']:>5} {r['implied']:>12} {r['engine']:>11} {ratio:>14}")
         measured, total = preparation_rate(tokenizer, work, args.prepare)
         print(f"prepare {args.prepare} chat requests with {tokenizer.name}: measuring {measured:.2f} s, "
               f"total {total:.1f} s")  # fmt: skip
