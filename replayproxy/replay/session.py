@@ -370,6 +370,10 @@ def write_results(
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
     facts = summary.summarize(ordered, options.max_concurrency)
+    facts["recorded_failures_left_out"] = run.pre_run.get("recorded_failures_left_out", 0)
+    prompts = run.pre_run.get("prompts", {})
+    facts["lengths"] = prompts.get("lengths", "approximate")
+    facts["tokenizer"] = prompts.get("tokenizer")
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)
