@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import orjson
 from replayproxy import inspect, trace
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.registry import exporters, listing, writer
-from replayproxy.replay import flavors, plan
+from replayproxy.replay import exact, flavors, plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json (or its model directory) of the target: text prompts get exact lengths for it",
     )
     parser.add_argument("--model", default="MODEL", help="model name in the printed consumer command lines")
     parser.add_argument(
@@ -45,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         url=args.url,
         inspect=inspect.profile_of(cols) if args.format == "profile" else None,
-        prompts=replayer_prompts,
+        prompts=functools.partial(replayer_prompts, tokenizer=args.tokenizer),
     )
     result = write(cols, args.output, options)
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
@@ -56,13 +63,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def replayer_prompts(cols: trace.Columns) -> list[str]:
+def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> list[str]:
     """Every request's prompt exactly as the replayer sends it to /v1/completions (text, default seed).
 
     The replayer's synthesis (replay.plan + replay.synth) is used, not copied: formats may not
-    import replay, so this glue module hands it to the vllm-custom writer.
+    import replay, so this glue module hands it to the vllm-custom writer. With a tokenizer the
+    prompts are exact for it (words of one token each, its special tokens counted).
     """
     endpoint = np.full(len(cols), "completions", dtype=object)
     completions = dataclasses.replace(cols, scalar={**cols.scalar, "endpoint": endpoint})
-    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), plan.PlanOptions())
+    book = None
+    if tokenizer:
+        from replayproxy.replay.hf_tokenizer import LocalTokenizer
+
+        book = asyncio.run(exact.measure(LocalTokenizer(tokenizer), []))
+    options = plan.PlanOptions(book=book)
+    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), options)
     return [str(orjson.loads(p.body)["prompt"]) for p in prepared]
