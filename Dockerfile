@@ -5,7 +5,8 @@ COPY pyproject.toml README.md ./
 COPY replayproxy ./replayproxy
 # The only unpinned name is this source tree itself; its dependencies are bounded in pyproject.toml.
 # hadolint ignore=DL3013
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+# With the report extra (matplotlib), so `report --html` and `demo` work inside the image too.
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[report]"
 
 FROM python:3.12-slim
 RUN useradd --create-home --uid 10001 replayproxy \
@@ -13,7 +14,7 @@ RUN useradd --create-home --uid 10001 replayproxy \
     && chown replayproxy:replayproxy /traces
 COPY --from=build /wheels /wheels
 # hadolint ignore=DL3013
-RUN python -m pip install --no-cache-dir --no-index --find-links /wheels replayproxy \
+RUN python -m pip install --no-cache-dir --no-index --find-links /wheels "replayproxy[report]" \
     && rm -rf /wheels
 USER 10001
 WORKDIR /home/replayproxy

@@ -31,6 +31,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "report": Command("replayproxy.report.command", "compare replay results side by side"),
     "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
+    "tune": Command(
+        "replayproxy.tune.command", "tune each engine on a trace, then compare best against best"
+    ),
     "inspect": Command("replayproxy.inspect_command", "print the workload profile of traces"),
     "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),
     "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),

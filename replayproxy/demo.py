@@ -10,22 +10,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from replayproxy.cli import CliError
 from replayproxy.launch import run_server
 
 SLO = "ttft<=300ms,tpot<=60ms"
 REPORT_NAME = "report.html"
+SERVER_NICENESS = 5  # the simulated engines and the proxy yield the CPU to the replayer's send loop
 # Candidate engines: same simulated model, prefix cache on (as production) vs off.
 CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
 WORKLOAD = [
-    "--requests", "360", "--rate", "12", "--arrival", "gamma:2.0",
+    "--requests", "240", "--rate", "8", "--arrival", "gamma:2.0",
     "--input-len", "lognormal:mean=900,sigma=0.6", "--output-len", "lognormal:mean=60,sigma=0.5",
     "--prefix-groups", "4", "--prefix-len", "512", "--sessions-share", "0.3",
     "--model", "sim-llama-3.1-8b", "--seed", "7",
@@ -34,17 +39,39 @@ WORKLOAD = [
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep the trace, results and report in DIR")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "tty", "log", "none"),
+        default="auto",
+        help="each replay's live progress: panel (tty), a line every 10 s (log), none (default auto)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     keep = Path(args.keep) if args.keep else None
     work = keep or Path(tempfile.mkdtemp(prefix="replayproxy-demo-"))
     work.mkdir(parents=True, exist_ok=True)
+    _clear_previous_run(work)
     try:
-        return _demo(work)
+        return _demo(work, args.progress)
     finally:
         if keep is None:
             _remove_all_but_the_report(work)
+
+
+def _artefacts() -> list[str]:
+    candidates = [f"{label}.rpr" for label in CANDIDATES]
+    return ["workload.rpt", "traces", "live-clients.rpr", *candidates, REPORT_NAME]
+
+
+def _clear_previous_run(work: Path) -> None:
+    """An earlier demo's files in a kept directory would be replayed again (its traces add up)."""
+    for name in _artefacts():
+        path = work / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def _remove_all_but_the_report(work: Path) -> None:
@@ -54,7 +81,7 @@ def _remove_all_but_the_report(work: Path) -> None:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _demo(work: Path) -> int:
+def _demo(work: Path, progress: str = "none") -> int:
     workload, traces, html = work / "workload.rpt", work / "traces", work / REPORT_NAME
     _stage("writing a synthetic production workload (shared system prompts, sessions, bursts)")
     _cli("synth", "-o", str(workload), *WORKLOAD)
@@ -69,7 +96,7 @@ def _demo(work: Path) -> int:
         ) as proxy:  # fmt: skip
             _stage(f"driving live traffic through the proxy at {proxy} (about 30 s)")
             # Plain clients: no calibration probes or cache resets, which production would not see.
-            _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", "--quiet",
+            _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", *_progress(progress),
                  "--no-calibrate", "--no-reset-prefix-cache",
                  "--label", "live-clients", "-o", str(work / "live-clients.rpr"))  # fmt: skip
             _stage("stopping the proxy (it drains and closes the trace)")
@@ -80,28 +107,88 @@ def _demo(work: Path) -> int:
         with _server("sim", f"candidate engine '{label}'", "--port", "0", "--seed", "1", *options) as target:
             _stage(f"replaying the recorded trace against '{label}' (about 30 s)")
             result = work / f"{label}.rpr"
-            _cli("replay", str(traces), "--target", target, "--flavor", "vllm", "--quiet",
+            _cli("replay", str(traces), "--target", target, "--flavor", "vllm", *_progress(progress),
                  "--label", label, "-o", str(result))  # fmt: skip
             results.append(str(result))
     _stage(f"comparing candidates against the production baseline (SLO {SLO})")
-    _cli("report", *results, "--baseline", str(traces), "--slo", SLO, "--html", str(html), show=True)
-    print(f"demo: HTML report: {html}" if html.exists() else "demo: HTML report was not written", flush=True)
+    plots = importlib.util.find_spec("matplotlib") is not None  # the [report] extra
+    html_option = ["--html", str(html)] if plots else []
+    compared = [*results, "--baseline", str(traces), "--slo", SLO]
+    headline = verdict_line(orjson.loads(_cli("report", *compared, "--json")))
+    if headline:
+        _stage(f"verdict: {headline}")
+    _cli("report", *compared, *html_option, show=True)
+    if not plots:
+        _stage("HTML report skipped: its plots need matplotlib (pip install 'replayproxy[report]')")
+    elif html.exists():
+        _stage(f"HTML report: {html}")
+    else:
+        _stage("HTML report was not written")
     return 0
+
+
+def verdict_line(doc: dict[str, Any]) -> str:
+    """The comparison's answer in one line, before the tables: the first two candidates' TTFT and
+    E2E p50 verdicts (with the 95% interval of the difference) and each run's goodput."""
+    pair = next(
+        (c for c in doc.get("comparisons", []) if c.get("a") in CANDIDATES and c.get("b") in CANDIDATES), None
+    )
+    if pair is None:
+        return ""
+    parts = []
+    for metric in ("ttft", "e2e"):
+        figures = pair.get(metric) or {}
+        diff = figures.get("p50_diff_ms") or {}
+        if "p50_verdict" in figures and "estimate" in diff:
+            verdict = str(figures["p50_verdict"])
+            said = (
+                f"{pair['b']}{verdict[1:]} than {pair['a']}"
+                if verdict.startswith("B ")
+                else f"{verdict} between {pair['b']} and {pair['a']}"
+            )
+            interval = (
+                f"{diff['estimate']:+.0f} ms, 95% CI {diff['ci95_low']:+.0f}..{diff['ci95_high']:+.0f} ms"
+            )
+            parts.append(f"{metric.upper()} p50: {said} ({interval})")
+    goodput = [
+        f"{run['label']} {run['goodput']['requests_per_s']:.2f}"
+        for run in doc.get("runs", [])
+        if (run.get("goodput") or {}).get("requests_per_s") is not None
+    ]
+    if goodput:
+        parts.append("goodput req/s " + ", ".join(goodput))
+    return "; ".join(parts)
+
+
+def _progress(mode: str) -> list[str]:
+    """The replay's own progress display goes straight to the demo's terminal (or log)."""
+    if mode == "auto":
+        mode = "tty" if sys.stderr.isatty() else "log"
+    return ["--progress", mode]
 
 
 def _stage(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
 
-def _cli(*argv: str, show: bool = False) -> None:
-    """Run one replayproxy subcommand; its output is shown only when `show` or when it fails."""
+def _cli(*argv: str, show: bool = False) -> str:
+    """Run one replayproxy subcommand; its output is shown only when `show` or when it fails.
+
+    A replay's stderr (its progress) always passes through, so a stage of half a minute is visibly alive.
+    """
+    live_stderr = show or argv[0] == "replay"
     done = subprocess.run(
-        [sys.executable, "-m", "replayproxy", *argv], capture_output=not show, text=True, check=False
+        [sys.executable, "-m", "replayproxy", *argv],
+        stdout=None if show else subprocess.PIPE,
+        stderr=None if live_stderr else subprocess.PIPE,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         if not show:
-            sys.stderr.write(done.stdout + done.stderr)
+            sys.stderr.write((done.stdout or "") + (done.stderr or ""))
         raise CliError(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
+    return done.stdout or ""
 
 
 @contextlib.contextmanager
@@ -110,7 +197,9 @@ def _server(command: str, what: str, *argv: str) -> Iterator[str]:
     _stage(f"starting the {what}")
     with contextlib.ExitStack() as stack:
         try:
-            server = stack.enter_context(run_server(["replayproxy", command, *_loopback(command, argv)]))
+            server = stack.enter_context(
+                run_server(["replayproxy", command, *_loopback(command, argv)], niceness=SERVER_NICENESS)
+            )
         except RuntimeError as e:  # its output tail first, then the CLI's one error line
             sys.stderr.write(f"{e}\n")
             raise CliError(f"the {what} did not start") from e

@@ -38,9 +38,16 @@ class Server:
 
 @contextlib.contextmanager
 def run_server(
-    argv: Sequence[str], *, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    startup_timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    niceness: int = 0,
 ) -> Iterator[Server]:
-    """Run `python -m <argv...>` until the block ends; yields once it printed its listening line."""
+    """Run `python -m <argv...>` until the block ends; yields once it printed its listening line.
+
+    `niceness` lowers the server's CPU priority, so a client on the same machine keeps its timing.
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", *argv],
         stdout=subprocess.PIPE,
@@ -48,6 +55,9 @@ def run_server(
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
+    if niceness:  # at once, before the new interpreter starts any thread; relative to our own
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, process.pid, os.getpriority(os.PRIO_PROCESS, 0) + niceness)
     server = Server("", process)
     ready = threading.Event()
 

@@ -10,7 +10,7 @@ travel as maps with their own `type` and are kept in `ResultFile.extras`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,3 +200,45 @@ def load_results(
         table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, extras=extras, footer=footer)
         loaded.append(ResultFile(path, RunHeader.from_record(table.header), table, extras, footer))
     return loaded
+
+
+def _row_kinds() -> dict[str, str]:
+    kinds = {"run": "str"}
+    for name, kind in RESULT_KINDS.items():
+        kinds[name] = kind
+        if name.endswith("_ns"):
+            kinds[name[:-3] + "_ms"] = "f8"
+        elif name == "chunk_gaps_us":
+            kinds["chunk_gaps_ms"] = "ragged:f8"
+    return kinds
+
+
+# One row per request for pandas / DuckDB (`replayproxy export RESULT.rpr`): the run's label, every
+# result field, and each time again in ms (null where unknown); docs/results-format.md.
+ROW_KINDS = _row_kinds()
+
+
+def request_rows(files: Iterable[ResultFile]) -> Iterator[dict[str, Any]]:
+    """Every request of every file as one flat row (lists for the per-chunk fields)."""
+    for file in files:
+        columns: dict[str, list[Any]] = {}
+        for name in RESULT_FIELDS:
+            if name in file.table.ragged:
+                flat, index = file.ragged(name)
+                values = flat.tolist()
+                columns[name] = [
+                    values[a:b] for a, b in zip(index[:-1].tolist(), index[1:].tolist(), strict=True)
+                ]
+            elif name in file.table.columns:
+                columns[name] = file.column(name).tolist()
+        for i in range(len(file)):
+            row: dict[str, Any] = {"run": file.header.label}
+            for name in ROW_KINDS:
+                if name in columns:
+                    row[name] = columns[name][i]
+            for name in RESULT_FIELDS:
+                if name.endswith("_ns") and name in row:
+                    row[name[:-3] + "_ms"] = row[name] / 1e6 if row[name] >= 0 else None
+            if "chunk_gaps_us" in row:
+                row["chunk_gaps_ms"] = [gap / 1e3 for gap in row["chunk_gaps_us"]]
+            yield {name: row[name] for name in ROW_KINDS if name in row}

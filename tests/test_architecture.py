@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
 GLUE_MODULES = {"cli", "demo", "launch", "__main__", "__init__"}
+GLUE_PACKAGES = {"tune"}  # glue joining features (starts engines, drives replays, hands results to report)
 
 
 def _is_glue(path: Path) -> bool:
@@ -38,6 +39,7 @@ def _is_glue(path: Path) -> bool:
         and path.parent == PACKAGE
         or path.stem == "command"
         or path.stem.endswith("_command")
+        or path.relative_to(PACKAGE).parts[0] in GLUE_PACKAGES
     )
 
 

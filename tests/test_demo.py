@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from replayproxy import cli, demo
+from replayproxy.launch import run_server
 
 
 def test_a_server_that_does_not_start_is_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: None)
+    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: "{}")
     monkeypatch.setattr(demo, "_loopback", lambda command, argv: ["--no-such-option"])
     assert cli.main(["demo", "--keep", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -33,3 +37,67 @@ def test_without_keep_only_the_printed_report_survives(tmp_path: Path) -> None:
     (tmp_path / demo.REPORT_NAME).write_text("<html></html>")
     demo._remove_all_but_the_report(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [demo.REPORT_NAME]
+
+
+def test_a_kept_directory_is_cleared_of_the_previous_run_but_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "trace-1.rpt").write_bytes(b"old")
+    (tmp_path / "prefix-cache-on.rpr").write_bytes(b"old")
+    (tmp_path / "notes.txt").write_text("mine")
+    demo._clear_previous_run(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_without_matplotlib_the_report_is_text_only_and_says_how_to_get_html(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: calls.append(argv) or "{}")
+    monkeypatch.setattr(demo, "_server", _fake_server)
+    real_find_spec = demo.importlib.util.find_spec
+    monkeypatch.setattr(
+        demo.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else real_find_spec(name)
+    )
+    assert cli.main(["demo", "--keep", str(tmp_path)]) == 0
+    report = [argv for argv in calls if argv[0] == "report"][-1]
+    assert "--html" not in report and "--baseline" in report
+    replays = [argv for argv in calls if argv[0] == "replay"]
+    assert len(replays) == 3 and all(argv[argv.index("--progress") + 1] == "log" for argv in replays)
+    assert "demo: HTML report skipped: its plots need matplotlib" in capsys.readouterr().out
+
+
+@contextlib.contextmanager
+def _fake_server(command: str, what: str, *argv: str) -> Iterator[str]:
+    yield "http://127.0.0.1:9"
+
+
+def test_a_server_started_nicer_yields_the_cpu_to_its_client() -> None:
+    with run_server(["replayproxy.sim", "--host", "127.0.0.1", "--port", "0"], niceness=5) as server:
+        assert os.getpriority(os.PRIO_PROCESS, server.process.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 5
+
+
+def test_the_verdict_line_opens_the_report_with_the_comparison_and_goodput() -> None:
+    ttft = {
+        "p50_verdict": "B is slower",
+        "p50_diff_ms": {"estimate": 416.2, "ci95_low": 371.5, "ci95_high": 467.7},
+    }
+    doc = {
+        "comparisons": [
+            {
+                "a": "baseline (production)",
+                "b": "prefix-cache-on",
+                "ttft": {"p50_verdict": "no clear difference"},
+            },
+            {"a": "prefix-cache-on", "b": "prefix-cache-off", "ttft": ttft, "e2e": {}},
+        ],
+        "runs": [
+            {"label": "prefix-cache-on", "goodput": {"requests_per_s": 8.63}},
+            {"label": "prefix-cache-off", "goodput": {"requests_per_s": 1.37}},
+            {"label": "baseline (production)", "goodput": None},
+        ],
+    }
+    assert demo.verdict_line(doc) == (
+        "TTFT p50: prefix-cache-off is slower than prefix-cache-on (+416 ms, 95% CI +372..+468 ms); "
+        "goodput req/s prefix-cache-on 8.63, prefix-cache-off 1.37"
+    )
+    assert demo.verdict_line({"runs": []}) == ""

@@ -1,4 +1,7 @@
-"""`replayproxy export TRACE... --format F -o FILE`: traces for other tools, with their command lines."""
+"""`replayproxy export TRACE... --format F -o FILE`: traces for other tools, with their command lines.
+
+`replayproxy export RESULT.rpr... --format csv|jsonl|parquet -o FILE` writes per-request result rows.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +14,24 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from replayproxy import inspect, trace
+from replayproxy import inspect, results, trace
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.registry import exporters, listing, writer
+from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
 from replayproxy.replay import exact, flavors, plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = exporters()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = listing(formats) + "\n\nColumns, units and consumer rules: docs/formats.md"
-    parser.add_argument("traces", nargs="+", help="trace files, directories or globs")
+    parser.epilog = (
+        listing(formats)
+        + "\n\nColumns, units and consumer rules: docs/formats.md"
+        + f"\nResult files (.rpr): one row per request as {' | '.join(ROW_FORMATS)}; docs/results-format.md"
+    )
+    parser.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="trace files, directories or globs; or RESULT.rpr files"
+    )
     parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="output format (below)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
     parser.add_argument(
@@ -42,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if all(str(path).endswith(results.SUFFIX) for path in args.traces):
+        return _export_results(args)
     write = writer(args.format)
     cols = trace.load(args.traces)
     if not len(cols):
@@ -60,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {warning}")
     for note in result.notes:
         print(note)
+    return 0
+
+
+def _export_results(args: argparse.Namespace) -> int:
+    files = results.load_results(args.traces)
+    count = write_rows(results.request_rows(files), results.ROW_KINDS, args.format, args.output)
+    print(f"wrote {count} requests of {len(files)} run(s) to {args.output} ({args.format})")
     return 0
 
 

@@ -15,12 +15,16 @@ from replayproxy.proxy.metrics import ProxyMetrics
 
 METRICS = web.AppKey("metrics", ProxyMetrics)
 HEALTHY: web.AppKey[Callable[[], bool]] = web.AppKey("healthy")
+RECORDING: web.AppKey[Callable[[], str]] = web.AppKey("recording")  # why recording fails, or ""
 
 
-def make_admin_app(metrics: ProxyMetrics, healthy: Callable[[], bool]) -> web.Application:
+def make_admin_app(
+    metrics: ProxyMetrics, healthy: Callable[[], bool], recording: Callable[[], str] = lambda: ""
+) -> web.Application:
     app = web.Application()
     app[METRICS] = metrics
     app[HEALTHY] = healthy
+    app[RECORDING] = recording
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     return app
@@ -32,10 +36,14 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    """200 while accepting traffic; 503 once draining, so load balancers stop sending."""
-    if request.app[HEALTHY]():
-        return web.Response(text="ok\n")
-    return web.Response(status=503, text="draining\n")
+    """200 while accepting traffic, even while recording fails (live traffic never pays for it), and
+    503 once draining, so load balancers stop sending; the body says both states."""
+    failing = request.app[RECORDING]()
+    body = {
+        "status": "ok" if request.app[HEALTHY]() else "draining",
+        "recording": f"failing ({failing})" if failing else "ok",
+    }
+    return web.json_response(body, status=200 if body["status"] == "ok" else 503)
 
 
 async def start_admin(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

@@ -155,8 +155,13 @@ class Exchange:
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # like nginx: answer it here, drop Expect
         observer = ctx.observer
         if observer is not None and ctx.observer_wants(self.endpoint):
-            self.cap = Capture(now_ns(), self.endpoint, method.decode("latin-1"), path.decode("latin-1"),
-                               limit_bytes=ctx.settings.max_captured_response_bytes)
+            self.cap = Capture(
+                now_ns(),
+                self.endpoint,
+                method.decode("latin-1"),
+                path.decode("latin-1"),
+                limit_bytes=ctx.settings.max_captured_response_bytes,
+            )
             self.buffering = (
                 ctx.settings.inject_usage
                 and self.endpoint in _INJECTABLE

@@ -164,7 +164,16 @@ def _ticks(seconds: float) -> int:
 
 class ClientConnection(asyncio.Protocol):
     __slots__ = (
-        "ctx", "transport", "parser", "queue", "parsing", "closing", "idle_tick", "peer", "paused", "feeding"
+        "ctx",
+        "transport",
+        "parser",
+        "queue",
+        "parsing",
+        "closing",
+        "idle_tick",
+        "peer",
+        "paused",
+        "feeding",
     )
 
     def __init__(self, ctx: Forwarder) -> None:

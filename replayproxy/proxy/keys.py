@@ -12,7 +12,10 @@ from pathlib import Path
 
 from replayproxy.config import ConfigError
 
-MIN_KEY_BYTES = 16
+MIN_KEY_BYTES = 32  # e.g. `secrets.token_hex(16)`; the created key is token_hex(32)
+MIN_DISTINCT_BYTES = 8  # "0000...", "aaaa..." are not keys
+# Words of a value copied from an example instead of generated: such a key is known to everyone.
+PLACEHOLDER_WORDS = ("replace", "change", "example", "placeholder", "secret", "your", "todo", "xxxx")
 
 
 def load_key(path: Path | None) -> bytes:
@@ -25,9 +28,19 @@ def load_key(path: Path | None) -> bytes:
         return _create(path)
     except OSError as e:
         raise ConfigError(f"hash_key_file {path}: cannot read ({e.strerror})") from e
-    if len(raw) < MIN_KEY_BYTES:
-        raise ConfigError(f"hash_key_file {path}: key too short ({len(raw)} bytes, need {MIN_KEY_BYTES}+)")
+    check_key(raw, path)
     return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()  # blake2b keys are at most 64 bytes
+
+
+def check_key(raw: bytes, path: Path) -> None:
+    """Refuse a key that is too short, or a placeholder left from an example (the message never shows it)."""
+    how = "generate one with: python -c 'import secrets; print(secrets.token_hex(32))'"
+    if len(raw) < MIN_KEY_BYTES:
+        short = f"key too short ({len(raw)} bytes, need {MIN_KEY_BYTES})"
+        raise ConfigError(f"hash_key_file {path}: {short}; {how}")
+    lowered = raw.lower()
+    if len(set(raw)) < MIN_DISTINCT_BYTES or any(word.encode() in lowered for word in PLACEHOLDER_WORDS):
+        raise ConfigError(f"hash_key_file {path}: the key is a placeholder, not a random key; {how}")
 
 
 def _create(path: Path) -> bytes:

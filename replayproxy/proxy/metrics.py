@@ -74,6 +74,12 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         ("kind",),
     ),
     ("replayproxy_trace_files", "gauge", "Trace files currently kept in the trace directory", ()),
+    (
+        "replayproxy_recording_failing",
+        "gauge",
+        "1 while records are being dropped because trace writing fails (see /healthz), else 0",
+        (),
+    ),
 )
 METRIC_NAMES = tuple(name for name, _, _, _ in METRICS)
 DROP_REASONS = ("queue_full", "writer_error", "shape_error")
@@ -221,6 +227,7 @@ class ProxyMetrics:
         self.queue_depth = Gauge(*_args("replayproxy_writer_queue_depth"), registry=reg)
         self.recorder_errors = Counter(*_args("replayproxy_recorder_errors_total"), registry=reg)
         self.trace_files = Gauge(*_args("replayproxy_trace_files"), registry=reg)
+        self.recording_failing = Gauge(*_args("replayproxy_recording_failing"), registry=reg)
         for reason in DROP_REASONS:
             self.records_dropped.labels(reason)
         for kind in RECORDER_ERROR_KINDS:

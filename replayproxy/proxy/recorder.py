@@ -78,6 +78,8 @@ class Recorder:
         for endpoint in ENDPOINT_CLASSES:
             metrics.recorded[endpoint] = EndpointFigures()
         metrics.queue_depth.set_function(lambda: len(self._queue))  # read at scrape time
+        self.failing = ""  # why records are being dropped (trace writing fails); "" while it works
+        metrics.recording_failing.set_function(lambda: 1.0 if self.failing else 0.0)
 
     @property
     def files(self) -> list[Path]:
@@ -204,6 +206,7 @@ class Recorder:
         if writer.records_written > self._written:
             self._metrics.records_written.inc(writer.records_written - self._written)
             self._written = writer.records_written
+            self.failing = ""
         if writer.bytes_written > self._bytes:
             self._metrics.trace_bytes.inc(writer.bytes_written - self._bytes)
             self._bytes = writer.bytes_written
@@ -222,12 +225,10 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 — fail open: recording failures never reach traffic
             kind = _error_kind(e)
             self._metrics.count_recorder_error(kind)
-            self._log(
-                kind,
-                f"trace writing failed ({kind}: {type(e).__name__}"
-                f"{': ' + e.strerror if isinstance(e, OSError) and e.strerror else ''}); "
-                f"traffic unaffected, retrying in {self._settings.retry_s:g} s",
-            )
+            detail = f": {e.strerror}" if isinstance(e, OSError) and e.strerror else ""
+            self.failing = f"{kind}: {type(e).__name__}{detail}"
+            retry = f"retrying in {self._settings.retry_s:g} s"
+            self._log(kind, f"trace writing failed ({self.failing}); traffic unaffected, {retry}")
             lost = self._given - self._written
             if lost > 0:
                 self._metrics.records_dropped.labels("writer_error").inc(lost)

@@ -64,7 +64,12 @@ class ProxyServer:
         self.url = _url(host, self._server.sockets[0].getsockname()[1])
         if self.settings.admin_listen:
             admin_host, admin_port = parse_hostport(self.settings.admin_listen, "admin_listen")
-            app = make_admin_app(self.metrics, lambda: not self.forwarder.draining)
+            recorder = self.recorder
+            app = make_admin_app(
+                self.metrics,
+                lambda: not self.forwarder.draining,
+                lambda: recorder.failing if recorder is not None else "",
+            )
             try:
                 self._admin, bound = await start_admin(app, admin_host, admin_port)
             except BaseException:

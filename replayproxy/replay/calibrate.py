@@ -59,8 +59,7 @@ class Prober:
                 break
             await asyncio.sleep(0.2 * (attempt + 1))
         raise CalibrationError(
-            f"calibration probe {path} got HTTP {status} without usage.prompt_tokens: "
-            f"{raw[:200].decode('utf-8', 'replace')} (--no-calibrate skips calibration)"
+            f"calibration probe {path} got HTTP {status}: {probe_failure(status, raw, path, self.model)}"
         )
 
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -89,6 +88,22 @@ class Prober:
         return await self.prompt_tokens(
             "/v1/completions", _no_forcing(flavors.request_body(self.flavor, planned))
         )
+
+
+def probe_failure(status: int, raw: bytes, path: str, model: str) -> str:
+    """The likely cause of a failed probe, in the user's terms, with the server's own words after it."""
+    said = " ".join(raw[:200].decode("utf-8", "replace").split())
+    if status in (401, 403):
+        cause = "the target refused the request: give its API key (--api-key or OPENAI_API_KEY)"
+    elif status in (400, 404) and model and model in said:
+        cause = f"the target does not serve model {model!r}: choose one with --model"
+    elif status in (404, 405):
+        cause = f"the target has no {path}: --target must be the server's base URL (e.g. http://host:8000/v1)"
+    elif status == 200:
+        cause = "the answer has no usage.prompt_tokens; --no-calibrate skips calibration"
+    else:
+        cause = "--no-calibrate skips calibration"
+    return f"{cause} (the target said: {said})" if said else cause
 
 
 def _probe_words(salt: int, count: int) -> str:

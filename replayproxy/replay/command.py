@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import session, summary, telemetry, workers
+from replayproxy.replay import progress, session, summary, telemetry, workers
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
@@ -18,9 +19,10 @@ from replayproxy.results import ReplayResult
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs (.rpt)")
-    add("--target", help="base URL of the engine, e.g. http://127.0.0.1:8000")
+    add("--target", "--base-url", dest="target", help="base URL of the engine, e.g. http://127.0.0.1:8000/v1")
     add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
     add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
+    add("--request-rate", type=float, metavar="R", help="scale the trace's timing to R req/s on average")
     add(
         "--max-concurrency",
         type=int,
@@ -29,13 +31,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
     add("--model", help="send every request to this model")
-    add("--limit", type=int, metavar="N", help="replay at most N requests")
+    add("--limit", "--num-prompts", dest="limit", type=int, metavar="N", help="replay at most N requests")
     add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
     add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
     add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
     add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 600)")
     add("--label", help="name of this run in reports")
-    add("--quiet", action="store_const", const=True, help="no progress line")
+    add(
+        "--api-key",
+        metavar="KEY",
+        help="bearer token for the target (default: $OPENAI_API_KEY), never stored",
+    )
+    add(
+        "--max-error-rate",
+        type=float,
+        metavar="SHARE",
+        help="exit 1 when more than this share of requests failed (default 0.5)",
+    )
+    add("--quiet", action="store_const", const=True, help="no progress display (--progress none)")
+    add(
+        "--progress",
+        choices=progress.MODES,
+        help="live panel (tty), a line every 10 s (log) or none (default auto: tty on a terminal, else log)",
+    )
     add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
     add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
     add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
@@ -98,6 +116,9 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
     file_values = config.read_toml(args.config).get("replay", {})
     overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _OPTION_NAMES}
     overrides["traces"] = tuple(args.traces)
+    overrides["api_key"] = getattr(args, "api_key", None)
+    if overrides.get("request_rate") is not None and overrides.get("speed") is not None:
+        raise config.ConfigError("--request-rate and --speed both set the timing; give one")
     options = config.build(
         session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides
     )
@@ -105,18 +126,23 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
         raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    if not options.api_key and os.environ.get("OPENAI_API_KEY"):  # what the OpenAI SDK and peers read
+        options = dataclasses.replace(options, api_key=os.environ["OPENAI_API_KEY"])
     return options
 
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    show_progress = not options.quiet and sys.stderr.isatty()
-    facts = _run_loop(options, show_progress)
+    facts = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
     print(summary.render(facts, options.max_concurrency))
+    failure = summary.failure(facts, options.max_error_rate)
+    if failure:
+        print(f"replayproxy replay: {failure} (results in {options.output})", file=sys.stderr)
+        return 1
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, Any]:
+def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, Any]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -124,10 +150,10 @@ def _run_loop(options: session.ReplayOptions, show_progress: bool) -> dict[str, 
     else:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(replay(options, show_progress))
+        return runner.run(replay(options, progress_mode))
 
 
-async def replay(options: session.ReplayOptions, show_progress: bool = False) -> dict[str, Any]:
+async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> dict[str, Any]:
     """The whole run; returns the summary written to the result footer.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
@@ -136,6 +162,8 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     try:
         plan = await session.prepare_run(options)
+        scheduled = sorted(p.scheduled_ns for p in plan.prepared)
+        tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
         def start() -> int:
             start_ns = session.start_ns_for(options)
@@ -143,23 +171,28 @@ async def replay(options: session.ReplayOptions, show_progress: bool = False) ->
             return start_ns
 
         if options.workers > 1:
-            results, start_ns = await workers.run_workers(options, plan, show_progress, start)
-            return _finish(options, plan, results, start_ns, show_progress, sidecars)
-        progress = session.stderr_progress if show_progress else None
+            results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
+            return _finish(options, plan, results, start_ns, tracker, sidecars)
+        readings = session.RunnerReadings()
         outcome = session.Outcome()
         try:
             await session.run_local(
-                options, plan.prepared, plan.pool_size, start, progress=progress, outcome=outcome
+                options,
+                plan.prepared,
+                plan.pool_size,
+                start,
+                progress=lambda runner: tracker.update(readings(runner), runner.start_ns),
+                outcome=outcome,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:
-                _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
                 )
             raise
-        return _finish(options, plan, outcome.results, outcome.start_ns, show_progress, sidecars)
+        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
 
@@ -169,11 +202,14 @@ def _finish(
     plan: session.RunPlan,
     results: list[ReplayResult],
     start_ns: int,
-    show_progress: bool,
+    tracker: progress.Tracker,
     sidecars: Sidecars,
 ) -> dict[str, Any]:
-    if show_progress:
-        print(file=sys.stderr)
+    ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
+    errors = sum(1 for r in results if r.error)
+    lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
+    tracker.start_ns = tracker.start_ns or start_ns
+    tracker.close(progress.Reading(len(plan.prepared), len(lags), len(results), errors, lags, ttfts))
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
     extras = dict(sidecars.stop())
     after = telemetry.scrape_cache_state(session.cache_metrics_url(options))

@@ -54,9 +54,9 @@ class Target:
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         base = parts.path.rstrip("/")
-        if base.endswith("/v1"):
+        if base.endswith("/v1"):  # the OpenAI SDK's base URL style: every path below adds its own /v1
             base = base[: -len("/v1")]
-        return cls(url.rstrip("/"), parts.hostname, port, base, tls)
+        return cls(f"{parts.scheme}://{parts.netloc}{base}", parts.hostname, port, base, tls)
 
     @property
     def host_header(self) -> str:

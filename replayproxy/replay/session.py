@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import logging
 import socket
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -22,9 +21,21 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
-from replayproxy.replay import calibrate, exact, exactness, flavors, plan, schedule, summary, synth, telemetry
+from replayproxy.replay import (
+    calibrate,
+    exact,
+    exactness,
+    flavors,
+    models,
+    plan,
+    schedule,
+    summary,
+    synth,
+    telemetry,
+)
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.progress import MODES, Reading
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.target import TargetInfo, describe, pre_run
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
@@ -44,6 +55,7 @@ class ReplayOptions:
     output: str = ""
     traces: tuple[str, ...] = ()
     speed: float = 1.0
+    request_rate: float = 0.0  # req/s on average: sets the speed from the replayed window; 0 off
     max_concurrency: int = 0  # 0: open loop, no cap
     flavor: str = "auto"
     model: str = ""
@@ -54,7 +66,8 @@ class ReplayOptions:
     seed: int = 0
     timeout: float = 600.0  # per request, seconds
     label: str = ""
-    quiet: bool = False
+    quiet: bool = False  # no progress display at all (as progress = "none")
+    progress: str = "auto"  # auto | tty (live panel) | log (a line every 10 s) | none
     workers: int = 1
     shard: str = ""  # "i/N": only requests with index % N == i
     start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
@@ -63,6 +76,7 @@ class ReplayOptions:
     tokenizer: str = ""  # local tokenizer.json (or its directory) for exact prompts; "" = the engine's
     chat_template: str = ""  # Jinja chat template file for the local tokenizer ("" = its own)
     include_failed: bool = False  # replay requests that failed when recorded (left out by default)
+    max_error_rate: float = 0.5  # above this share of failed requests the run exits 1
     api_key: str = ""  # sent as a bearer token; never recorded
     pool_size: int = 0  # connections opened before the run; 0: the trace's peak concurrency
     scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
@@ -72,12 +86,18 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
+        if self.request_rate < 0:
+            raise ValueError(f"request rate must be > 0, got {self.request_rate}")
+        if not 0 <= self.max_error_rate <= 1:
+            raise ValueError(f"max error rate must be between 0 and 1, got {self.max_error_rate}")
         if self.workers < 1 or self.max_concurrency < 0 or self.timeout <= 0:
             raise ValueError("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"limit must be >= 0, got {self.limit}")
         if self.shard:
             schedule.parse_shard(self.shard)
+        if self.progress not in MODES:
+            raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
             raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
 
@@ -131,6 +151,7 @@ class RunPlan:
     pre_run: dict[str, Any]
     pool_size: int
     trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
+    speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
@@ -141,6 +162,9 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     window = schedule.Window(options.start_offset, options.duration, options.limit)
     rows = schedule.select(cols.offset_ns, window)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
+    speed = options.speed
+    if options.request_rate:
+        speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
     target = Target.parse(options.target)
     timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -149,11 +173,15 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
         if flavor is not guess:
             info = await describe(session, target.url, flavor, options.headers)
+        served = models.served_models(info.models)
+        choice = models.choose({str(m) for m in cols.model[rows]}, options.model, options.model_map, served)
+        if choice.note:
+            _log.warning("%s", choice.note)
         plan_options = plan.PlanOptions(
             seed=options.seed,
-            speed=options.speed,
+            speed=speed,
             model=options.model or None,
-            model_map=options.model_map,
+            model_map=choice.model_map,
             default_model=info.default_model,
         )
         record: dict[str, Any] = {}
@@ -186,7 +214,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
         prepared = [p for p in prepared if p.index % count == index]
-    peak = _peak(cols, prepared, options.speed)
+    peak = _peak(cols, prepared)
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
@@ -199,7 +227,15 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         "recorded_failures_left_out": failed_left_out,
     }
     replayed = rows[plan.replayable(cols)[rows]] if len(rows) else rows
-    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, replayed))
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, replayed), speed)
+
+
+def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
+    """The time scale that replays these arrivals at `rate` requests/s on average."""
+    span_s = (int(offsets_ns.max()) - int(offsets_ns.min())) / 1e9 if len(offsets_ns) else 0.0
+    if len(offsets_ns) < 2 or span_s <= 0:
+        raise ValueError("--request-rate needs two requests at different times in the replayed window")
+    return rate * span_s / (len(offsets_ns) - 1)
 
 
 def cache_metrics_url(options: ReplayOptions) -> str:
@@ -249,7 +285,7 @@ async def _calibrate(
     return options, record
 
 
-def _peak(cols: trace.Columns, prepared: Sequence[Prepared], speed: float) -> int:
+def _peak(cols: trace.Columns, prepared: Sequence[Prepared]) -> int:
     if not prepared:
         return 0
     rows = np.array([p.index for p in prepared], np.int64)
@@ -329,15 +365,18 @@ async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -
         progress(runner)
 
 
-def stderr_progress(runner: Runner) -> None:
-    c = runner.counters
-    lags, c.lags_ns = c.lags_ns, []
-    print(
-        "\r" + summary.progress_line(c.total, c.sent, c.done, c.errors, lags),
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+class RunnerReadings:
+    """Progress readings of a local runner: its counts, and the lags and TTFTs new since the last."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+
+    def __call__(self, runner: Runner) -> Reading:
+        c = runner.counters
+        lags, c.lags_ns = c.lags_ns, []
+        new, self._seen = runner.results[self._seen :], len(runner.results)
+        ttfts = [r.ttft_ns for r in new if not r.error and r.ttft_ns >= 0]
+        return Reading(c.total, c.sent, c.done, c.errors, lags, ttfts)
 
 
 def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_timing: str) -> RunHeader:
@@ -350,7 +389,7 @@ def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_t
         flavor=run.flavor.name,
         models=run.info.models,
         engine_version=run.info.engine_version,
-        options=options.recorded(),
+        options={**options.recorded(), "speed": run.speed},
         pre_run=run.pre_run,
         replayproxy_version=__version__,
         host=socket.gethostname(),

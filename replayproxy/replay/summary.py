@@ -52,6 +52,20 @@ def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict
     return summary
 
 
+def failure(summary: dict[str, Any], max_error_rate: float) -> str:
+    """Why the run counts as failed (no request succeeded, too many errors), or "" when it did not."""
+    requests, errors = summary["requests"], summary["errors"]
+    classes = ", ".join(f"{k} {v}" for k, v in summary["errors_by_class"].items())
+    if requests and errors == requests:
+        return f"all {requests} requests failed ({classes})"
+    if requests and errors / requests > max_error_rate:
+        return (
+            f"{errors} of {requests} requests failed ({classes}), "
+            f"more than --max-error-rate {max_error_rate:g}"
+        )
+    return ""
+
+
 def _share(hits: int, total: int) -> float | None:
     return round(hits / total, 4) if total else None
 
@@ -98,8 +112,3 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
 
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
-
-
-def progress_line(total: int, sent: int, done: int, errors: int, lags_ns: Sequence[int]) -> str:
-    lag = f"{np.percentile(lags_ns, 99) / 1e6:.2f} ms" if len(lags_ns) else "-"
-    return f"sent {sent}/{total}  in flight {sent - done}  done {done}  errors {errors}  lag p99 {lag}"

@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 
 from replayproxy.replay.flavors import Flavor
+from replayproxy.replay.models import served_models
 
 _log = logging.getLogger("replayproxy.replay")
 
@@ -53,7 +54,9 @@ async def describe(
         except orjson.JSONDecodeError:
             models = None
     elif status in (401, 403):
-        raise PermissionError(f"target {url} answered {status} to GET /v1/models; set the API key")
+        raise PermissionError(
+            f"target {url} answered {status} to GET /v1/models: give its API key (--api-key, OPENAI_API_KEY)"
+        )
     version = ""
     for path in flavor.version_paths:
         answer = await _get_json(session, f"{url}{path}", headers)
@@ -62,14 +65,8 @@ async def describe(
             if found:
                 version = str(found)
                 break
-    return TargetInfo(models, version, first_model(models))
-
-
-def first_model(models: Any) -> str:
-    data = models.get("data") if isinstance(models, dict) else None
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        return str(data[0].get("id", ""))
-    return ""
+    served = served_models(models)
+    return TargetInfo(models, version, served[0] if served else "")
 
 
 async def pre_run(

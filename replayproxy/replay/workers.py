@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
-from replayproxy.replay import session, summary
+from replayproxy.replay import session
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
 
@@ -53,10 +53,10 @@ async def _work(
             raise RuntimeError("stopped before the start")
         return int(start_ns)
 
+    readings = session.RunnerReadings()
+
     def progress(runner: Runner) -> None:
-        c = runner.counters
-        lags, c.lags_ns = c.lags_ns, []
-        pipe.send(("progress", (c.total, c.sent, c.done, c.errors, lags)))
+        pipe.send(("progress", tuple(readings(runner))))
 
     return await session.run_local(
         options, prepared, pool_size, wait_for_start, worker=worker, progress=progress
@@ -64,7 +64,10 @@ async def _work(
 
 
 async def run_workers(
-    options: session.ReplayOptions, plan: session.RunPlan, show_progress: bool, start: Callable[[], int]
+    options: session.ReplayOptions,
+    plan: session.RunPlan,
+    on_reading: Callable[[Reading, int], None],
+    start: Callable[[], int],
 ) -> tuple[list[ReplayResult], int]:
     """Run the plan over `options.workers` processes; returns merged results and the shared start."""
     count = options.workers
@@ -90,7 +93,7 @@ async def run_workers(
         start_ns = start()
         for pipe in pipes:
             pipe.send(("start", start_ns))
-        results = await _collect(pipes, show_progress)
+        results = await _collect(pipes, lambda reading: on_reading(reading, start_ns))
     finally:
         for process in processes:
             process.join(timeout=5)
@@ -109,10 +112,10 @@ async def _expect(pipe: Pipe, wanted: str, timeout_s: float) -> Any:
     return payload
 
 
-async def _collect(pipes: list[Pipe], show_progress: bool) -> list[ReplayResult]:
-    """Wait for every worker's results, merging their progress counters into one line meanwhile."""
+async def _collect(pipes: list[Pipe], on_reading: Callable[[Reading], None]) -> list[ReplayResult]:
+    """Wait for every worker's results, merging their progress readings into one meanwhile."""
     results: list[ReplayResult] = []
-    latest: dict[int, tuple[int, int, int, int, list[int]]] = {}
+    latest: dict[int, Reading] = {}
     pending = dict(enumerate(pipes))
     while pending:
         await asyncio.sleep(0.2)
@@ -120,15 +123,19 @@ async def _collect(pipes: list[Pipe], show_progress: bool) -> list[ReplayResult]
             while pending.get(worker) is not None and pipe.poll():
                 message, payload = pipe.recv()
                 if message == "progress":
-                    latest[worker] = payload
+                    fresh = Reading(*payload)
+                    old = latest.get(worker)
+                    if old is not None:  # not passed on yet: keep its new values
+                        fresh = fresh._replace(
+                            lags_ns=old.lags_ns + fresh.lags_ns, ttfts_ns=old.ttfts_ns + fresh.ttfts_ns
+                        )
+                    latest[worker] = fresh
                 elif message == "done":
                     results.extend(payload)
                     del pending[worker]
                 else:
                     raise RuntimeError(payload)
-        if show_progress and latest:
-            parts = list(zip(*latest.values(), strict=True))
-            lags = [lag for chunk in parts[4] for lag in chunk]
-            line = summary.progress_line(sum(parts[0]), sum(parts[1]), sum(parts[2]), sum(parts[3]), lags)
-            print("\r" + line, end="", file=sys.stderr, flush=True)
+        if latest:
+            on_reading(merge(list(latest.values())))
+            latest = {w: r._replace(lags_ns=[], ttfts_ns=[]) for w, r in latest.items()}
     return results

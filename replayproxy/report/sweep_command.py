@@ -50,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.9,
         help="--auto: share of requests that must meet per-request SLOs (default 0.9)",
     )
+    parser.add_argument(
+        "--progress",
+        choices=PROGRESS,
+        default="auto",
+        help="each step's progress line every 10 s on stderr (auto, log) or none (default auto)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines (--progress none)")
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
@@ -73,11 +80,15 @@ def parse_speeds(text: str) -> list[float]:
     return speeds
 
 
+PROGRESS = ("auto", "log", "none")
+
+
 def step_path(directory: Path, speed: float) -> Path:
     return directory / f"speed-{speed:g}.rpr"
 
 
 def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[str]:
+    quiet = args.quiet or args.progress == "none"
     return [
         sys.executable,
         "-m",
@@ -90,17 +101,29 @@ def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[s
         f"{speed:g}",
         "-o",
         str(path),
-        "--quiet",
+        *(["--quiet"] if quiet else ["--progress", "log"]),
         *args.replay_args,
     ]
 
 
 def run_replay(command: Sequence[str]) -> None:
-    """Run one replay step; a failed step stops the sweep with the replayer's last words."""
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        raise ValueError(f"replay step failed: {tail[0]}")
+    """Run one replay step; a failed step stops the sweep with the replayer's last words.
+
+    Exit status 1 with the result written is a run with too many errors: a sweep step like any other.
+    """
+    last = ""
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as step:
+        assert step.stderr is not None
+        for line in step.stderr:  # its progress lines pass through as they come
+            if line.startswith("replay: ") and "elapsed, ETA" in line:
+                sys.stderr.write(f"sweep: {line}")
+                sys.stderr.flush()
+            elif line.strip():
+                last = line.strip()
+    code = step.returncode
+    written = "-o" in command and Path(command[list(command).index("-o") + 1]).exists()
+    if code != 0 and not (code == 1 and written):
+        raise ValueError(f"replay step failed: {last or f'exit status {code}'}")
 
 
 def run(args: argparse.Namespace) -> int:

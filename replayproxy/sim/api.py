@@ -93,21 +93,29 @@ def _sampling(body: dict[str, Any], prompt_len: int, max_model_len: int) -> Samp
     if max_tokens is None:
         max_tokens, param = _integer(body, "max_tokens", None), "max_tokens"
     if prompt_len >= max_model_len:
-        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, your "
-                       f"request has {prompt_len} input tokens. Please reduce the length of the input.")
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {prompt_len} input tokens. Please reduce the length of the input.",
+        )
     if max_tokens is None:
         max_tokens = max_model_len - prompt_len
     elif max_tokens < 1:
         raise ApiError(400, f"{param} must be at least 1, got {max_tokens}.", param)
     elif prompt_len + max_tokens > max_model_len:
-        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
-                       f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
-                       f"{max_tokens} in the completion). Please reduce the length of the messages or "
-                       "completion.", param)
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion.",
+            param,
+        )
     min_tokens = _integer(body, "min_tokens", 0)
     if not 0 <= min_tokens <= max_tokens:
-        raise ApiError(400, f"min_tokens must be between 0 and max_tokens={max_tokens}, got {min_tokens}.",
-                       "min_tokens")
+        raise ApiError(
+            400, f"min_tokens must be between 0 and max_tokens={max_tokens}, got {min_tokens}.", "min_tokens"
+        )
     temperature = body.get("temperature")
     if temperature is None:
         temperature = 1.0
@@ -172,8 +180,9 @@ def _completion_prompt(body: dict[str, Any], prompts: Prompts) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         if len(prompt) != 1:
-            raise ApiError(400, "a batch of several prompts is not supported by the simulated engine",
-                           "prompt")
+            raise ApiError(
+                400, "a batch of several prompts is not supported by the simulated engine", "prompt"
+            )
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return prompts.text(prompt)
@@ -182,8 +191,11 @@ def _completion_prompt(body: dict[str, Any], prompts: Prompts) -> list[int]:
         if outside is not None:  # vLLM's wording
             raise ApiError(400, f"Token id {outside} is out of vocabulary", "prompt")
         return prompt
-    raise ApiError(400, "prompt must be a non-empty string, a list of token ids, or a one-element list of "
-                   "either", "prompt")
+    raise ApiError(
+        400,
+        "prompt must be a non-empty string, a list of token ids, or a one-element list of either",
+        "prompt",
+    )
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> Any:

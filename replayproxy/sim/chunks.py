@@ -33,8 +33,17 @@ def chunk_ranges(
 class Formatter:
     """Bytes of one request's answer; `prompt_tokens` and `cached_tokens` are fixed at construction."""
 
-    def __init__(self, endpoint: str, rid: str, created: int, model: str, prompt_tokens: int,
-                 cached_tokens: int, reasoning_tokens: int, continuous_usage: bool) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        rid: str,
+        created: int,
+        model: str,
+        prompt_tokens: int,
+        cached_tokens: int,
+        reasoning_tokens: int,
+        continuous_usage: bool,
+    ) -> None:
         self.endpoint = endpoint
         self.rid = rid
         self.created = created
@@ -77,8 +86,15 @@ class Formatter:
             choice = b'{"index":0,"delta":{' + key + text + b'},"logprobs":null,"finish_reason":' + finish
             choice += b',"stop_reason":' + stop + b"}" if last else b"}"
         else:
-            choice = (b'{"index":0,"text":' + text + b',"logprobs":null,"finish_reason":' + finish
-                      + b',"stop_reason":' + stop + b"}")
+            choice = (
+                b'{"index":0,"text":'
+                + text
+                + b',"logprobs":null,"finish_reason":'
+                + finish
+                + b',"stop_reason":'
+                + stop
+                + b"}"
+            )
         return self._event(choice, end if self.continuous_usage else None)
 
     def usage_event(self, completion_tokens: int) -> bytes:
@@ -87,18 +103,30 @@ class Formatter:
 
     def body(self, plan: OutputPlan) -> bytes:
         """The whole non-streaming answer."""
-        text = "".join(plan.pieces[self.reasoning_tokens:])
+        text = "".join(plan.pieces[self.reasoning_tokens :])
         choice: dict[str, Any] = {"index": 0}
         if self.endpoint == CHAT:
             reasoning = "".join(plan.pieces[: self.reasoning_tokens]) if self.reasoning_tokens else None
-            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": reasoning,
-                                 "tool_calls": []}
+            choice["message"] = {
+                "role": "assistant",
+                "content": text,
+                "reasoning_content": reasoning,
+                "tool_calls": [],
+            }
         else:
             choice["text"] = text
         choice.update(logprobs=None, finish_reason=plan.finish_reason, stop_reason=plan.stop_reason)
         obj = "chat.completion" if self.endpoint == CHAT else "text_completion"
-        return orjson.dumps({"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                             "choices": [choice], "usage": self.usage(plan.length)})
+        return orjson.dumps(
+            {
+                "id": self.rid,
+                "object": obj,
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+                "usage": self.usage(plan.length),
+            }
+        )
 
 
 def chunk_count(length: int, per_chunk: int, reasoning: int) -> int:

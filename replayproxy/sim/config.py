@@ -48,15 +48,30 @@ class SimConfig:
     first_byte_delay: float = _opt(0.0, "extra wall-clock seconds before the first byte of a response")
     stall_rate: float = _opt(0.0, "fraction of streams that pause once mid-stream")
     stall_seconds: float = _opt(1.0, "length of a stall, wall-clock seconds")
+    api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
 
     def __post_init__(self) -> None:
-        positive = ("max_model_len", "speed", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
-                    "block_size", "mean_output_tokens", "tokens_per_chunk")
+        positive = (
+            "max_model_len",
+            "speed",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "num_gpu_blocks",
+            "block_size",
+            "mean_output_tokens",
+            "tokens_per_chunk",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("step_base_ms", "per_prefill_token_ms", "per_decode_seq_ms", "reasoning_tokens",
-                     "first_byte_delay", "stall_seconds"):
+        for name in (
+            "step_base_ms",
+            "per_prefill_token_ms",
+            "per_decode_seq_ms",
+            "reasoning_tokens",
+            "first_byte_delay",
+            "stall_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
@@ -93,11 +108,20 @@ def _coerce(name: str, value: Any) -> Any:
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file whose keys are the option names (dashes or underscores)."""
+    """Read a TOML file whose keys are the option names (dashes or underscores).
+
+    In the config file every command shares, the sim's keys are its `[sim]` table and the other
+    commands' tables are theirs; a file of the sim's keys alone works too.
+    """
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: {e}") from e
+    section = raw.get("sim")
+    if isinstance(section, dict):
+        raw = section
+    else:
+        raw = {key: value for key, value in raw.items() if not isinstance(value, dict)}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")

@@ -27,9 +27,25 @@ _CATCH_UP_NS = 2_000_000
 class Seq:
     """One request inside the engine; the server reads `generated` and `done` when `notify(seq)` is called."""
 
-    __slots__ = ("prompt_len", "output_len", "hashes", "notify", "computed", "generated", "private",
-                 "held", "cached_tokens", "admitted", "done", "aborted", "preemptions", "arrival_ns",
-                 "first_token_ns", "prev_token_ns", "last_token_ns")
+    __slots__ = (
+        "prompt_len",
+        "output_len",
+        "hashes",
+        "notify",
+        "computed",
+        "generated",
+        "private",
+        "held",
+        "cached_tokens",
+        "admitted",
+        "done",
+        "aborted",
+        "preemptions",
+        "arrival_ns",
+        "first_token_ns",
+        "prev_token_ns",
+        "last_token_ns",
+    )
 
     def __init__(
         self, prompt_len: int, output_len: int, hashes: list[int], notify: Callable[[Seq], None]

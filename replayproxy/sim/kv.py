@@ -15,7 +15,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     """Chained hashes of the full blocks: equal hash i means equal tokens up to the end of block i."""
     hashes, parent = [], 0
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(token_ids[start:start + block_size])))
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
         hashes.append(parent)
     return hashes
 

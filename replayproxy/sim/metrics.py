@@ -17,12 +17,74 @@ from replayproxy.sim.engine import Engine, Seq
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # vLLM's bucket boundaries (vllm/engine/metrics.py, vllm/v1/metrics/loggers.py), seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Buckets:
@@ -93,10 +155,14 @@ class Metrics(Collector):
 
         stats = engine.stats
         config = engine.config
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                 labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"])
-        info.add_metric([str(config.block_size), str(config.num_gpu_blocks), str(config.prefix_cache), "0"],
-                        1)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"],
+        )
+        info.add_metric(
+            [str(config.block_size), str(config.num_gpu_blocks), str(config.prefix_cache), "0"], 1
+        )
         yield info
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", len(engine.running))
         yield gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", len(engine.waiting))
@@ -104,8 +170,9 @@ class Metrics(Collector):
         yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", usage)
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", usage)
         yield counter("vllm:num_preemptions", "Cumulative preemptions.", stats.preemptions)
-        yield counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
-                      stats.prefix_queries)
+        yield counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats.prefix_queries
+        )
         yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", stats.prefix_hits)
         yield counter("vllm:prompt_tokens", "Prefilled prompt tokens of requests.", stats.prompt_tokens)
         yield counter("vllm:generation_tokens", "Generated tokens.", stats.generation_tokens)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from replayproxy.sim import api
 from replayproxy.sim.chunks import DONE, Formatter, chunk_count, chunk_ranges
@@ -57,7 +58,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     metrics = Metrics(config.model)
     engine = Engine(config, metrics)
     metrics.engine = engine
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    middlewares = [_require_api_key(config.api_key)] if config.api_key else []
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     sampler = Sampler(config.mean_output_tokens, config.seed)
     prompts = load(config.tokenizer, config.chat_template or "")
     app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config), prompts)
@@ -71,6 +73,19 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/tokenize", _tokenize)
     return app
+
+
+def _require_api_key(key: str) -> Middleware:
+    """vLLM's --api-key: every /v1 route needs `Authorization: Bearer <key>`, or it answers 401."""
+    expected = f"Bearer {key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1") and request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
 
 
 @contextlib.asynccontextmanager
@@ -101,8 +116,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 async def _models(request: web.Request) -> web.Response:
     config = request.app[SIM].config
-    card = {"id": config.model, "object": "model", "created": wall_s(), "owned_by": "replayproxy-sim",
-            "root": config.model, "parent": None, "max_model_len": config.max_model_len}
+    card = {
+        "id": config.model,
+        "object": "model",
+        "created": wall_s(),
+        "owned_by": "replayproxy-sim",
+        "root": config.model,
+        "parent": None,
+        "max_model_len": config.max_model_len,
+    }
     return web.Response(body=orjson.dumps({"object": "list", "data": [card]}), content_type=JSON)
 
 
@@ -182,8 +204,15 @@ async def _send_error(request: web.Request, record: TruthRecord, error: api.ApiE
 class _Answer:
     """Streams (or returns at the end) one request's tokens as the engine produces them."""
 
-    def __init__(self, request: web.Request, sim: Sim, req: api.GenRequest, plan: OutputPlan,
-                 record: TruthRecord, faults: Faults) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        sim: Sim,
+        req: api.GenRequest,
+        plan: OutputPlan,
+        record: TruthRecord,
+        faults: Faults,
+    ) -> None:
         self.request = request
         self.sim = sim
         self.req = req
@@ -194,8 +223,11 @@ class _Answer:
         self.wake = asyncio.Event()
 
     async def run(self) -> web.StreamResponse:
-        seq = self.sim.engine.add(self.req.prompt_ids, self.plan.length,
-                                  self._notify_stream if self.req.stream else self._notify_done)
+        seq = self.sim.engine.add(
+            self.req.prompt_ids,
+            self.plan.length,
+            self._notify_stream if self.req.stream else self._notify_done,
+        )
         try:
             await (self._stream(seq) if self.req.stream else self._whole(seq))
         except _Reset:
@@ -219,8 +251,16 @@ class _Answer:
 
     def _formatter(self, seq: Seq) -> Formatter:
         config = self.sim.config
-        return Formatter(self.req.endpoint, self.record.id or "", wall_s(), config.model, seq.prompt_len,
-                         seq.cached_tokens, config.reasoning_tokens, self.req.continuous_usage)
+        return Formatter(
+            self.req.endpoint,
+            self.record.id or "",
+            wall_s(),
+            config.model,
+            seq.prompt_len,
+            seq.cached_tokens,
+            config.reasoning_tokens,
+            self.req.continuous_usage,
+        )
 
     async def _whole(self, seq: Seq) -> None:
         """Like vLLM's JSONResponse: nothing is sent until the whole body is ready."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -28,12 +29,13 @@ def test_metrics_names_labels_and_health(tmp_path: Path) -> None:
                         await resp.read()
                 async with session.get(px.admin_url + "/healthz") as resp:
                     assert resp.status == 200
+                    assert await resp.json() == {"status": "ok", "recording": "ok"}
                 await _wait_written(session, px.admin_url)
                 async with session.get(px.admin_url + "/metrics") as resp:
                     text = await resp.text()
                 px.forwarder.drain()
                 async with session.get(px.admin_url + "/healthz") as resp:
-                    assert resp.status == 503
+                    assert resp.status == 503 and (await resp.json())["status"] == "draining"
         families = set(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
         assert {name for name, _ in families} == set(METRIC_NAMES)
         assert families == {(name, kind) for name, kind, _, _ in METRICS}
@@ -45,8 +47,34 @@ def test_metrics_names_labels_and_health(tmp_path: Path) -> None:
         assert 'replayproxy_input_tokens_total{endpoint="chat"} 3.0' in text
         assert "replayproxy_trace_files 1.0" in text
         assert "replayproxy_requests_in_flight 0.0" in text
+        assert "replayproxy_recording_failing 0.0" in text
 
     run(main())
+
+
+def test_health_stays_200_but_says_recording_fails_while_records_are_dropped(tmp_path: Path) -> None:
+    not_a_directory = tmp_path / "traces"
+    not_a_directory.write_text("a file where the trace directory should be")
+
+    async def main() -> tuple[int, dict[str, str], str]:
+        async with RawUpstream(answer) as up, proxy(up.url, not_a_directory, retry_s=0.05) as px:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(100):
+                    async with session.post(px.url + "/v1/chat/completions", json={"messages": []}) as resp:
+                        assert resp.status == 200  # live traffic never pays for recording
+                        await resp.read()
+                    async with session.get(px.admin_url + "/healthz") as resp:
+                        status, health = resp.status, await resp.json()
+                    if health["recording"] != "ok":
+                        break
+                    await asyncio.sleep(0.05)
+                async with session.get(px.admin_url + "/metrics") as resp:
+                    return status, health, await resp.text()
+
+    status, health, metrics = run(main())
+    assert status == 200 and health["status"] == "ok"
+    assert re.fullmatch(r"failing \(\w+: \w+Error(: .+)?\)", health["recording"]), health
+    assert "replayproxy_recording_failing 1.0" in metrics
 
 
 async def _wait_written(session: aiohttp.ClientSession, admin_url: str) -> None:

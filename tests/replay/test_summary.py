@@ -43,7 +43,17 @@ def test_max_concurrency_says_timing_was_not_preserved_and_by_how_much() -> None
     assert "timing not preserved" in text and "lag p99 40 ms" in text
 
 
-def test_progress_line() -> None:
-    line = summary.progress_line(100, 40, 30, 2, [1_000_000, 3_000_000])
-    assert line.startswith("sent 40/100  in flight 10  done 30  errors 2  lag p99 2.9")
-    assert summary.progress_line(1, 0, 0, 0, []).endswith("lag p99 -")
+def test_a_run_fails_when_nothing_succeeded_or_too_much_failed() -> None:
+    def facts(requests: int, errors: int) -> dict[str, object]:
+        return {
+            "requests": requests,
+            "errors": errors,
+            "errors_by_class": {"http_4xx": errors} if errors else {},
+        }
+
+    assert summary.failure(facts(5, 5), 1.0) == "all 5 requests failed (http_4xx 5)"
+    assert (
+        summary.failure(facts(10, 6), 0.5)
+        == "6 of 10 requests failed (http_4xx 6), more than --max-error-rate 0.5"
+    )
+    assert summary.failure(facts(10, 5), 0.5) == summary.failure(facts(0, 0), 0.5) == ""

@@ -60,7 +60,7 @@ def test_sweep_runs_each_speed_and_names_the_knee(
     out = capsys.readouterr().out
     assert [c[c.index("--speed") + 1] for c in calls] == ["1", "2", "4", "8"]
     assert calls[0][:4] == [sys.executable, "-m", "replayproxy", "replay"]
-    assert calls[0][-3:] == ["--quiet", "--model", "m"]
+    assert calls[0][-4:] == ["--progress", "log", "--model", "m"]
     assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == [f"speed-{s}.rpr" for s in (1, 2, 4, 8)]
     assert "knee at 2x: the next step (4x)" in out and "throughput stopped growing" in out
     assert out.splitlines()[2].split()[:2] == ["speed", "req/s"]
@@ -134,3 +134,22 @@ def test_damaged_trace_fails_before_any_replay(
 def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="replay step failed: boom"):
         sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit('boom')"])
+
+
+def test_a_replay_step_that_exits_1_with_its_result_written_is_a_step(tmp_path: Path) -> None:
+    """Too many errors at a high speed is what a sweep looks for, not a reason to stop it."""
+    out = tmp_path / "speed-8.rpr"
+    script = f"import pathlib, sys; pathlib.Path({str(out)!r}).write_bytes(b'x'); sys.exit(1)"
+    sweep_command.run_replay([sys.executable, "-c", script, "-o", str(out)])
+    with pytest.raises(ValueError, match="replay step failed"):
+        sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit(1)", "-o", str(tmp_path / "x")])
+
+
+def test_a_step_shows_its_progress_lines_as_they_come(capsys: pytest.CaptureFixture[str]) -> None:
+    script = (
+        "import sys; print('replay: 0:10 elapsed, ETA 0:05  sent 9/10', file=sys.stderr);"
+        "print('a note', file=sys.stderr); sys.exit(2)"
+    )
+    with pytest.raises(ValueError, match="replay step failed: a note"):
+        sweep_command.run_replay([sys.executable, "-c", script])
+    assert capsys.readouterr().err == "sweep: replay: 0:10 elapsed, ETA 0:05  sent 9/10\n"

@@ -1,0 +1,133 @@
+"""`replayproxy tune` on real sims: the grid's best found and confirmed, engines stopped, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replayproxy.report.goodput import parse_slo
+from replayproxy.report.runs import load_runs
+from replayproxy.report.sweep import meets, step_of
+from replayproxy.tune.candidates import parse_candidates
+from replayproxy.tune.engine import running
+
+SLO = "ttft:p95<=250ms"
+SIM = f"{sys.executable} -m replayproxy.sim --port {{port}}"
+KNOBS = "--max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_num_batched_tokens}"
+# Best first, so the early stop is exercised: every later configuration is tried at the best speed first.
+CANDIDATES = f"""
+[[engine]]
+name = "sim"
+command = "{SIM} {KNOBS}"
+grid = {{ max_num_seqs = [16, 4, 1], max_num_batched_tokens = [4096, 64] }}
+replay_args = ["--model", "sim-llama-3.1-8b"]
+start_timeout = 60
+stop_timeout = 10
+
+[[engine]]
+name = "small"
+command = "{SIM} --max-num-seqs {{max_num_seqs}}"
+grid = {{ max_num_seqs = [4] }}
+replay_args = ["--model", "sim-llama-3.1-8b"]
+
+[[engine]]
+name = "broken"
+command = "{SIM} --no-such-flag {{x}}"
+grid = {{ x = [1] }}
+"""
+TUNE = ["--slo", SLO, "--repeat", "1", "--precision", "0.3", "--max-runs", "5", "--warmup", "5"]
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replayproxy", *argv], capture_output=True, text=True, timeout=500, check=False
+    )
+
+
+def _group_gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tune_finds_the_best_configuration_stops_every_engine_and_resumes(tmp_path: Path) -> None:
+    trace, candidates, out = tmp_path / "w.rpt", tmp_path / "candidates.toml", tmp_path / "tune"
+    synth = ["synth", "-o", str(trace), "--requests", "24", "--rate", "20", "--input-len", "fixed:400"]
+    assert _cli(*synth, "--output-len", "fixed:16", "--seed", "1").returncode == 0
+    candidates.write_text(CANDIDATES)
+
+    done = _cli("tune", str(trace), "--candidates", str(candidates), "-o", str(out), *TUNE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "tune.json").read_text())
+    outcomes = {(o["engine"], o["config"]): o for o in summary["outcomes"]}
+    assert len(outcomes) == 8
+
+    # Every engine it started is gone, and each start was a separate process.
+    pids = [o["pid"] for o in outcomes.values() if o["pid"] is not None]
+    assert len(pids) == 7 and len(set(pids)) == 7
+    assert all(_group_gone(pid) for pid in pids)
+
+    # The broken configuration is recorded with its log and did not stop the search.
+    broken = outcomes[("broken", "x=1")]
+    assert broken["status"] == "failed" and "exited with status 2" in broken["reason"]
+    assert "unrecognized arguments: --no-such-flag" in broken["log_tail"]
+    assert "broken[x=1]: exited with status 2" in done.stdout
+
+    winner_key = summary["best"]["sim"]
+    winner = outcomes[("sim", winner_key)]
+    assert winner_key == "max_num_seqs=16,max_num_batched_tokens=4096"
+    best_speed = winner["best_speed"]
+    # The early stop: later configurations started at the best speed and, failing there, cost one run.
+    stopped = [o for o in outcomes.values() if o["engine"] == "sim" and o["stopped"]]
+    assert stopped and all(len(o["probes"]) == 1 for o in stopped)
+
+    # Brute force: every configuration replayed a little below the winner's answer; only the winner holds it.
+    (engine,) = parse_candidates({"engine": [_sim_engine()]}, "c")
+    slos, speed = parse_slo(SLO), 0.8 * best_speed
+    held = {}
+    for config in engine.configurations():
+        with running(config, tmp_path / "brute" / config.directory_name / "engine.log") as sim:
+            path = tmp_path / "brute" / f"{config.directory_name}.rpr"
+            replay = [
+                "replay",
+                str(trace),
+                "--target",
+                sim.url,
+                "--speed",
+                f"{speed:g}",
+                "-o",
+                str(path),
+            ]
+            assert _cli(*replay, "--quiet", "--model", "sim-llama-3.1-8b").returncode == 0
+            held[config.key] = meets(step_of(load_runs([path])[0], slos), 0.01, 0.9)
+    assert held == {key: key == winner_key for key in held}
+
+    # Best vs best: the two engines compared at one common rate, through the report.
+    assert set(summary["best"]) == {"sim", "small"}
+    assert "verdict: sim sustains" in done.stdout
+    assert len(summary["final"]) == 2 and "sim[max_num_seqs=16" in done.stdout.split("verdict")[-1]
+
+    # A rerun with the same directory measures nothing again and starts no engine.
+    again = _cli("tune", str(trace), "--candidates", str(candidates), "-o", str(out), *TUNE, "--no-final")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("not measured again") == 8
+    assert "healthy after" not in again.stderr
+    assert json.loads((out / "tune.json").read_text())["best"] == summary["best"]
+
+
+def _sim_engine() -> dict[str, object]:
+    return {
+        "name": "sim",
+        "command": f"{SIM} {KNOBS}",
+        "grid": {"max_num_seqs": [16, 4, 1], "max_num_batched_tokens": [4096, 64]},
+        "stop_timeout": 10,
+    }
