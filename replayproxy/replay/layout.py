@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayproxy.replay.exact import Structure
-from replayproxy.replay.synth import _mix
+from replayproxy.replay.synth import _GOLDEN, _M1, _M2, _mix
 
 _TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
 
@@ -153,33 +153,61 @@ def branch_ranks(parents: np.ndarray, children: np.ndarray) -> np.ndarray:
     return out
 
 
-def tail_key(index: int) -> np.uint64:
-    return _mix(np.array([index], np.uint64) ^ _TAIL_SALT)[0]  # type: ignore[no-any-return]
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """synth's splitmix64 finalizer for arrays, without its error-state guard (arrays wrap silently)."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
+
+
+def tail_keys(rows: np.ndarray) -> np.ndarray:
+    """Each request's own key, for the positions past its recorded blocks."""
+    return _mix64(rows.astype(np.uint64) ^ _TAIL_SALT)
+
+
+def branch_words(parents: np.ndarray, ranks: np.ndarray, size: int) -> np.ndarray:
+    """The branch word of each (parent, rank): a base drawn from the parent, plus the rank."""
+    out: np.ndarray = ((_mix64(parents.astype(np.uint64)) % np.uint64(size)).astype(np.int64) + ranks) % size
+    return out
+
+
+class PositionCodes:
+    """mix(position ^ seed) for positions 0..n, grown on demand: the seed's part of every word code."""
+
+    def __init__(self, seed: np.uint64) -> None:
+        self._seed = seed
+        self._table = np.zeros(0, np.uint64)
+
+    def __call__(self, within: np.ndarray) -> np.ndarray:
+        need = int(within.max()) + 1 if len(within) else 0
+        if need > len(self._table):
+            size = max(need, 2 * len(self._table), 4096)
+            self._table = _mix64(np.arange(size, dtype=np.uint64) ^ self._seed)
+        out: np.ndarray = self._table[within]
+        return out
 
 
 def word_indices(
     positions: np.ndarray,
     hashes: np.ndarray,
     own_key: np.uint64,
-    ranks: np.ndarray,
-    root: np.uint64,
+    branch: np.ndarray,
     block: int,
-    seed: np.uint64,
+    codes: PositionCodes,
     size: int,
 ) -> np.ndarray:
     """Alphabet index of the word at each content position (sorted) of one request.
 
-    `ranks` holds the branch rank of each recorded block and of the tail (len(hashes) + 1 values).
+    `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
     """
-    hashes = hashes.astype(np.uint64)
     blocks = positions // block
     in_chain = blocks < len(hashes)
     keys = np.full(len(positions), own_key, np.uint64)
     keys[in_chain] = hashes[blocks[in_chain]]
-    within = np.where(in_chain, positions % block, positions).astype(np.uint64)
-    chosen = (_mix(keys ^ _mix(within ^ seed)) % np.uint64(size)).astype(np.int64)
-    parents = np.concatenate([[root], hashes]).astype(np.uint64)
-    branch = ((_mix(parents) % np.uint64(size)).astype(np.int64) + ranks) % size
+    within = np.where(in_chain, positions % block, positions)
+    chosen = (_mix64(keys ^ codes(within)) % np.uint64(size)).astype(np.int64)
     starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
     at = np.searchsorted(positions, starts)
     inside = at < len(positions)

@@ -88,8 +88,9 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     block = block_tokens(cols)
     words = synth.Words(options.seed, block)
     salted = sub_hashes ^ np.repeat(salts, np.diff(sub_index))
-    ranks, rank_index = _branch_ranks(salted, sub_index, salts, rows) if options.book else (None, None)
-    spelled = _Spelled(options.book.alphabet, words) if options.book else None
+    spelled = _Spelled(options.book.alphabet, words, rows) if options.book else None
+    size = len(spelled.words) if spelled is not None else 1
+    ranks, rank_index = _branch_words(salted, sub_index, salts, rows, size) if options.book else (None, None)
     layouts: list[synth.Layout | layout.Layout | None] = []
     prepared = []
     for position, row in enumerate(rows.tolist()):
@@ -103,7 +104,7 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
             exact_plan = _plan_exact(
                 cols, row, salted[sub_index[position] : sub_index[position + 1]], shared * block,
                 donor if isinstance(donor, layout.Layout) else None,
-                ranks[rank_index[position] : rank_index[position + 1]], salts[position], options,
+                ranks[rank_index[position] : rank_index[position + 1]], position, options,
                 options.book, spelled, flavor.token_id_prompts, block,
             )  # fmt: skip
         plan_layout: synth.Layout | layout.Layout
@@ -136,22 +137,21 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     return prepared
 
 
-def _branch_ranks(
-    salted: np.ndarray, sub_index: np.ndarray, salts: np.ndarray, rows: np.ndarray
+def _branch_words(
+    salted: np.ndarray, sub_index: np.ndarray, salts: np.ndarray, rows: np.ndarray, size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Branch ranks of every request's recorded blocks and tail (layout.branch_ranks), flat + index."""
+    """Branch words of every request's recorded blocks and tail (layout.branch_ranks), flat + index."""
     counts = np.diff(sub_index) + 1
     index = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     parents = np.empty(int(index[-1]), np.uint64)
     children = np.empty(int(index[-1]), np.uint64)
-    for position in range(len(rows)):
-        a, b = int(sub_index[position]), int(sub_index[position + 1])
-        at = int(index[position])
-        parents[at] = salts[position]
-        parents[at + 1 : at + 1 + b - a] = salted[a:b]
-        children[at : at + b - a] = salted[a:b]
-        children[at + b - a] = layout.tail_key(int(rows[position]))
-    return layout.branch_ranks(parents, children), index
+    lengths = np.diff(sub_index)
+    at = np.arange(len(salted)) - np.repeat(sub_index[:-1], lengths) + np.repeat(index[:-1], lengths)
+    parents[index[:-1]] = salts
+    parents[at + 1] = salted
+    children[at] = salted
+    children[index[1:] - 1] = layout.tail_keys(rows)
+    return layout.branch_words(parents, layout.branch_ranks(parents, children), size), index
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +160,14 @@ class _Spelled:
 
     words: np.ndarray  # object: the words
     ids: np.ndarray  # int64: their ids after a space
-    seed: np.uint64
+    codes: layout.PositionCodes
+    tails: np.ndarray  # uint64: each planned request's own key
 
-    def __init__(self, letters: exact.Alphabet, words: synth.Words) -> None:
+    def __init__(self, letters: exact.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
         object.__setattr__(self, "words", np.array(letters.words, dtype=object))
         object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
-        object.__setattr__(self, "seed", words._seed)
+        object.__setattr__(self, "codes", layout.PositionCodes(words._seed))
+        object.__setattr__(self, "tails", layout.tail_keys(rows))
 
 
 def _plan_exact(
@@ -174,8 +176,8 @@ def _plan_exact(
     salted: np.ndarray,
     shared_tokens: int,
     donor: layout.Layout | None,
-    ranks: np.ndarray,
-    root: np.uint64,
+    branch: np.ndarray,
+    position: int,
     options: PlanOptions,
     book: exact.Book,
     spelled: _Spelled,
@@ -203,7 +205,7 @@ def _plan_exact(
     if plan is None:
         return None
     chosen = layout.word_indices(
-        plan.positions(), salted, layout.tail_key(row), ranks, root, block, spelled.seed, len(spelled.words)
+        plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
     )
     contents: list[Any] = []
     at = 0
