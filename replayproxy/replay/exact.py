@@ -18,6 +18,7 @@ from replayproxy.replay import flavors, synth
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError
 
 MIN_ALPHABET = 32  # fewer single-token words than this: the tokenizer is not usable for exact prompts
+WANTED_ALPHABET = 256  # enough distinct first tokens for the siblings of one shared prefix
 MAX_ALPHABET = 4096
 CHECK_WORDS = 3  # words per message in the rendering that checks a measured structure
 
@@ -58,23 +59,26 @@ class Book:
     failed: dict[str, str] = field(default_factory=dict)  # template key -> why it was not measured
 
 
-def candidates(extra: Iterable[str] = ()) -> list[str]:
-    """Words to try for the alphabet: the synthesis vocabulary, then two-letter strings."""
-    pairs = (a + b for a in string.ascii_lowercase for b in string.ascii_lowercase)
-    return list(dict.fromkeys([*synth.VOCAB, *extra, *pairs]))
+def candidates(extra: Iterable[str] = ()) -> list[list[str]]:
+    """Words to try for the alphabet, in rounds: the synthesis vocabulary (and `extra`), then
+    two-letter strings, tried only when the first round found fewer than WANTED_ALPHABET."""
+    pairs = [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase]
+    first = list(dict.fromkeys([*synth.VOCAB, *extra]))
+    return [first, [p for p in pairs if p not in set(first)]]
 
 
-async def alphabet(tokenizer: Tokenizer, words: Sequence[str]) -> Alphabet:
+async def alphabet(tokenizer: Tokenizer, rounds: Sequence[Sequence[str]]) -> Alphabet:
     """Keep the candidates that are one token both alone and after a space (and not a special)."""
-    encoded = await tokenizer.encode_text([f"{w} {w}" for w in words], special=False)
     kept: dict[str, tuple[int, int]] = {}
     seen: set[int] = set()
-    for word, ids in zip(words, encoded, strict=True):
-        if len(ids) == 2 and ids[0] != ids[1] and not {*ids} & seen:
-            kept[word] = (ids[0], ids[1])
-            seen.update(ids)
-        if len(kept) >= MAX_ALPHABET:
+    for words in rounds:
+        if len(kept) >= WANTED_ALPHABET:
             break
+        encoded = await tokenizer.encode_text([f"{w} {w}" for w in words], special=False)
+        for word, ids in zip(words, encoded, strict=True):
+            if len(ids) == 2 and not {*ids} & seen and len(kept) < MAX_ALPHABET:
+                kept[word] = (ids[0], ids[1])
+                seen.update(ids)
     if len(kept) < MIN_ALPHABET:
         raise TokenizerError(
             f"{tokenizer.name}: only {len(kept)} single-token words found, "

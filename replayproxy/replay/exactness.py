@@ -26,8 +26,8 @@ from replayproxy.replay.plan import Prepared
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, engine_tokenizer
 
 _log = logging.getLogger("replayproxy.replay")
-VERIFY_MAX = 512  # prepared requests re-counted by the tokenizer after planning
-VERIFY_TOKENS = 2_000_000  # ...and at most this many prompt tokens among them
+VERIFY_MAX = 32  # prepared requests re-counted by the tokenizer after planning (exact by construction)
+VERIFY_TOKENS = 200_000  # ...and at most this many prompt tokens among them
 
 
 def chat_keys(cols: trace.Columns, rows: np.ndarray) -> list[tuple[tuple[str, ...], bool]]:
@@ -60,9 +60,8 @@ async def measure(
     tokenizer: Tokenizer, cols: trace.Columns, rows: np.ndarray
 ) -> tuple[exact.Book | None, dict[str, Any]]:
     """The book for exact planning, and what the result header says about it."""
-    extra = getattr(tokenizer, "vocabulary_words", None)
     try:
-        book = await exact.measure(tokenizer, chat_keys(cols, rows), extra() if callable(extra) else ())
+        book = await exact.measure(tokenizer, chat_keys(cols, rows))
     except TokenizerError as e:
         _log.warning("exact prompts unavailable (%s); input lengths will be approximate", e)
         return None, {"tokenizer": tokenizer.name, "lengths": "approximate", "reason": str(e)}

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 
 Message = Mapping[str, Any]  # an OpenAI chat message: {"role": ..., "content": ...}
-CONCURRENCY = 8  # tokenize calls in flight against an engine
+CONCURRENCY = 32  # tokenize calls in flight against an engine (they are short)
 
 
 class TokenizerError(ValueError):
