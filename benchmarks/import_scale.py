@@ -4,15 +4,19 @@ CPU time is printed beside wall time because the machines are shared. The file i
 Mooncake conversation trace (../shared/data/traces) repeated with shifted
 timestamps and ids, or a synthetic file of the same shape when that trace is absent. Printed:
 the import time (parse + hash chains + trace write), the time to merely orjson-parse every line
-(the floor any JSON importer pays) and their ratio, then the export back to Mooncake.
+(the floor any JSON importer pays) and their ratio, then the export back to Mooncake. With
+--formats, each export (and the import) also runs as `replayproxy` in a child process, printing
+its time and peak RSS, at --lines and at a quarter of it (time per row should stay flat).
 
-    .venv/bin/python benchmarks/import_scale.py [--lines 1000000]
+    .venv/bin/python benchmarks/import_scale.py [--lines 1000000] [--formats mooncake,bailian,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,10 +63,52 @@ def make_file(path: Path, lines: int) -> None:
             copy += 1
 
 
+CHILD = (
+    "import resource, sys\n"
+    "from replayproxy import cli\n"
+    "code = cli.main(sys.argv[1:])\n"
+    "print('peak_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    "sys.exit(code)\n"
+)
+
+
+def timed_cli(*args: str) -> tuple[float, int]:
+    """Seconds and peak RSS (MB) of one `replayproxy` command in a fresh process."""
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
+    if run.returncode:
+        raise SystemExit(f"{' '.join(args)} failed: {run.stderr.strip()[-500:]}")
+    return time.perf_counter() - start, int(run.stdout.split("peak_mb")[-1])
+
+
+def scale_table(lines: int, formats: list[str]) -> None:
+    """Import and each export as the CLI runs them, at `lines` and `lines // 4` (linearity check)."""
+    print(f"{'step':<18} {'rows':>9} {'time s':>8} {'us/row':>7} {'peak MB':>8}")
+    for rows in (lines // 4, lines):
+        with tempfile.TemporaryDirectory() as tmp:
+            source, trace = Path(tmp) / "big.jsonl", Path(tmp) / "big.rpt"
+            make_file(source, rows)
+            seconds, peak = timed_cli("import", str(source), "-f", "mooncake", "-o", str(trace))
+            print(
+                f"{'import mooncake':<18} {rows:>9,} {seconds:>8.2f} {seconds / rows * 1e6:>7.2f} {peak:>8}"
+            )
+            for fmt in formats:
+                out = Path(tmp) / f"out.{fmt}"
+                seconds, peak = timed_cli("export", str(trace), "-f", fmt, "-o", str(out))
+                out.unlink()
+                print(
+                    f"{'export ' + fmt:<18} {rows:>9,} {seconds:>8.2f} {seconds / rows * 1e6:>7.2f} {peak:>8}"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--formats", help="comma-separated exports to time as CLI runs (peak memory)")
     args = parser.parse_args()
+    if args.formats:
+        scale_table(args.lines, args.formats.split(","))
+        return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the budget says
     with tempfile.TemporaryDirectory() as tmp:

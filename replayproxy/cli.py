@@ -50,6 +50,19 @@ class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 2."""
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """One default style everywhere: `(default: X)` after every option's help that has a default;
+    options whose default is computed or absent say it in their own text."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        absent = default is None or isinstance(default, bool) or default in ("", [], argparse.SUPPRESS)
+        if "(default:" in text or not action.option_strings or action.required or absent:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad option in one line (the project's rule), not usage + error."""
 
@@ -75,11 +88,23 @@ def _run_sim(argv: Sequence[str]) -> int:
     os.execv(sys.executable, [sys.executable, "-m", "replayproxy.sim", *argv])
 
 
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    """The subcommand's own parser; its help ends with the module's EXAMPLES."""
+    module = importlib.import_module(COMMANDS[name].module)
+    parser = OneLineParser(
+        prog=f"replayproxy {name}",
+        description=COMMANDS[name].help,
+        formatter_class=HelpFormatter,
+    )
+    module.add_arguments(parser)
+    examples = "examples:\n" + "\n".join(f"  {line}" for line in module.EXAMPLES)
+    parser.epilog = f"{parser.epilog}\n\n{examples}" if parser.epilog else examples
+    return parser
+
+
 def _dispatch(name: str, argv: Sequence[str], verbose: bool) -> int:
     module = importlib.import_module(COMMANDS[name].module)
-    parser = OneLineParser(prog=f"replayproxy {name}", description=COMMANDS[name].help)
-    module.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = subcommand_parser(name).parse_args(argv)
     args.verbose = verbose
     code: int = module.run(args)
     return code

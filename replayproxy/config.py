@@ -8,6 +8,7 @@ typo in a file or variable is reported with the valid names instead of being sil
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -21,6 +22,15 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names the setting and where it came from."""
+
+
+def check_finite(settings: Any) -> None:
+    """Refuse inf and NaN in any float field of a settings dataclass, naming the field: they pass
+    `> 0` checks and then break timer arithmetic."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value}")
 
 
 def read_toml(path: str | os.PathLike[str] | None) -> dict[str, Any]:

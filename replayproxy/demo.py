@@ -37,13 +37,23 @@ WORKLOAD = [
 ]  # fmt: skip
 
 
+EXAMPLES = (
+    "replayproxy demo",
+    "replayproxy demo --keep demo-output --progress log",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keep", metavar="DIR", help="keep the trace, results and report in DIR")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep the trace, results and report in DIR (default: a temporary directory, report only)",
+    )
     parser.add_argument(
         "--progress",
         choices=("auto", "tty", "log", "none"),
         default="auto",
-        help="each replay's live progress: panel (tty), a line every 10 s (log), none (default auto)",
+        help="each replay's live progress: panel (tty), a line every 10 s (log), none",
     )
 
 

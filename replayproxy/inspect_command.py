@@ -14,6 +14,11 @@ from typing import Any
 from replayproxy.inspect import profile_of
 from replayproxy.trace import load
 
+EXAMPLES = (
+    "replayproxy inspect traces/",
+    "replayproxy inspect --json prod.rpt > profile.json",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs")

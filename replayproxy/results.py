@@ -9,6 +9,7 @@ travel as maps with their own `type` and are kept in `ResultFile.extras`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -21,8 +22,12 @@ from replayproxy.trace import (
     ReadReport,
     Table,
     TableFile,
+    TraceFormatError,
+    checked_fields,
     expand_paths,
+    read_each,
     read_table,
+    with_defaults,
 )
 
 FORMAT_NAME = "replayproxy-result"
@@ -92,6 +97,9 @@ RESULT_KINDS: dict[str, str] = {
 RESULT_FIELDS = tuple(RESULT_KINDS)
 _GAPS = RESULT_FIELDS.index("chunk_gaps_us")
 _TOKENS = RESULT_FIELDS.index("chunk_tokens")
+_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(ReplayResult) if f.default is not dataclasses.MISSING
+}
 
 
 def _pack(values: tuple[int, ...]) -> bytes:
@@ -131,7 +139,7 @@ class RunHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunHeader:
-        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        known = checked_fields(cls, record)
         known["trace_paths"] = tuple(known.get("trace_paths", ()))
         return cls(**known)
 
@@ -191,15 +199,24 @@ class ResultFile:
 def load_results(
     paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
 ) -> list[ResultFile]:
-    """Every result file named (files, directories, globs), in name order."""
+    """Every result file named (files, directories, globs), in name order; of several, unreadable
+    ones are skipped and reported."""
     report = report if report is not None else ReadReport()
-    loaded = []
-    for path in expand_paths(paths, SUFFIX):
-        extras: dict[str, list[dict[str, Any]]] = {}
-        footer: dict[str, Any] = {}
-        table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, extras=extras, footer=footer)
-        loaded.append(ResultFile(path, RunHeader.from_record(table.header), table, extras, footer))
-    return loaded
+    return read_each(expand_paths(paths, SUFFIX), lambda path: _read_result(path, report), report)
+
+
+def _read_result(path: Path, report: ReadReport) -> ResultFile:
+    extras: dict[str, list[dict[str, Any]]] = {}
+    footer: dict[str, Any] = {}
+    table = read_table(
+        path, FORMAT_NAME, FORMAT_VERSION, report, expected=RESULT_KINDS, extras=extras, footer=footer
+    )
+    try:
+        header = RunHeader.from_record(table.header)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{path}: {e}") from e
+    with_defaults(table, RESULT_KINDS, _DEFAULTS)
+    return ResultFile(path, header, table, extras, footer)
 
 
 def _row_kinds() -> dict[str, str]:

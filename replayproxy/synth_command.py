@@ -19,17 +19,29 @@ from replayproxy.trace import TraceHeader, write_trace
 DIST_HELP = "lognormal:mean=M,sigma=S[,min=A,max=B] | fixed:N | uniform:A,B (tokens)"
 
 
+EXAMPLES = (
+    "replayproxy synth -o synthetic.rpt --requests 1000 --rate 20 --prefix-groups 4 --prefix-len 512",
+    "replayproxy synth -o bursty.rpt --duration 600 --arrival gamma:3 --sessions-share 0.3 --seed 7",
+    "replayproxy synth -o scaled.rpt --profile profile.json --rate-scale 2 --duration 300",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write (.rpt)")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--requests", type=int, metavar="N", help="number of requests (default 1000)")
-    size.add_argument("--duration", type=float, metavar="S", help="trace length in seconds instead")
-    parser.add_argument("--rate", type=float, default=10.0, metavar="R", help="mean requests per second (10)")
+    size.add_argument("--requests", type=int, metavar="N", help="number of requests (default: 1000)")
+    size.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="trace length in seconds, instead of --requests (default: none)",
+    )
+    parser.add_argument("--rate", type=float, default=10.0, metavar="R", help="mean requests per second")
     parser.add_argument(
         "--arrival",
         default="poisson",
         metavar="poisson|gamma:CV",
-        help="inter-arrival process; gamma with CV > 1 gives bursts (poisson)",
+        help="inter-arrival process; gamma with CV > 1 gives bursts",
     )
     parser.add_argument(
         "--input-len", default="lognormal:mean=1000,sigma=0.8", metavar="DIST", help=DIST_HELP
@@ -37,40 +49,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-len", default="lognormal:mean=250,sigma=0.8", metavar="DIST", help=DIST_HELP
     )
-    parser.add_argument("--prefix-groups", type=int, default=0, metavar="G", help="shared system prompts (0)")
+    parser.add_argument("--prefix-groups", type=int, default=0, metavar="G", help="shared system prompts")
     parser.add_argument("--prefix-len", type=int, default=0, metavar="L", help="tokens per system prompt")
     parser.add_argument(
         "--sessions-share",
         type=float,
         default=0.0,
         metavar="F",
-        help="share of requests in multi-turn sessions (0)",
+        help="share of requests in multi-turn sessions",
+    )
+    parser.add_argument("--turns", default="uniform:2,6", metavar="DIST", help="turns per session")
+    parser.add_argument(
+        "--think", type=float, default=5.0, metavar="S", help="mean pause between turns, seconds"
     )
     parser.add_argument(
-        "--turns", default="uniform:2,6", metavar="DIST", help="turns per session (uniform:2,6)"
+        "--endpoint", choices=("chat", "completions"), default="chat", help="API the requests use"
     )
     parser.add_argument(
-        "--think", type=float, default=5.0, metavar="S", help="mean pause between turns (5 s)"
+        "--stream-share", type=float, default=1.0, metavar="F", help="share of streaming requests"
     )
-    parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
-    parser.add_argument(
-        "--stream-share", type=float, default=1.0, metavar="F", help="share of streaming requests (1)"
-    )
-    parser.add_argument("--model", default="synth", help="model name written in each request (synth)")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="random seed; equal seeds give identical files (0)"
-    )
+    parser.add_argument("--model", default="synth", help="model name written in each request")
+    parser.add_argument("--seed", type=int, default=0, help="random seed; equal seeds give identical files")
     profile = parser.add_argument_group("from a profile (`replayproxy export --format profile`)")
     profile.add_argument(
         "--profile",
         metavar="PROFILE.json",
-        help="sample this profile instead (uses --duration, --requests, --seed)",
+        help="sample this profile instead; uses --duration, --requests, --seed (default: none)",
     )
     profile.add_argument(
-        "--rate-scale", type=float, default=1.0, metavar="K", help="multiply the request rate (1)"
+        "--rate-scale", type=float, default=1.0, metavar="K", help="multiply the request rate"
     )
     profile.add_argument(
-        "--length-scale", type=float, default=1.0, metavar="K", help="multiply token lengths (1)"
+        "--length-scale", type=float, default=1.0, metavar="K", help="multiply token lengths"
     )
 
 

@@ -131,11 +131,13 @@ class SynthSpec:
         if self.requests is not None and self.duration_s is not None:
             raise ValueError("give the number of requests or the duration, not both")
         if (self.requests is not None and self.requests < 0) or (
-            self.duration_s is not None and self.duration_s < 0
+            self.duration_s is not None and not 0 <= self.duration_s < math.inf
         ):
-            raise ValueError("requests and duration must not be negative")
-        if not self.rate_rps > 0 or not self.arrival_cv > 0:
-            raise ValueError(f"rate and arrival CV must be positive, got {self.rate_rps}, {self.arrival_cv}")
+            raise ValueError("requests and duration must be finite and not negative")
+        if not 0 < self.rate_rps < math.inf or not 0 < self.arrival_cv < math.inf:
+            raise ValueError(
+                f"rate and arrival CV must be finite and > 0, got {self.rate_rps}, {self.arrival_cv}"
+            )
         if self.endpoint not in ("chat", "completions"):
             raise ValueError(f"endpoint must be chat or completions, got {self.endpoint!r}")
         for name in ("sessions_share", "stream_share"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,44 @@ def test_bad_options_and_unknown_commands_are_one_line_errors() -> None:
     assert_one_line_error(cli("import"), "required")
     assert_one_line_error(cli("teleport"), "invalid choice", "replay")
     assert cli("capacity", "--weight-dtype", "fp3").returncode == 2
+
+
+def _one_line_exit_2(argv: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "replayproxy", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, (argv, done.stderr)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr
+
+
+def test_every_entry_point_turns_a_busy_port_a_missing_file_or_a_bad_value_into_one_line(
+    tmp_path: Path,
+) -> None:
+    golden = str(Path(__file__).parent / "data" / "trace-v1-golden.rpt")
+    missing = str(tmp_path / "missing.rpt")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        proxy = ["proxy", "--upstream", "http://127.0.0.1:9", "--no-record"]
+        cases = [
+            [*proxy, "--listen", busy, "--admin-listen", ""],
+            [*proxy, "--listen", "127.0.0.1:0", "--admin-listen", busy],
+            ["sim", "--port", busy.rpartition(":")[2]],
+        ]
+        for argv in cases:
+            assert "address already in use" in _one_line_exit_2(argv)
+    target = ["--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r.rpr")]
+    for argv in (
+        ["inspect", missing],
+        ["report", missing.replace(".rpt", ".rpr")],
+        ["replay", missing, *target],
+        ["export", missing, "--format", "jsonl", "-o", str(tmp_path / "x.jsonl")],
+        ["import", missing, "--format", "azure", "-o", str(tmp_path / "x.rpt")],
+        ["replay", golden, *target, "--speed", "inf"],
+        ["synth", "-o", str(tmp_path / "s.rpt"), "--rate", "inf"],
+        ["sim", "--speed", "inf"],
+        [*["proxy", "--upstream", "http://127.0.0.1:9", "--no-record"], "--idle-timeout-s", "inf"],
+    ):
+        _one_line_exit_2(argv)

@@ -101,3 +101,17 @@ def test_the_verdict_line_opens_the_report_with_the_comparison_and_goodput() -> 
         "goodput req/s prefix-cache-on 8.63, prefix-cache-off 1.37"
     )
     assert demo.verdict_line({"runs": []}) == ""
+
+
+def test_ci_runs_the_demo_twice_from_a_clean_venv_before_the_test_extras() -> None:
+    script = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    demo_at, test_at = script.index('make demo VENV="$demo_venv"'), script.index("make test")
+    assert demo_at < test_at and 'demo_venv="$scratch/venv"' in script and "for run in 1 2" in script
+    for needle in (
+        '"bottleneck"',
+        '"deprecated"',
+        '"in 1 file(s)"',
+        '"demo: verdict: TTFT p50: "',
+        '"goodput req/s"',
+    ):
+        assert needle in script

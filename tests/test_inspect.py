@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
+from replayproxy.cli import main
 from replayproxy.inspect import hit_blocks, profile_of
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader
@@ -199,3 +201,22 @@ def test_hit_blocks_survive_hashes_that_agree_on_their_top_or_bottom_bits(chunk:
     flat = np.array([h for hashes in rows for h in hashes], dtype=np.uint64)
     index = np.concatenate([[0], np.cumsum([len(hashes) for hashes in rows])])
     assert hit_blocks(flat, index, chunk).tolist() == expected
+
+
+def test_a_directory_with_empty_and_unreadable_files_reads_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a full disk used to leave behind (0-byte files) hid every readable record of the directory."""
+    rng = random.Random(3)
+    write(tmp_path / "a.rpt", hand_made(rng, 40))
+    (tmp_path / "b.rpt").write_bytes(b"")
+    (tmp_path / "c.rpt").write_bytes(b"not a trace at all")
+    write(tmp_path / "d.rpt", hand_made(rng, 7))
+    assert main(["inspect", "--json", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["requests"] == 47
+    assert "b.rpt: skipped: empty file" in err and "c.rpt: skipped: not a replayproxy file" in err
+    (tmp_path / "a.rpt").unlink()
+    (tmp_path / "d.rpt").unlink()
+    assert main(["inspect", str(tmp_path)]) == 2  # nothing readable: one line, exit 2
+    assert capsys.readouterr().err.strip().count("\n") == 0

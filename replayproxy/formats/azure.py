@@ -30,7 +30,7 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, COLUMNS)
+    where, rows, line_nos = read_csv(path, COLUMNS, bad)
     at = [where[name] for name in COLUMNS]
     try:
         same_width(rows, len(where))
@@ -46,6 +46,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
         line_nos,
         bad,
     )
+    stamps = [rows[i][at[0]] for i in keep.tolist()]
     return Imported(
         source="azure",
         offset_ns=times[keep],
@@ -54,6 +55,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
         bad=bad,
         wall_clock=True,
         columns={"model": options.model} if options.model else {},
+        warnings=zone_warnings(stamps, [line_nos[i] for i in keep.tolist()], times[keep], str(path)),
     )
 
 
@@ -71,6 +73,37 @@ def _convert(rows: list[list[str]], at: list[int]) -> tuple[np.ndarray, np.ndarr
         else np.zeros(0, np.int64)
     )
     return times_ns(texts), inputs, outputs
+
+
+def zone_of(text: str) -> str:
+    """The zone a date-time names: "" (none, read as UTC), "Z" or an offset like "+02:00"."""
+    text = text.strip()
+    if text.endswith("Z"):
+        return "Z"
+    tail = text[-6:]
+    return tail if len(tail) == 6 and tail[0] in "+-" and tail[3] == ":" else ""
+
+
+def zone_warnings(texts: list[str], line_nos: list[int], times: np.ndarray, path: str) -> list[str]:
+    """Rows whose zone differs from the first row's are placed by their own offset; say so.
+
+    One odd offset in a file usually means an edited or merged file: each row is still placed at its
+    true UTC instant, but the user should know the timeline moved (and where the start went).
+    """
+    zones = [zone_of(t) for t in texts]
+    odd = [i for i, zone in enumerate(zones) if zone != zones[0]]
+    if not odd:
+        return []
+    named = sorted({zones[i] or "none" for i in odd})
+    earliest = int(np.argmin(times))
+    moved = ""
+    if times[earliest] < times[0]:
+        ahead = (int(times[0]) - int(times[earliest])) / 60e9
+        moved = f"; the trace starts at line {line_nos[earliest]}, {ahead:.0f} min before the first row"
+    return [
+        f"{path}:{line_nos[odd[0]]}: {len(odd)} rows name another zone ({', '.join(named)}) than the "
+        f"first row ({zones[0] or 'none, read as UTC'}); each is converted to UTC by its own offset{moved}"
+    ]
 
 
 def times_ns(texts: list[str]) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats import mooncake
-from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.blocks import iter_row_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -29,6 +29,7 @@ from replayproxy.formats.importing import (
     ImportOptions,
     keep_good,
     read_json_lines,
+    unit_warnings,
 )
 from replayproxy.trace import Columns
 
@@ -44,9 +45,10 @@ def read(path: Path, options: ImportOptions) -> Imported:
     columns = mooncake.row_columns(rows)
     rows, (ts, inputs, outputs, ids, counts) = mooncake.valid_rows(rows, columns, line_nos, block, bad)
     sessions = _root_sessions(rows)
+    unit = options.time_unit or "s"
     return Imported(
         source="bailian",
-        offset_ns=np.rint(ts * mooncake.UNIT_NS[options.time_unit or "s"]).astype(np.int64),
+        offset_ns=np.rint(ts * mooncake.UNIT_NS[unit]).astype(np.int64),
         input_tokens=inputs,
         output_tokens=outputs,
         bad=bad,
@@ -58,7 +60,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
             "turn": np.array([max(int(r["turn"]) - 1, 0) for r in rows], np.int64),
             **({"model": options.model} if options.model else {}),
         },
-        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows})},
+        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows}), "time_unit": unit},
+        warnings=unit_warnings(ts, unit, str(path)),
     )
 
 
@@ -100,25 +103,32 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
-    flat, counts = block_ids(cols, block)
-    ids = flat.tolist()
-    ends = np.cumsum(counts).tolist()
-    seconds = ((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9).tolist()
-    inputs = np.maximum(cols.input_tokens, 0).tolist()
-    outputs = output_lengths(cols)[0].tolist()
+    """Rows a chunk of requests at a time (memory does not grow with the trace)."""
+    seconds = np.round((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9, 6)
+    inputs = np.maximum(cols.input_tokens, 0)
+    outputs = output_lengths(cols)[0]
+    sessions, turns = cols.session, cols.turn
     last_chat: dict[int, int] = {}
-    start = 0
-    for i, (session, turn) in enumerate(zip(cols.session.tolist(), cols.turn.tolist(), strict=True)):
-        yield {
-            "chat_id": i,
-            "parent_chat_id": last_chat.get(session, -1) if session else -1,
-            "timestamp": round(seconds[i], 6),
-            "input_length": inputs[i],
-            "output_length": outputs[i],
-            "type": "text",
-            "turn": max(turn, 0) + 1,
-            "hash_ids": ids[start : ends[i]],
-        }
-        if session:
-            last_chat[session] = i
-        start = ends[i]
+    for rows, row_ids in iter_row_ids(cols, block):
+        chunk = zip(
+            seconds[rows].tolist(),
+            inputs[rows].tolist(),
+            outputs[rows].tolist(),
+            sessions[rows].tolist(),
+            turns[rows].tolist(),
+            row_ids,
+            strict=True,
+        )
+        for i, (timestamp, n_in, n_out, session, turn, ids) in enumerate(chunk, rows.start):
+            yield {
+                "chat_id": i,
+                "parent_chat_id": last_chat.get(session, -1) if session else -1,
+                "timestamp": timestamp,
+                "input_length": n_in,
+                "output_length": n_out,
+                "type": "text",
+                "turn": max(turn, 0) + 1,
+                "hash_ids": ids,
+            }
+            if session:
+                last_chat[session] = i

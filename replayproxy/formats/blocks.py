@@ -13,6 +13,8 @@ integers in first-seen order, as the published traces are. docs/formats.md has t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from replayproxy.trace import Columns
@@ -37,49 +39,126 @@ def input_tokens_of(cols: Columns) -> np.ndarray:
     return np.maximum(tokens, 0)
 
 
+BLOCKS_PER_CHUNK = 1 << 18  # target blocks re-blocked at a time: memory stays bounded whatever the size
+
+
 def block_ids(cols: Columns, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """Per request `ceil(input_tokens / block_tokens)` ids; returns the flat ids and per-request counts."""
+    chunks = list(iter_block_ids(cols, block_tokens))
+    if not chunks:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([ids for ids, _ in chunks]), np.concatenate([counts for _, counts in chunks])
+
+
+def iter_block_ids(
+    cols: Columns, block_tokens: int, blocks_per_chunk: int = BLOCKS_PER_CHUNK
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`block_ids` for consecutive chunks of requests (flat ids, counts), numbered across chunks.
+
+    Only blocks whose recorded hash occurs more than once can ever share an id, so the table
+    carried from chunk to chunk holds those identities alone, not every block of the trace.
+    """
     if block_tokens <= 0:
         raise ValueError(f"--block-size must be positive, got {block_tokens}")
     size, unit = source_blocks(cols)
     tokens = input_tokens_of(cols)
-    counts = -(-tokens // block_tokens)
-    row = np.repeat(np.arange(len(tokens)), counts)
+    recurring = _recurring(cols.prefix_hashes)
+    known: dict[int, int] = {}
+    next_id = 0
+    all_counts = -(-tokens // block_tokens)
+    ends = np.cumsum(all_counts)
+    cuts = np.searchsorted(
+        ends, np.arange(blocks_per_chunk, int(ends[-1]) if len(ends) else 0, blocks_per_chunk)
+    )
+    bounds = np.unique(np.concatenate([[0], cuts + 1, [len(tokens)]])).tolist()
+    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = slice(first, stop)
+        counts = all_counts[rows]
+        where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
+        ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
+        yield ids, counts
+
+
+def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list[list[int]]]]:
+    """Per chunk: the rows it covers and each row's ids as a list (what JSON writers emit)."""
+    first = 0
+    for flat, counts in iter_block_ids(cols, block_tokens):
+        ids = flat.tolist()
+        ends = np.cumsum(counts).tolist()
+        yield (
+            slice(first, first + len(counts)),
+            [ids[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)],
+        )
+        first += len(counts)
+
+
+def _recurring(hashes: np.ndarray) -> np.ndarray:
+    """Sorted recorded hashes that occur at least twice (the only ones behind a shared id)."""
+    ordered = np.sort(hashes)
+    repeats = ordered[1:][ordered[1:] == ordered[:-1]]
+    return np.unique(repeats)
+
+
+def _shareable(
+    cols: Columns,
+    tokens: np.ndarray,
+    rows: slice,
+    counts: np.ndarray,
+    block_tokens: int,
+    size: int,
+    unit: str,
+    recurring: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flat positions (in the chunk) of blocks that may share an id, and their identities."""
+    first = rows.start
+    row = np.repeat(np.arange(len(counts)), counts)
     j = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
     end = (j + 1) * block_tokens  # one past the block's last token
-    recorded = np.diff(cols.prefix_index)
+    index = cols.prefix_index[first : first + len(counts) + 1]
+    recorded = np.diff(index)
+    chunk_tokens = tokens[rows]
     if unit == "token":
         holder = (end + size - 1) // size - 1  # recorded block holding the target block's last token
-        shared = (end <= tokens[row]) & (holder < recorded[row])
+        shared = (end <= chunk_tokens[row]) & (holder < recorded[row])
     else:  # char blocks: tokens per char from the request's own counts
-        units = cols.prefix_units.astype(np.float64)
-        per_unit = np.where(units > 0, tokens / np.maximum(units, 1), 0.0)
+        units = cols.prefix_units[rows].astype(np.float64)
+        per_unit = np.where(units > 0, chunk_tokens / np.maximum(units, 1), 0.0)
         span = np.maximum(size * per_unit[row], 1e-9)
         holder = np.ceil(end / span - 1e-9).astype(np.int64) - 1
-        shared = (end <= tokens[row]) & (holder < recorded[row]) & (per_unit[row] > 0)
+        shared = (end <= chunk_tokens[row]) & (holder < recorded[row]) & (per_unit[row] > 0)
     where = np.flatnonzero(shared)
-    identity = cols.prefix_hashes[cols.prefix_index[row[where]] + holder[where]]
+    identity = cols.prefix_hashes[index[row[where]] + holder[where]]
+    at = np.minimum(np.searchsorted(recurring, identity), max(len(recurring) - 1, 0))
+    seen_twice = recurring[at] == identity if len(recurring) else np.zeros(len(identity), bool)
+    where, identity = where[seen_twice], identity[seen_twice]
     if unit != "token" or block_tokens % size:
         # Several target blocks can end in one recorded block: the position joins the key.
         identity = _mix(identity ^ (j[where].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-    return _first_seen_ids(len(row), where, identity), counts
+    return where, identity
+
+
+def _number(
+    total: int, where: np.ndarray, identity: np.ndarray, known: dict[int, int], next_id: int
+) -> tuple[np.ndarray, int]:
+    """Consecutive ints in order of first appearance; blocks at `where` with equal identity share one.
+
+    `known` maps identities numbered in earlier chunks to their ids and learns this chunk's.
+    """
+    keys, first_at, inverse = np.unique(identity, return_index=True, return_inverse=True)
+    earlier = np.array([known.get(k, -1) for k in keys.tolist()], np.int64)
+    is_new = np.ones(total, bool)  # blocks that take the next number: fresh ones and first sightings
+    is_new[where] = False
+    is_new[where[first_at[earlier < 0]]] = True
+    numbers = next_id + np.cumsum(is_new) - 1
+    ids = numbers.copy()
+    fresh = earlier < 0
+    earlier[fresh] = numbers[where[first_at[fresh]]]
+    known.update(zip(keys[fresh].tolist(), earlier[fresh].tolist(), strict=True))
+    ids[where] = earlier[inverse]
+    return ids, next_id + int(is_new.sum())
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))  # type: ignore[no-any-return]
-
-
-def _first_seen_ids(total: int, where: np.ndarray, identity: np.ndarray) -> np.ndarray:
-    """Consecutive ints in order of first appearance; blocks at `where` with equal identity share one."""
-    label = np.arange(total, dtype=np.int64)  # blocks not at `where` are their own group
-    if len(where):
-        order = np.argsort(identity)
-        keys = identity[order]
-        starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-        first = np.minimum.reduceat(where[order], starts)  # first flat position of each identity
-        label[where[order]] = np.repeat(first, np.diff(np.append(starts, len(order))))
-    is_first = label == np.arange(total)
-    dense = np.cumsum(is_first) - 1
-    return dense[label]

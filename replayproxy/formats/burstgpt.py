@@ -33,7 +33,7 @@ SESSION, ELAPSED = "Session ID", "Elapsed time"
 
 def read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, COLUMNS)
+    where, rows, line_nos = read_csv(path, COLUMNS, bad)
     numeric = [where[name] for name in ("Timestamp", "Request tokens", "Response tokens")]
     if ELAPSED in where:
         numeric.append(where[ELAPSED])

@@ -15,15 +15,22 @@ import numpy as np
 import orjson
 
 from replayproxy import inspect, results, trace
-from replayproxy.formats.exporting import ExportOptions
+from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
 from replayproxy.replay import exact, flavors, plan
 
+# Analysis tables keep every request with its status and error; workload formats send only successes.
+KEEPS_EVERY_REQUEST = frozenset({"csv", "parquet"})
+EXAMPLES = (
+    "replayproxy export traces/ --format mooncake -o trace.jsonl",
+    "replayproxy export prod.rpt --format vllm-custom -o prompts.jsonl --model my-model",
+    "replayproxy export vllm.rpr sglang.rpr --format parquet -o requests.parquet",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = exporters()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         listing(formats)
         + "\n\nColumns, units and consumer rules: docs/formats.md"
@@ -33,9 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "traces", nargs="+", metavar="TRACE", help="trace files, directories or globs; or RESULT.rpr files"
     )
     parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="output format (below)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="file to write")
     parser.add_argument(
-        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+        "--block-size",
+        type=int,
+        help="tokens per hash id (default: the format's, mooncake 512, bailian 16, jsonl 16)",
     )
     parser.add_argument(
         "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
@@ -45,7 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="tokenizer.json (or its model directory) of the target: text prompts get exact lengths for it",
     )
-    parser.add_argument("--model", default="MODEL", help="model name in the printed consumer command lines")
+    parser.add_argument(
+        "--model", help="model name in the printed command lines (default: the trace's, if it has one)"
+    )
+    parser.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="keep requests that failed at the source (left out by default, except csv/parquet)",
+    )
     parser.add_argument(
         "--url", default="http://localhost:8000", help="server URL in the printed command lines"
     )
@@ -55,24 +71,64 @@ def run(args: argparse.Namespace) -> int:
     if all(str(path).endswith(results.SUFFIX) for path in args.traces):
         return _export_results(args)
     write = writer(args.format)
+    if args.block_size is not None and args.block_size <= 0:
+        raise ValueError(f"--block-size must be positive, got {args.block_size}")
     cols = trace.load(args.traces)
     if not len(cols):
-        raise ValueError("the traces hold no requests")
+        raise ValueError("the traces hold no readable requests" + _losses(cols.report))
+    notes: list[str] = []
+    bad = failed(cols)
+    if bad.any() and not args.include_failed and args.format not in KEEPS_EVERY_REQUEST:
+        if bad.all():
+            raise ValueError(f"all {len(cols)} requests failed at the source (--include-failed keeps them)")
+        cols = select_rows(cols, np.flatnonzero(~bad))
+        notes.append(
+            f"note: left out {int(bad.sum())} requests that failed at the source"
+            " (--include-failed keeps them)"
+        )
+    model, model_note = _model(cols, args.model)
+    notes += model_note
     options = ExportOptions(
         block_size=args.block_size,
         sessions=args.sessions,
-        model=args.model,
+        model=model,
         url=args.url,
         inspect=inspect.profile_of(cols) if args.format == "profile" else None,
         prompts=functools.partial(replayer_prompts, tokenizer=args.tokenizer),
     )
     result = write(cols, args.output, options)
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
+    for note in notes:
+        print(note)
     for warning in cols.report.warnings:
         print(f"note: {warning}")
+    if cols.report.lost_records:
+        print(f"note: {cols.report.lost_records} records in damaged frames could not be read or exported")
     for note in result.notes:
         print(note)
     return 0
+
+
+def _model(cols: trace.Columns, given: str | None) -> tuple[str, list[str]]:
+    """The model for the printed commands, and a note when the trace names several."""
+    names, counts = np.unique(cols.model.astype(str), return_counts=True)
+    if given:
+        return given, []
+    named = [(str(n), int(c)) for n, c in zip(names, counts, strict=True) if n]
+    if len(named) == 1 and len(names) == 1:
+        return named[0][0], []
+    if not named:
+        return "MODEL", []
+    mix = ", ".join(f"{n} {c}" for n, c in sorted(named, key=lambda x: -x[1]))
+    return "MODEL", [f"note: the trace names several models ({mix}); these formats carry one --model"]
+
+
+def _losses(report: trace.ReadReport) -> str:
+    """What a read skipped, for the error when nothing readable is left."""
+    if not report.warnings and not report.lost_records:
+        return ""
+    lost = f"{report.lost_records} records lost; " if report.lost_records else ""
+    return f" ({lost}{'; '.join(report.warnings)})"
 
 
 def _export_results(args: argparse.Namespace) -> int:

@@ -48,18 +48,74 @@ def write_json_lines(path: Path, rows: Iterable[dict[str, object]]) -> int:
 
 
 def relative_ms(cols: Columns) -> np.ndarray:
-    """Arrival in integer milliseconds from the first request (what trace-replay consumers expect)."""
+    """Arrival in milliseconds from the first request, to the microsecond (float64)."""
     offsets = cols.offset_ns.astype(np.int64)
     base = int(offsets[0]) if len(offsets) else 0
-    return np.asarray(np.rint((offsets - base) / 1e6), np.int64)
+    return np.round((offsets - base) / 1e6, 3)
+
+
+def plain_numbers(values: np.ndarray) -> list[int | float]:
+    """Floats as JSON numbers, whole ones written as integers (`250`, not `250.0`: integer readers)."""
+    return [int(v) if v.is_integer() else v for v in values.tolist()]
 
 
 def output_lengths(cols: Columns) -> tuple[np.ndarray, int]:
-    """Recorded output tokens, else max_tokens, else 1; also how many rows needed a fallback."""
+    """Recorded output tokens, else max_tokens, else 1 (never 0: consumers refuse max_tokens 0).
+
+    Also how many rows needed a fallback.
+    """
     out = cols.output_tokens.astype(np.int64)
     fallback = np.where(cols.max_tokens > 0, cols.max_tokens, 1)
     missing = out < 0
-    return np.where(missing, fallback, out), int(missing.sum())
+    return np.maximum(np.where(missing, fallback, out), 1), int(missing.sum())
+
+
+def failed(cols: Columns) -> np.ndarray:
+    """Requests that did not succeed at the source: an error class, or an answer other than 2xx.
+
+    Status 0 without an error class means no answer was recorded (synthesized workloads): kept.
+    """
+    status = cols.status.astype(np.int64)
+    answered = status != 0
+    return (cols.error != "") | (answered & ((status < 200) | (status >= 300)))  # type: ignore[no-any-return]
+
+
+def row_slice(cols: Columns, rows: slice) -> Columns:
+    """Consecutive requests as their own Columns (views, no copies)."""
+    first, stop = rows.start or 0, min(rows.stop, len(cols))
+    hashes = slice(int(cols.prefix_index[first]), int(cols.prefix_index[stop]))
+    gaps = slice(int(cols.chunk_index[first]), int(cols.chunk_index[stop]))
+    return Columns(
+        headers=cols.headers,
+        report=cols.report,
+        scalar={name: column[first:stop] for name, column in cols.scalar.items()},
+        prefix_hashes=cols.prefix_hashes[hashes],
+        prefix_index=cols.prefix_index[first : stop + 1] - cols.prefix_index[first],
+        chunk_gaps_us=cols.chunk_gaps_us[gaps],
+        chunk_index=cols.chunk_index[first : stop + 1] - cols.chunk_index[first],
+    )
+
+
+def select_rows(cols: Columns, rows: np.ndarray) -> Columns:
+    """The requests at `rows` (sorted indices) as their own Columns."""
+    hashes, hash_index = _take_ragged(cols.prefix_hashes, cols.prefix_index, rows)
+    gaps, gap_index = _take_ragged(cols.chunk_gaps_us, cols.chunk_index, rows)
+    return Columns(
+        headers=cols.headers,
+        report=cols.report,
+        scalar={name: column[rows] for name, column in cols.scalar.items()},
+        prefix_hashes=hashes,
+        prefix_index=hash_index,
+        chunk_gaps_us=gaps,
+        chunk_index=gap_index,
+    )
+
+
+def _take_ragged(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(index)[rows]
+    new_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    positions = np.arange(int(new_index[-1])) + np.repeat(index[rows] - new_index[:-1], lengths)
+    return flat[positions], new_index
 
 
 def session_labels(cols: Columns) -> list[str | None]:
@@ -69,10 +125,15 @@ def session_labels(cols: Columns) -> list[str | None]:
 
 
 def aiperf_command(path: Path, dataset_type: str, block: int, options: ExportOptions) -> str:
-    """AIPerf trace replay (docs: benchmark-modes/trace-replay; --isl-block-size sets the id size)."""
+    """AIPerf trace replay (docs: benchmark-modes/trace-replay; --isl-block-size sets the id size).
+
+    `ignore_eos:true` makes each request generate its recorded output length; without it the
+    engine stops at its own end-of-sequence token and the workload shrinks.
+    """
     args = [
         f"aiperf profile --model {options.model} --url {options.url} --endpoint-type chat --streaming",
         f"--input-file {path} --custom-dataset-type {dataset_type} --isl-block-size {block} --fixed-schedule",
+        "--extra-inputs ignore_eos:true",
     ]
     return "AIPerf:   " + " ".join(args)
 
@@ -80,9 +141,12 @@ def aiperf_command(path: Path, dataset_type: str, block: int, options: ExportOpt
 def vllm_timed_trace_command(
     path: Path, rows: int, block: int, seconds_per_unit: float, options: ExportOptions
 ) -> str:
-    """vLLM `timed_trace` (PR #39795): ids expand to the chunk size; timestamps times the multiplier."""
+    """vLLM `timed_trace` (PR #39795): ids expand to the chunk size; timestamps times the multiplier.
+
+    The dataset passes token-id prompts, which only a completions backend accepts.
+    """
     args = [
-        f"vllm bench serve --backend openai-chat --endpoint /v1/chat/completions --base-url {options.url}",
+        f"vllm bench serve --backend openai --endpoint /v1/completions --base-url {options.url}",
         f"--model {options.model} --dataset-name timed_trace --dataset-path {path} --num-prompts {rows}",
         f"--timed-trace-chunk-hash-size {block} --timed-trace-sec-multiplier {seconds_per_unit:g}",
         "--self-timed --disable-shuffle --ignore-eos",

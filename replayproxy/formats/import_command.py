@@ -3,31 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from replayproxy import clock
-from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
+from replayproxy.formats.importing import ImportOptions, paused_gc, span_warning, write_imported
 from replayproxy.formats.registry import importers, listing, reader
+from replayproxy.replay import progress
+
+EXAMPLES = (
+    "replayproxy import mooncake_trace.jsonl --format mooncake -o mooncake.rpt",
+    "replayproxy import AzureLLMInferenceTrace_conv.csv --format azure -o azure.rpt --skip-bad",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = importers()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = listing(formats) + "\n\nUnits, quirks and field mappings: docs/formats.md"
-    parser.add_argument("file", type=Path, help="the file to import")
+    parser.add_argument("file", type=Path, metavar="FILE", help="the file to import")
     parser.add_argument("--format", "-f", required=True, metavar="FORMAT", help="the file's format (below)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="trace file to write (.rpt)")
     parser.add_argument(
-        "--block-size", type=int, help="tokens per hash id (mooncake 512, bailian 16, jsonl 16)"
+        "--block-size",
+        type=int,
+        help="tokens per hash id (default: the format's, mooncake 512, bailian 16, jsonl 16)",
     )
     parser.add_argument(
-        "--time-unit", choices=("ms", "s"), help="numeric timestamps' unit (mooncake ms, bailian s)"
+        "--time-unit",
+        choices=("ms", "s"),
+        help="numeric timestamps' unit (default: the format's, mooncake ms, bailian s)",
     )
-    parser.add_argument("--model", default="", help="model name to record (formats without one)")
+    parser.add_argument(
+        "--model", default="", help="model name to record, for formats without one (default: none)"
+    )
     parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines and count them")
     parser.add_argument(
         "--drop-failed", action="store_true", help="leave out requests the source marks failed"
     )
+    parser.add_argument(
+        "--progress",
+        choices=progress.MODES,
+        default="auto",
+        help="a spinner on a terminal (tty), a line every 10 s (log) or none",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress (--progress none)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,12 +60,18 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         drop_failed=args.drop_failed,
     )
+    mode = progress.resolve(args.progress, args.quiet, sys.stderr)
+    size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():
-        imported = read(args.file, options)
+        with progress.stage(mode, "import", f"reading {args.file} ({size_mib:.1f} MiB, {args.format})"):
+            imported = read(args.file, options)
         if not len(imported):
             raise ValueError(f"{args.file}: no requests to import")
-        written = write_imported(imported, args.output, clock.wall_ns)
+        with progress.stage(mode, "import", f"writing {len(imported)} requests to {args.output}"):
+            written = write_imported(imported, args.output, clock.wall_ns)
     print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
     if imported.bad.count:
         print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")
+    for warning in imported.warnings + span_warning(imported):
+        print(f"warning: {warning}")
     return 0

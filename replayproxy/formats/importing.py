@@ -11,8 +11,10 @@ import contextlib
 import csv
 import gc
 import hashlib
+import io
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,12 @@ from replayproxy.trace import TraceHeader, write_columns
 
 class ImportFormatError(ValueError):
     """A malformed input line; the message names the file, the line and the reason."""
+
+
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, written by Excel and some Windows tools
+MAX_LINE_BYTES = 16 << 20  # no request row needs more (a 16 MiB hash_ids list is ~1.5 M ids)
+SPAN_WARNING_S = 30 * 86_400  # an import spanning more than this is probably read in the wrong unit
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that `surrogateescape` kept from a failed decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,7 @@ class Imported:
     columns: dict[str, Any] = field(default_factory=dict)  # further shape fields by name
     wall_clock: bool = False  # offset_ns are UTC nanoseconds since the epoch (sources with dates)
     extra: dict[str, Any] = field(default_factory=dict)  # header notes
+    warnings: list[str] = field(default_factory=list)  # printed after the import: likely mistakes
 
     def __len__(self) -> int:
         return len(self.offset_ns)
@@ -84,12 +93,16 @@ def read_json_lines(path: Path, bad: BadLines) -> tuple[list[Any], Sequence[int]
     The fast path parses every line in one comprehension; a file with a blank or broken line is
     read again line by line, so the bad line is found and named.
     """
-    lines = path.read_bytes().split(b"\n")
+    data = path.read_bytes()
+    lines = (data[len(BOM) :] if data.startswith(BOM) else data).split(b"\n")
+    del data
     if lines and not lines[-1].strip():
         lines.pop()
     loads = orjson.loads
     with paused_gc():
         try:
+            if max(map(len, lines), default=0) > MAX_LINE_BYTES:
+                raise orjson.JSONDecodeError("line too long", "", 0)
             rows = [loads(line) for line in lines]
             if all(type(row) is dict for row in rows):
                 return rows, range(1, len(rows) + 1)
@@ -104,6 +117,9 @@ def _read_lines(lines: list[bytes], bad: BadLines) -> tuple[list[Any], list[int]
     loads = orjson.loads
     for no, line in enumerate(lines, 1):
         if not line.strip():
+            continue
+        if len(line) > MAX_LINE_BYTES:
+            bad(no, f"a line of {len(line)} bytes: longer than any request row needs ({MAX_LINE_BYTES})")
             continue
         try:
             row = loads(line)
@@ -130,13 +146,24 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_csv(path: Path, required: Sequence[str]) -> tuple[dict[str, int], list[list[str]], list[int]]:
+def read_csv(
+    path: Path, required: Sequence[str], bad: BadLines
+) -> tuple[dict[str, int], list[list[str]], list[int]]:
     """Column positions by header name, data rows and their line numbers.
 
     Rows with the wrong number of fields are kept, so that the caller's row checks (`csv_problem`)
-    report bad lines in file order.
+    report bad lines in file order. A leading byte-order mark is dropped; a line that is not UTF-8
+    is a bad line (named, skippable), not a failure of the whole file.
     """
-    with open(path, newline="", encoding="utf-8") as stream:
+    data = path.read_bytes()
+    data = data[len(BOM) :] if data.startswith(BOM) else data
+    try:
+        text, checked = data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, checked = data.decode("utf-8", "surrogateescape"), False
+    del data
+    with io.StringIO(text, newline="") as stream:
+        del text
         reader = csv.reader(stream)
         header = [name.strip() for name in next(reader, [])]
         missing = [name for name in required if name not in header]
@@ -148,6 +175,10 @@ def read_csv(path: Path, required: Sequence[str]) -> tuple[dict[str, int], list[
         line_nos: list[int] = []
         for row in reader:
             if not any(cell.strip() for cell in row):
+                continue
+            if not checked and (found := _NOT_UTF8.search("\x00".join(row))):
+                byte = ord(found.group()) - 0xDC00
+                bad(reader.line_num, f"not UTF-8 text (byte 0x{byte:02x})")
                 continue
             rows.append(row)
             line_nos.append(reader.line_num)
@@ -205,6 +236,44 @@ def key_of(text: str) -> int:
     """A stable nonzero 63-bit number for a source's name or session id (already public: not keyed)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, person=b"rp-import").digest()
     return int.from_bytes(digest, "little") >> 1 or 1
+
+
+def span_warning(imported: Imported) -> list[str]:
+    """A trace longer than a month was most likely read in the wrong time unit (or has a stray row)."""
+    if len(imported) < 2:
+        return []
+    span_s = (int(imported.offset_ns.max()) - int(imported.offset_ns.min())) / 1e9
+    if span_s <= SPAN_WARNING_S:
+        return []
+    unit = imported.extra.get("time_unit")
+    hint = f" (timestamps read as {unit}: is --time-unit right?)" if unit else ""
+    return [f"{imported.bad.path}: the requests span {span_s / 86_400:.0f} days{hint}"]
+
+
+def unit_warnings(raw: np.ndarray, unit: str, path: str) -> list[str]:
+    """Numeric timestamps whose gaps fit the other unit far better: say which flag would fix it.
+
+    A millisecond file read as seconds has a median gap of minutes; a seconds file (fractional
+    values) read as milliseconds has sub-millisecond gaps, i.e. thousands of requests a second.
+    """
+    raw = raw[np.isfinite(raw)]
+    gaps = np.diff(np.sort(raw))
+    gaps = gaps[gaps > 0]
+    if len(gaps) < 10:
+        return []
+    median = float(np.median(gaps))
+    fractional = float(np.mean(raw % 1 != 0))
+    if unit == "s" and median >= 60 and fractional < 0.01:
+        return [
+            f"{path}: read as seconds, the median gap between arrivals is {median:g} s; "
+            "if the timestamps are milliseconds, use --time-unit ms"
+        ]
+    if unit == "ms" and median < 1 and fractional > 0.5:
+        return [
+            f"{path}: read as milliseconds, the median gap between arrivals is {median:g} ms "
+            f"({1000 / median:.0f} req/s); if the timestamps are seconds, use --time-unit s"
+        ]
+    return []
 
 
 def turns_of(sessions: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ Consumers' readers and rules are cited in docs/formats.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Iterator, Sequence
@@ -16,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.blocks import iter_row_ids
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
     aiperf_command,
     output_lengths,
+    plain_numbers,
     relative_ms,
     session_labels,
     vllm_timed_trace_command,
@@ -38,6 +40,7 @@ from replayproxy.formats.importing import (
     paused_gc,
     read_json_lines,
     turns_of,
+    unit_warnings,
 )
 from replayproxy.trace import Columns
 
@@ -59,7 +62,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
 
 def _read(path: Path, options: ImportOptions) -> Imported:
     block = options.block_size or DEFAULT_BLOCK
-    unit_ns = UNIT_NS[options.time_unit or "ms"]
+    unit = options.time_unit or "ms"
+    unit_ns = UNIT_NS[unit]
     bad = BadLines(str(path), options.skip_bad)
     rows, line_nos = read_json_lines(path, bad)
     try:
@@ -90,7 +94,8 @@ def _read(path: Path, options: ImportOptions) -> Imported:
         ids=ids,
         id_counts=counts,
         columns=extra_columns,
-        extra={"time_unit": options.time_unit or "ms"},
+        extra={"time_unit": unit},
+        warnings=unit_warnings(ts, unit, str(path)),
     )
 
 
@@ -103,6 +108,8 @@ def row_columns(rows: list[dict[str, Any]]) -> RowColumns:
     outputs = _field(rows, "output_length", -1, int)
     lists = _values(rows, "hash_ids", ())
     if not set(map(type, lists)) <= {list, tuple}:
+        raise TypeError("hash_ids")
+    if not set(map(type, itertools.chain.from_iterable(lists))) <= {int}:  # true and 1.7 are not ids
         raise TypeError("hash_ids")
     ids, counts = flatten_ids(lists)
     return ts, inputs, outputs, ids, counts
@@ -216,25 +223,32 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
-    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`."""
-    flat, counts = block_ids(cols, block)
-    ids = flat.tolist()
-    ends = np.cumsum(counts).tolist()
-    timestamps = relative_ms(cols).tolist()
-    inputs = np.maximum(cols.input_tokens, 0).tolist()
-    outputs = output_lengths(cols)[0].tolist()
+    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`.
+
+    Rows are built a chunk of requests at a time, so memory does not grow with the trace.
+    Timestamps keep microseconds (AIPerf and SGLang read fractional milliseconds).
+    """
     labels = session_labels(cols) if sessions else [None] * len(cols)
     delays = _turn_delays_ms(cols) if sessions else []
-    start = 0
-    for i, end in enumerate(ends):
-        row: dict[str, Any] = {"timestamp": timestamps[i]}
-        if labels[i] is not None:
-            row["session_id"] = labels[i]
-            if delays[i] is not None:
-                row = {"session_id": labels[i], "delay": delays[i]}
-        row.update(input_length=inputs[i], output_length=outputs[i], hash_ids=ids[start:end])
-        start = end
-        yield row
+    timestamps = relative_ms(cols)
+    inputs = np.maximum(cols.input_tokens, 0)
+    outputs = output_lengths(cols)[0]
+    for rows, row_ids in iter_row_ids(cols, block):
+        chunk = zip(
+            plain_numbers(timestamps[rows]),
+            inputs[rows].tolist(),
+            outputs[rows].tolist(),
+            row_ids,
+            strict=True,
+        )
+        for i, (timestamp, n_in, n_out, ids) in enumerate(chunk, rows.start):
+            row: dict[str, Any] = {"timestamp": timestamp}
+            if labels[i] is not None:
+                row["session_id"] = labels[i]
+                if delays[i] is not None:
+                    row = {"session_id": labels[i], "delay": delays[i]}
+            row.update(input_length=n_in, output_length=n_out, hash_ids=ids)
+            yield row
 
 
 def _turn_delays_ms(cols: Columns) -> list[int | None]:

@@ -26,6 +26,7 @@ from replayproxy.trace import TraceHeader
 _MASK = (1 << 64) - 1
 SYNTH_HASH_SCHEME = "splitmix64-synth-v1"
 RECENT_PROMPTS = 64  # prompts per group a new member may extend
+FIT_TRIES = 8  # open small groups looked at for one with a prompt long enough for a new member
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
@@ -184,8 +185,9 @@ class _Prefixes:
             base = self.last_by_session[session]
             hashes = self._extend(base[: min(len(base), blocks)], blocks)
         elif blocks:
-            group = self._group()
-            hashes = self._extend(self._reused(group, blocks), blocks)
+            want = self._wanted(blocks)
+            group = self._group(want)
+            hashes = self._extend(self._reused(group, blocks, want), blocks)
             group.recent = [*group.recent[-(RECENT_PROMPTS - 1) :], hashes]
         else:
             hashes = ()
@@ -193,7 +195,7 @@ class _Prefixes:
             self.last_by_session[session] = hashes
         return hashes
 
-    def _group(self) -> _Group:
+    def _group(self, want: int) -> _Group:
         u = self.rng.random()
         if len(self.big) and u < self.big_shares.sum():
             return self.big[int(np.searchsorted(np.cumsum(self.big_shares), u, side="right"))]
@@ -202,23 +204,41 @@ class _Prefixes:
             if group.remaining > 1:
                 self.open.append(group)
         else:
-            group = self.open[int(self.rng.integers(len(self.open)))]
+            group = self._fitting(want)
         group.remaining -= 1
         if group.remaining == 0 and group in self.open:
             self.open.remove(group)
         return group
 
-    def _reused(self, group: _Group, blocks: int) -> tuple[int, ...]:
-        """Leading hashes taken from one of the group's recent prompts (none for its first member)."""
-        if not group.recent:
-            return ()
+    def _wanted(self, blocks: int) -> int:
+        """Leading blocks a joining member reuses: the profile's fraction for its length (at least 1)."""
         table = (
             self.reuse_tables[int(np.searchsorted(self.reuse_edges, blocks, side="right"))]
             if self.reuse_tables
             else []
         )
         fraction = float(np.interp(self.rng.random(), np.linspace(0, 1, len(table)), table)) if table else 0.0
-        want = max(1, round(fraction * blocks))  # members share at least the first block: the group's key
+        return max(1, round(fraction * blocks))  # members share at least the first block: the group's key
+
+    def _fitting(self, want: int) -> _Group:
+        """An open small group with a prompt of at least `want` blocks, of a few drawn at random.
+
+        Lengths are drawn independently of groups; in a real trace a member shares a prefix that the
+        group's earlier prompts have. Joining a group whose prompts are all shorter caps the reuse,
+        which lost a third of it on traces whose sharing is spread over many small groups.
+        """
+        best = self.open[int(self.rng.integers(len(self.open)))]
+        for _ in range(FIT_TRIES):
+            if max(map(len, best.recent), default=0) >= want:
+                break
+            group = self.open[int(self.rng.integers(len(self.open)))]
+            best = max(best, group, key=lambda g: max(map(len, g.recent), default=0))
+        return best
+
+    def _reused(self, group: _Group, blocks: int, want: int) -> tuple[int, ...]:
+        """Leading hashes taken from one of the group's recent prompts (none for its first member)."""
+        if not group.recent:
+            return ()
         long_enough = [p for p in group.recent if len(p) >= want]
         source = (
             long_enough[int(self.rng.integers(len(long_enough)))]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from replayproxy.formats import (
+    aiperf_single_turn,
     azure,
     bailian,
     burstgpt,
@@ -15,6 +16,8 @@ from replayproxy.formats import (
     mooncake,
     parquet_format,
     profile,
+    trace_csv,
+    tracelab,
     vllm_custom,
 )
 from replayproxy.formats.exporting import ExportOptions, ExportResult
@@ -41,10 +44,22 @@ FORMATS: dict[str, Format] = {
         bailian.write,
     ),
     "azure": Format(
-        "Azure LLM inference CSV (2023/2024): TIMESTAMP,ContextTokens,GeneratedTokens", azure.read
+        "Azure LLM inference CSV (2023/2024): TIMESTAMP,ContextTokens,GeneratedTokens",
+        azure.read,
+        trace_csv.write_azure,
     ),
     "burstgpt": Format(
-        "BurstGPT CSV: Timestamp,[Session ID,Elapsed time,]Model,Request/Response tokens,...", burstgpt.read
+        "BurstGPT CSV: Timestamp,[Session ID,Elapsed time,]Model,Request/Response tokens,...",
+        burstgpt.read,
+        trace_csv.write_burstgpt,
+    ),
+    "aiperf": Format(
+        'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
+        write=aiperf_single_turn.write,
+    ),
+    "tracelab": Format(
+        "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
+        tracelab.read,
     ),
     "jsonl": Format(
         "replayproxy's JSON-lines workload (hand-made workloads; docs/formats.md)", jsonl.read, jsonl.write

@@ -65,6 +65,18 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ),
     ("replayproxy_records_written_total", "counter", "Request shapes written to trace files", ()),
     ("replayproxy_records_dropped_total", "counter", "Request shapes not written, by reason", ("reason",)),
+    (
+        "replayproxy_records_lost_total",
+        "counter",
+        "Request shapes written, then lost with their file (e.g. the trace directory deleted), by reason",
+        ("reason",),
+    ),
+    (
+        "replayproxy_values_clamped_total",
+        "counter",
+        "Recorded values that did not fit their trace column: clamped, or stored as unknown; by field",
+        ("field",),
+    ),
     ("replayproxy_trace_bytes_written_total", "counter", "Bytes written to trace files", ()),
     ("replayproxy_writer_queue_depth", "gauge", "Captured requests waiting for the recorder thread", ()),
     (
@@ -223,6 +235,9 @@ class ProxyMetrics:
         reg.register(_RecordedCollector(self.recorded))
         self.records_written = Counter(*_args("replayproxy_records_written_total"), registry=reg)
         self.records_dropped = Counter(*_args("replayproxy_records_dropped_total"), registry=reg)
+        self.records_lost = Counter(*_args("replayproxy_records_lost_total"), registry=reg)
+        self.records_lost.labels("file_deleted")
+        self.values_clamped = Counter(*_args("replayproxy_values_clamped_total"), registry=reg)
         self.trace_bytes = Counter(*_args("replayproxy_trace_bytes_written_total"), registry=reg)
         self.queue_depth = Gauge(*_args("replayproxy_writer_queue_depth"), registry=reg)
         self.recorder_errors = Counter(*_args("replayproxy_recorder_errors_total"), registry=reg)

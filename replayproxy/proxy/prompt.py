@@ -80,7 +80,8 @@ def render_chat_opening(body: dict[str, Any]) -> tuple[str, str | None]:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        role = str(message.get("role", ""))
+        role = message.get("role", "")
+        role = role if isinstance(role, str) else _json(role)
         name = message.get("name")
         head = f"<|{role}:{name}|>\n" if isinstance(name, str) else f"<|{role}|>\n"
         parts.append(head + _content(message.get("content")))
@@ -124,7 +125,12 @@ def _content(content: Any) -> str:
 
 
 def _json(value: Any) -> str:
+    """Canonical JSON of a part that is not text; what JSON cannot hold (NaN, integers past 64 bits,
+    nesting deeper than orjson's limit) falls back to repr, and past repr's depth to a fixed tag."""
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:
-        return repr(value)
+        try:
+            return repr(value)
+        except (RecursionError, ValueError):  # ValueError: an integer too long to print
+            return "<|unrenderable|>"

@@ -30,6 +30,7 @@ from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
 
 _log = logging.getLogger("replayproxy.proxy")
 _POLL_S = 0.02
+_COUNT_LIMIT = 1 << 53  # token counts past this are nonsense from upstream; a float could not add them
 
 
 class Recorder:
@@ -69,6 +70,7 @@ class Recorder:
         self._given = 0  # records handed to the current writer
         self._written = 0  # of those, flushed to disk
         self._bytes = 0
+        self._lost = 0  # of those, lost with a file deleted while open
         self._retry_at_ns = 0
         self._files_state: tuple[int, Path | None] = (0, None)
         self._log = RateLimitedLog(settings.log_interval_s)
@@ -147,7 +149,6 @@ class Recorder:
             self._taken_bytes += capture.request_bytes + capture.response_bytes
             shape = self._shape(capture)
             if shape is not None:
-                self._observe(shape)
                 shapes.append(shape)
         if not shapes:
             return
@@ -160,8 +161,11 @@ class Recorder:
         self._account(writer)
 
     def _shape(self, capture: Capture) -> RequestShape | None:
+        """The capture's shape, its figures counted; a failure costs this record alone."""
         try:
-            return build_shape(capture, self._hasher, self._anchor.mono_ns)
+            shape = build_shape(capture, self._hasher, self._anchor.mono_ns)
+            self._observe(shape)
+            return shape
         except Exception as e:  # noqa: BLE001 — a malformed exchange must not stop recording
             self._metrics.records_dropped.labels("shape_error").inc()
             self._log("shape", f"could not build a request shape: {type(e).__name__}")
@@ -192,10 +196,15 @@ class Recorder:
                 flush_interval_s=s.flush_interval_s,
                 rotate_bytes=s.rotate_bytes or None,
                 rotate_seconds=s.rotate_s or None,
+                count_unfit=self._count_unfit,
             )
-            self._given = self._written = self._bytes = 0
+            self._given = self._written = self._bytes = self._lost = 0
             self._files_state = (0, None)
         return self._writer
+
+    def _count_unfit(self, field: str, values: int) -> None:
+        self._metrics.values_clamped.labels(field).inc(values)
+        self._log("unfit", f"{field}: a value did not fit its trace column; clamped or stored as unknown")
 
     def _account(self, writer: TraceWriter) -> None:
         """Export what the writer did; a file opened or closed since the last look triggers retention."""
@@ -203,6 +212,14 @@ class Recorder:
         if state != self._files_state:
             self._files_state = state
             self._apply_retention()
+        if writer.records_lost > self._lost:
+            self._metrics.records_lost.labels("file_deleted").inc(writer.records_lost - self._lost)
+            _log.error(
+                "trace file %s was deleted while open: %d records lost with it; writing on in a new file",
+                writer.lost_files[-1].name,
+                writer.records_lost - self._lost,
+            )
+            self._lost = writer.records_lost
         if writer.records_written > self._written:
             self._metrics.records_written.inc(writer.records_written - self._written)
             self._written = writer.records_written
@@ -256,9 +273,9 @@ class Recorder:
 
     def _observe(self, shape: RequestShape) -> None:
         figures = self._metrics.recorded[shape.endpoint]
-        if shape.input_tokens > 0:
+        if 0 < shape.input_tokens < _COUNT_LIMIT:
             figures.input_tokens += shape.input_tokens
-        if shape.output_tokens > 0:
+        if 0 < shape.output_tokens < _COUNT_LIMIT:
             figures.output_tokens += shape.output_tokens
         if shape.error:
             return

@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from replayproxy.config import ConfigError
 from replayproxy.proxy.admin import make_admin_app, start_admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
 from replayproxy.proxy.metrics import ProxyMetrics
-from replayproxy.proxy.observe import Observer
+from replayproxy.proxy.observe import Observer, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.proxy.settings import ProxySettings, parse_hostport
@@ -38,6 +39,9 @@ class ProxyServer:
     def __init__(self, settings: ProxySettings, observer: Observer | None = None) -> None:
         """`observer` replaces the recorder (tests observe captures directly)."""
         self.settings = settings
+        if settings.record and settings.trace_dir is not None and settings.trace_dir.exists():
+            if not settings.trace_dir.is_dir():
+                raise ConfigError(f"trace_dir {settings.trace_dir} exists and is not a directory")
         self.metrics = ProxyMetrics()
         self.recorder: Recorder | None = None
         if settings.record and observer is None:
@@ -54,6 +58,8 @@ class ProxyServer:
         self._server: asyncio.AbstractServer | None = None
         self._admin: web.AppRunner | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._tick_log = RateLimitedLog(settings.log_interval_s)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -78,12 +84,28 @@ class ProxyServer:
             self.admin_url = _url(admin_host, bound)
         if self.recorder is not None:
             self.recorder.start()
+        self._start_ticker()
+
+    def _start_ticker(self) -> None:
         self._ticker = spawn(self._tick(), name="proxy-timeouts")
+        self._ticker.add_done_callback(self._ticker_ended)
+
+    def _ticker_ended(self, task: asyncio.Task[None]) -> None:
+        """Every timeout (header, connect, first byte, idle, keep-alive) hangs on this task: if it
+        ends before `stop`, whatever ended it is logged and it starts again."""
+        if self._stopping:
+            return
+        why = "cancelled" if task.cancelled() else type(task.exception()).__name__
+        _log.error("the timeout task ended (%s); restarting it", why)
+        self._start_ticker()
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            self.forwarder.run_tick()
+            try:
+                self.forwarder.run_tick()
+            except Exception as e:  # noqa: BLE001 — one failed sweep must not end all timeouts
+                self._tick_log("tick", f"timeout sweep failed ({type(e).__name__}); next one in {TICK_S:g} s")
 
     def rotate(self) -> None:
         if self.recorder is not None:
@@ -104,6 +126,7 @@ class ProxyServer:
             if client.transport is not None:
                 client.transport.abort()
         await asyncio.sleep(0)  # let connection_lost cancel what was aborted
+        self._stopping = True
         if self._ticker is not None:
             self._ticker.cancel()
         forwarder.pool.close_idle()

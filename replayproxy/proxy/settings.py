@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ class ProxySettings:
     hash_key_file: Path | None = _opt(None, "file with the prefix-hash key (created 0600 if missing)")
     tokenizer: Path | None = _opt(None, "tokenizer.json: hash token blocks instead of character blocks")
     block_size: int = _opt(0, "prefix-hash block size in the unit used (0: 16 tokens or 64 characters)")
+    allow_small_blocks: bool = _opt(
+        False, "accept a block_size under 16 tokens or 64 characters (a key holder can guess short blocks)"
+    )
     forwarded_headers: str = _opt(
         "none", "add client address headers: none, x-forwarded-for, forwarded, both"
     )
@@ -92,8 +96,14 @@ class ProxySettings:
             parse_hostport(self.admin_listen, "admin_listen")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"{f.name} must be >= 0, got {value}")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                _check_number(f.name, value)
+        unit = "token" if self.tokenizer is not None else "char"
+        if 0 < self.block_size < MIN_BLOCK[unit] and not self.allow_small_blocks:
+            raise ValueError(
+                f"block_size {self.block_size} is under {MIN_BLOCK[unit]} {unit}s: a holder of the hash key "
+                "could recover short blocks by guessing; pass --allow-small-blocks to accept that"
+            )
         positive = (
             "connect_timeout_s",
             "first_byte_timeout_s",
@@ -113,6 +123,39 @@ class ProxySettings:
         return frozenset(self.include_endpoints) - frozenset(self.exclude_endpoints)
 
 
+# The smallest prefix-hash block (per unit) whose content cannot be found by trying guesses
+# against the hashes, for whoever holds the key (README, "Privacy").
+MIN_BLOCK = {"token": 16, "char": 64}
+
+# Upper bounds past which a setting is a mistake, not a choice: a timeout past a month (an
+# infinite one overflowed the timer arithmetic and stopped every timeout), counts and sizes past
+# what one process can hold. Each is far beyond any deployment's need.
+MAX_SECONDS = 30 * 86400.0
+_MAX_BY_NAME: dict[str, int] = {
+    "backlog": 65535,
+    "max_upstream_connections": 1_000_000,
+    "max_idle_upstream_connections": 1_000_000,
+    "queue_records": 100_000_000,
+    "block_size": 1_000_000,
+    "max_request_head_bytes": 1 << 30,
+    "max_buffered_body_bytes": 1 << 40,
+    "max_captured_response_bytes": 1 << 40,
+    "queue_bytes": 1 << 40,
+}
+_MAX_COUNT = 1 << 53  # any other count or size (retention, rotation): exact as a float, and absurd past it
+
+
+def _check_number(name: str, value: float) -> None:
+    """A number setting is finite, not negative, and within its bound; the error names it."""
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    limit = MAX_SECONDS if name.endswith("_s") else _MAX_BY_NAME.get(name, _MAX_COUNT)
+    if value > limit:
+        raise ValueError(f"{name} must be at most {limit:g}, got {value:g}")
+
+
 def parse_hostport(text: str, name: str) -> tuple[str, int]:
     """'HOST:PORT' or '[v6]:PORT' -> (host, port)."""
     host, sep, port = text.rpartition(":")
@@ -123,11 +166,12 @@ def parse_hostport(text: str, name: str) -> tuple[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; defaults stay None so the file and environment can fill the gaps."""
-    parser.add_argument("--config", metavar="FILE", help="TOML file; settings under [proxy]")
+    parser.add_argument("--config", metavar="FILE", help="TOML file; settings under [proxy] (default: none)")
     hints = typing.get_type_hints(ProxySettings)
     for f in dataclasses.fields(ProxySettings):
         flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default: {_show(f.default)})"
+        text = f.metadata["help"]
+        text = text if "(required)" in text else f"{text} (default: {_show(f.default) or 'none'})"
         if hints[f.name] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

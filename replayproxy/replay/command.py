@@ -15,28 +15,51 @@ from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
 
+EXAMPLES = (
+    "replayproxy replay traces/ --target http://127.0.0.1:8000 -o vllm.rpr",
+    "replayproxy replay prod.rpt --base-url http://host:8000/v1 --model my-model --request-rate 20 -o a.rpr",
+    "replayproxy replay prod.rpt --target https://api.example.com --num-prompts 500 --progress log -o b.rpr",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("traces", nargs="+", metavar="TRACE", help="trace files, directories or globs (.rpt)")
-    add("--target", "--base-url", dest="target", help="base URL of the engine, e.g. http://127.0.0.1:8000/v1")
-    add("-o", "--output", metavar="RESULT.rpr", help="result file to write")
-    add("--speed", type=float, help="time scale: 2 sends twice as fast (default 1)")
-    add("--request-rate", type=float, metavar="R", help="scale the trace's timing to R req/s on average")
+    add("traces", nargs="+", metavar="TRACE", help="trace files (.rpt), directories or globs")
+    add(
+        "--target",
+        "--base-url",
+        dest="target",
+        help="base URL of the engine, e.g. http://127.0.0.1:8000/v1 (default: none, required)",
+    )
+    add("-o", "--output", metavar="RESULT.rpr", help="result file to write (default: none, required)")
+    add("--speed", type=float, help="time scale: 2 sends twice as fast (default: 1)")
+    add(
+        "--request-rate",
+        type=float,
+        metavar="R",
+        help="scale the trace's timing to R req/s on average, instead of --speed (default: off)",
+    )
     add(
         "--max-concurrency",
         type=int,
         metavar="N",
-        help="cap requests in flight (timing is then not preserved)",
+        help="cap requests in flight; timing is then not preserved (default: 0, no cap)",
     )
-    add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default auto: from /v1/models)")
-    add("--model", help="send every request to this model")
-    add("--limit", "--num-prompts", dest="limit", type=int, metavar="N", help="replay at most N requests")
-    add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace")
-    add("--duration", type=float, metavar="S", help="replay only S seconds of the trace")
-    add("--seed", type=int, help="prompt synthesis seed (default 0); same seed, same bodies")
-    add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 600)")
-    add("--label", help="name of this run in reports")
+    add("--flavor", choices=["auto", *FLAVORS], help="engine dialect (default: auto, from /v1/models)")
+    add("--model", help="send every request to this model (default: the recorded one, if served)")
+    add(
+        "--limit",
+        "--num-prompts",
+        dest="limit",
+        type=int,
+        metavar="N",
+        help="replay at most N requests (default: all)",
+    )
+    add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace (default: 0)")
+    add("--duration", type=float, metavar="S", help="replay only S seconds of the trace (default: all)")
+    add("--seed", type=int, help="prompt synthesis seed; same seed, same bodies (default: 0)")
+    add("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default: 600)")
+    add("--label", help="name of this run in reports (default: flavor@host)")
     add(
         "--api-key",
         metavar="KEY",
@@ -46,17 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-error-rate",
         type=float,
         metavar="SHARE",
-        help="exit 1 when more than this share of requests failed (default 0.5)",
+        help="exit 1 when more than this share of requests failed (default: 0.5)",
     )
     add("--quiet", action="store_const", const=True, help="no progress display (--progress none)")
     add(
         "--progress",
         choices=progress.MODES,
-        help="live panel (tty), a line every 10 s (log) or none (default auto: tty on a terminal, else log)",
+        help="live panel (tty), a line every 10 s (log) or none (default: auto, tty on a terminal, else log)",
     )
-    add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default 1)")
-    add("--shard", metavar="i/N", help="send only requests whose index %% N == i")
-    add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds")
+    add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default: 1)")
+    add("--shard", metavar="i/N", help="send only requests whose index %% N == i (default: all)")
+    add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds (default: now)")
     add(
         "--no-reset-prefix-cache",
         dest="reset_prefix_cache",
@@ -95,15 +118,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const="/metrics",
         metavar="URL",
-        help="poll the engine's Prometheus metrics during the run (default URL: the target's /metrics)",
+        help="poll the engine's Prometheus metrics during the run; URL: the target's /metrics (default: off)",
     )
-    add("--scrape-interval", type=float, metavar="S", help="metrics polling interval (default 0.25 s)")
+    add(
+        "--scrape-interval",
+        type=float,
+        metavar="S",
+        help="metrics polling interval in seconds (default: 0.25)",
+    )
     add(
         "--gpu-sampler",
         metavar="CMD",
-        help="command printing GPU samples as CSV lines (e.g. nvidia-smi ... -lms 250)",
+        help="command printing GPU samples as CSV lines, e.g. nvidia-smi ... -lms 250 (default: none)",
     )
-    add("--config", metavar="FILE", help="TOML file; settings under [replay]")
+    add("--config", metavar="FILE", help="TOML file; settings under [replay] (default: none)")
 
 
 # Every setting but the secret can come from the command line; argparse leaves the absent ones None.
@@ -160,6 +188,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
     requests still in flight recorded as `client_cancel`.
     """
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
+    tracker: progress.Tracker | None = None
     try:
         plan = await session.prepare_run(options)
         scheduled = sorted(p.scheduled_ns for p in plan.prepared)
@@ -174,6 +203,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
             results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
             return _finish(options, plan, results, start_ns, tracker, sidecars)
         readings = session.RunnerReadings()
+        show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
         outcome = session.Outcome()
         try:
             await session.run_local(
@@ -181,7 +211,7 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
                 plan.prepared,
                 plan.pool_size,
                 start,
-                progress=lambda runner: tracker.update(readings(runner), runner.start_ns),
+                progress=show,
                 outcome=outcome,
             )
         except asyncio.CancelledError:
@@ -195,6 +225,8 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
         return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
+        if tracker is not None:
+            tracker.close()  # likewise; after a failure it gives the terminal back
 
 
 def _finish(

@@ -9,9 +9,11 @@ offered req/s, TTFT p50 / p95 and schedule lag p99 — and hands them to a `Disp
 from __future__ import annotations
 
 import bisect
+import contextlib
 import sys
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple, Protocol
 
@@ -20,6 +22,8 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+
+from replayproxy import clock
 
 MODES = ("auto", "tty", "log", "none")
 LOG_EVERY_S = 10.0
@@ -187,7 +191,9 @@ class RichDisplay:
     def __init__(self, name: str, stream: IO[str] | None = None) -> None:
         self._name = name
         self._console = Console(file=stream or sys.stderr)
-        self._live = Live(console=self._console, refresh_per_second=4, transient=False)
+        # Drawn only when a reading comes (once a second, between sends): no refresh thread of its
+        # own competing with the send loop for the interpreter.
+        self._live = Live(console=self._console, auto_refresh=False, transient=False)
         self._live.start()
 
     def _render(self, s: Snapshot) -> RenderableType:
@@ -223,3 +229,39 @@ def display_for(mode: str, name: str, stream: IO[str] | None = None) -> Display 
     if mode == "log":
         return LogDisplay(name, stream or sys.stderr)
     return None
+
+
+@contextlib.contextmanager
+def stage(mode: str, name: str, text: str, every_s: float = LOG_EVERY_S) -> Iterator[None]:
+    """A step of unknown length (reading a large public trace): a spinner on a terminal; in a log, a
+    line every `every_s` while it lasts and one when it ends — nothing for a step shorter than that,
+    so quick commands and their one-line errors stay as they are."""
+    started = clock.now_ns()
+
+    def elapsed() -> str:
+        return _clock_text((clock.now_ns() - started) / 1e9)
+
+    if mode == "tty":
+        with Console(file=sys.stderr).status(f"{name}: {text}"):
+            yield
+        return
+    if mode != "log":
+        yield
+        return
+    done = threading.Event()
+    ticked = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            ticked.set()
+            print(f"{name}: {text}: {elapsed()} so far", file=sys.stderr, flush=True)
+
+    ticker = threading.Thread(target=tick, name="progress-ticker", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+    if ticked.is_set():
+        print(f"{name}: {text}: done in {elapsed()}", file=sys.stderr, flush=True)

@@ -97,6 +97,11 @@ class Runner:
         self._finished_one = asyncio.Event()
         self._next_deadline = 0  # the sender's next deadline; 0 when it has nothing left to send
 
+    @property
+    def next_deadline_ns(self) -> int:
+        """The sender's next absolute deadline; 0 when it has nothing left to send."""
+        return self._next_deadline
+
     async def run(self, start_ns: int) -> list[ReplayResult]:
         """Send everything relative to the absolute monotonic `start_ns`; returns when all ended."""
         self.start_ns = start_ns

@@ -21,6 +21,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import __version__, clock, trace
+from replayproxy.config import check_finite
 from replayproxy.replay import (
     calibrate,
     exact,
@@ -84,6 +85,7 @@ class ReplayOptions:
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
         if self.request_rate < 0:
@@ -359,9 +361,17 @@ async def run_local(
     return outcome
 
 
+PROGRESS_ROOM_NS = 5_000_000  # draw progress when the next send is at least this far away...
+PROGRESS_WAIT_S = 0.25  # ...or after waiting this long for such a gap
+
+
 async def _report_progress(runner: Runner, progress: Callable[[Runner], None]) -> None:
     while True:
         await asyncio.sleep(1.0)
+        for _ in range(int(PROGRESS_WAIT_S / 0.001)):
+            if not 0 < runner.next_deadline_ns - clock.now_ns() < PROGRESS_ROOM_NS:
+                break
+            await asyncio.sleep(0.001)  # a send is due soon: drawing must not delay it
         progress(runner)
 
 

@@ -42,9 +42,16 @@ PREFIX_NOTE = (
 QUEUE_NOTE = "a request holds its input from arrival (send) on, queueing included: an upper bound"
 
 
+EXAMPLES = (
+    "replayproxy capacity --model Llama-3.1-8B --gpu-memory 80GiB --max-model-len 32768",
+    "replayproxy capacity --model Llama-3.1-70B --gpu-memory 80GiB --tp 4 traces/",
+    "replayproxy capacity --model ./config.json --gpu-memory 24GB --kv-dtype fp8 vllm.rpr --json",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="*", metavar="TRACE_OR_RESULT", help="trace (.rpt) or result (.rpr) files"
+        "paths", nargs="*", metavar="TRACE|RESULT", help="trace (.rpt) or result (.rpr) files"
     )
     parser.add_argument(
         "--model", required=True, help=f"config.json (or its folder), or a preset: {', '.join(PRESETS)}"
@@ -54,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpus", type=int, default=None, help="GPUs in all (default: --tp); more = replicas")
     parser.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: --gpus, else 1)")
-    parser.add_argument("--weight-dtype", choices=tuple(WEIGHT_BITS), help="default: the checkpoint's format")
+    parser.add_argument(
+        "--weight-dtype", choices=tuple(WEIGHT_BITS), help="weight format (default: the checkpoint's)"
+    )
     parser.add_argument(
         "--kv-dtype", choices=tuple(KV_DTYPE_BYTES), default="auto", help="auto = the model's 16 bit"
     )
@@ -68,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runtime-gib", type=float, default=1.5, help="CUDA context, workspaces, CUDA graphs"
     )
-    parser.add_argument("--activations-gib", type=float, help="override the activation estimate")
+    parser.add_argument(
+        "--activations-gib", type=float, help="override the activation estimate (default: estimated)"
+    )
     parser.add_argument(
         "--assume-ttft-ms", type=float, default=200.0, help="for requests without recorded timings"
     )

@@ -14,6 +14,12 @@ from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
 
+EXAMPLES = (
+    "replayproxy report vllm.rpr sglang.rpr --baseline traces/ --slo 'ttft<=500ms,tpot<=50ms'",
+    "replayproxy report runs/ --json -o report.json",
+    "replayproxy report vllm.rpr sglang.rpr --markdown --html report.html",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -23,23 +29,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline",
         nargs="+",
         metavar="TRACE",
-        help="trace(s) whose recorded production timings become a column of their own",
+        help="trace(s) whose recorded production timings become a column of their own (default: none)",
     )
-    parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (goodput)")
+    parser.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="goodput SLOs, e.g. 'ttft<=500ms,tpot<=50ms,e2e:p99<=20s' (default: none)",
+    )
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="every figure as one JSON object (docs/report.md)")
     fmt.add_argument("--markdown", action="store_true", help="tables in Markdown, for a PR or wiki page")
-    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with plots")
     parser.add_argument(
-        "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here, not stdout"
+        "--html", metavar="FILE", help="also write a self-contained HTML report with plots (default: none)"
     )
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here (default: stdout)"
+    )
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
         "--max-error-rate",
         type=float,
         default=MAX_ERROR_RATE,
-        help=f"error rate at which a sweep step counts as failing (default {MAX_ERROR_RATE})",
+        help="error rate at which a sweep step counts as failing",
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.report import telemetry
 from replayproxy.report.measures import Measures, Requests, measure
 from replayproxy.results import ResultFile, RunHeader, load_results
 
@@ -82,6 +83,8 @@ def _run(files: list[ResultFile]) -> Run:
     extras: dict[str, list[dict[str, Any]]] = {}
     for f in files:
         for kind, records in f.extras.items():
+            if kind == "telemetry":
+                records = [r for r in records if telemetry.well_formed(r)]
             extras.setdefault(kind, []).extend(records)
     return Run(
         label=header.label or " ".join(p for p in (header.target, model) if p),

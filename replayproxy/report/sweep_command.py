@@ -23,38 +23,46 @@ from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_sh
 from replayproxy.report.tables import sweep_section
 from replayproxy.trace import read_tables
 
+EXAMPLES = (
+    "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --speeds 0.5,1,2,4 --slo 'ttft<=500ms'",
+    "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --auto --slo 'ttft<=500ms,tpot<=50ms'",
+    "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --speeds 1,2 --replay-args --model m",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", nargs="+", metavar="TRACE", help="trace file(s) to replay at each speed")
     parser.add_argument("--target", required=True, metavar="URL", help="base URL of the engine under test")
     how = parser.add_mutually_exclusive_group(required=True)
-    how.add_argument("--speeds", metavar="LIST", help="comma-separated speeds, e.g. 0.5,1,2,4")
+    how.add_argument(
+        "--speeds", metavar="LIST", help="comma-separated speeds, e.g. 0.5,1,2,4 (default: none; or --auto)"
+    )
     how.add_argument("--auto", action="store_true", help="search the highest speed meeting --slo")
-    parser.add_argument("--slo", metavar="SPEC", help="e.g. 'ttft<=500ms,tpot<=50ms' (required with --auto)")
     parser.add_argument(
-        "-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go (default ./sweep)"
+        "--slo",
+        metavar="SPEC",
+        help="SLOs, e.g. 'ttft<=500ms,tpot<=50ms'; required with --auto (default: none)",
     )
-    parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run (default 8)")
-    parser.add_argument(
-        "--start-speed", type=float, default=1.0, help="--auto: first speed tried (default 1)"
-    )
+    parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go")
+    parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run")
+    parser.add_argument("--start-speed", type=float, default=1.0, help="--auto: first speed tried")
     parser.add_argument(
         "--max-error-rate",
         type=float,
         default=MAX_ERROR_RATE,
-        help=f"a step with this error rate or more fails (default {MAX_ERROR_RATE})",
+        help="a step with this error rate or more fails",
     )
     parser.add_argument(
         "--attainment",
         type=float,
         default=0.9,
-        help="--auto: share of requests that must meet per-request SLOs (default 0.9)",
+        help="--auto: share of requests that must meet per-request SLOs",
     )
     parser.add_argument(
         "--progress",
         choices=PROGRESS,
         default="auto",
-        help="each step's progress line every 10 s on stderr (auto, log) or none (default auto)",
+        help="each step's progress line every 10 s on stderr (auto, log) or none",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines (--progress none)")
     fmt = parser.add_mutually_exclusive_group()
@@ -65,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs=argparse.REMAINDER,
         default=[],
         metavar="OPTION",
-        help="last on the line: everything after it goes to every `replayproxy replay` "
-        "(e.g. --replay-args --model m --max-concurrency 64)",
+        help="last on the line: everything after it goes to every `replayproxy replay`, "
+        "e.g. --replay-args --model m --max-concurrency 64 (default: none)",
     )
 
 

@@ -55,6 +55,38 @@ def summarize(record: dict[str, Any], requests: int) -> dict[str, Any]:
     return summary
 
 
+_NUMBER = (int, float)
+
+
+def well_formed(record: Any) -> bool:
+    """Whether a telemetry record has the layout the replayer writes: samples of numbers with a
+    time, and histograms of [bound, count] buckets. A damaged one is left out of the report."""
+    if not isinstance(record, dict):
+        return False
+    samples = record.get("samples", [])
+    if not isinstance(samples, list) or not isinstance(record.get("found", {}), dict):
+        return False
+    for sample in samples:
+        if not isinstance(sample, dict) or not isinstance(sample.get("t_ns"), _NUMBER):
+            return False
+        if not all(isinstance(v, _NUMBER) for k, v in sample.items() if k != "t_ns"):
+            return False
+    for key in ("histograms_start", "histograms_end"):
+        histograms = record.get(key, {})
+        if not isinstance(histograms, dict):
+            return False
+        for name, histogram in histograms.items():
+            buckets = histogram.get("buckets") if isinstance(histogram, dict) else None
+            if not isinstance(name, str) or not isinstance(buckets, list):
+                return False
+            if not all(
+                isinstance(b, list) and len(b) == 2 and all(isinstance(x, _NUMBER) for x in b)
+                for b in buckets
+            ):
+                return False
+    return True
+
+
 def over_time(record: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(seconds since run start, values) of one canonical series, for plots."""
     samples = [s for s in record.get("samples", []) if name in s]

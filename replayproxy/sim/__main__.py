@@ -12,15 +12,31 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from replayproxy.sim.config import SimConfig, add_arguments, config_from_args
 from replayproxy.sim.server import serving
 
+EXAMPLES = (
+    "replayproxy sim --port 8000",
+    "replayproxy sim --port 8000 --no-prefix-cache --max-num-seqs 64 --speed 2",
+    "replayproxy sim --config config.example.toml --api-key sk-test --fail-rate 0.01",
+)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad option is one line and exit 2, like every replayproxy command (not usage + error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="replayproxy sim",
         description="Simulated OpenAI-compatible continuous-batching engine (vLLM-like) for tests and demos.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES),
     )
     add_arguments(parser)
     return parser
@@ -51,8 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         factory = None
     else:
         factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(config))
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve(config))
+    except OSError as e:  # the port is taken, the address is not ours
+        print(
+            f"replayproxy sim: error: cannot listen on {config.host}:{config.port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -7,6 +7,7 @@ the library API (`make_app(SimConfig(...))`) can never disagree about names or d
 from __future__ import annotations
 
 import argparse
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -51,6 +52,10 @@ class SimConfig:
     api_key: str = _opt("", "answer 401 on /v1/* without this bearer token, as vLLM --api-key does")
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
         positive = (
             "max_model_len",
             "speed",
@@ -136,7 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the options")
     for f in fields(SimConfig):
         flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default: {f.default})"
+        shown = "none" if f.default in ("", None) else f.default
+        text = f"{f.metadata['help']} (default: {shown})"
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

@@ -7,7 +7,14 @@ back as shapes or numpy columns. See docs/trace-format.md.
 
 from replayproxy.trace.columns import RAGGED, Columns, iter_shapes, load, read_tables
 from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
-from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, SUFFIX, TraceFormatError, TraceHeader
+from replayproxy.trace.header import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SUFFIX,
+    TraceFormatError,
+    TraceHeader,
+    checked_fields,
+)
 from replayproxy.trace.table import (
     CODED_KINDS,
     NUMERIC_KINDS,
@@ -17,7 +24,9 @@ from replayproxy.trace.table import (
     TableFile,
     encode_column,
     expand_paths,
+    read_each,
     read_table,
+    with_defaults,
 )
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
@@ -38,13 +47,16 @@ __all__ = [
     "TraceFormatError",
     "TraceHeader",
     "TraceWriter",
+    "checked_fields",
     "encode_column",
     "expand_paths",
     "iter_frame_payloads",
     "iter_shapes",
     "load",
+    "read_each",
     "read_table",
     "read_tables",
+    "with_defaults",
     "write_columns",
     "write_trace",
 ]

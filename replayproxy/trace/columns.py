@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
 from replayproxy.trace.frames import ReadReport
-from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceHeader
-from replayproxy.trace.table import NUMERIC_KINDS, RAGGED_KINDS, Table, expand_paths, read_table
+from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
+from replayproxy.trace.table import Table, expand_paths, read_each, read_table, with_defaults
 
 
 def read_tables(
@@ -19,10 +20,17 @@ def read_tables(
 ) -> list[tuple[TraceHeader, Table]]:
     """Every trace file's header and rows, oldest start first."""
     report = report if report is not None else ReadReport()
-    tables = [read_table(p, FORMAT_NAME, FORMAT_VERSION, report) for p in expand_paths(paths)]
-    pairs = [(TraceHeader.from_record(t.header), t) for t in tables]
+    pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report), report)
     pairs.sort(key=lambda pair: pair[0].start_wall_ns)
     return pairs
+
+
+def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, Table]:
+    table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
+    try:
+        return TraceHeader.from_record(table.header), table
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{path}: {e}") from e
 
 
 def iter_shapes(
@@ -115,19 +123,10 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Co
 
 def _with_defaults(table: Table) -> Table:
     """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
-    defaults = RequestShape(offset_ns=0)
-    for name, kind in FIELD_KINDS.items():
-        if name in table.columns or name in table.ragged:
-            continue
-        if kind in RAGGED_KINDS:
-            table.ragged[name] = (np.zeros(0, RAGGED_KINDS[kind]), np.zeros(table.n, np.int64))
-        elif kind in NUMERIC_KINDS:
-            table.columns[name] = np.full(table.n, getattr(defaults, name), NUMERIC_KINDS[kind])
-        else:
-            column = np.empty(table.n, dtype=object)
-            column.fill(getattr(defaults, name))
-            table.columns[name] = column
-    return table
+    return with_defaults(table, FIELD_KINDS, _DEFAULTS)
+
+
+_DEFAULTS = RequestShape(offset_ns=0)._asdict()
 
 
 def _reorder_ragged(

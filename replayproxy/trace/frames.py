@@ -70,6 +70,7 @@ class ReadReport:
     warnings: list[str] = field(default_factory=list)
     skipped_frames: int = 0
     lost_records: int = 0  # records known to be in skipped frames
+    skipped_files: int = 0  # of several files, ones that could not be read at all
     footers: int = 0
 
 
@@ -146,9 +147,21 @@ def frame_totals(data: bytes | mmap.mmap) -> tuple[int, int]:
         if start + length > len(data):
             break
         records += count
-        payload_bytes += max(0, _content_size(data[start : start + min(length, 18)]))
+        payload_bytes += plausible_size(_content_size(data[start : start + min(length, 18)]), length)
         pos = start + length
     return records, payload_bytes
+
+
+# Frames of trace and result columns compress 3-10x (BENCHMARKS.md "Trace I/O"); a size declared
+# past this ratio is not believed before the bytes are there: memory is sized for what a frame can
+# hold, and what it really holds grows it.
+PLAUSIBLE_RATIO = 64
+_MAX_WINDOW = 1 << 25  # writers use a 2 MiB window (compression_params); refuse frames that ask more
+
+
+def plausible_size(declared: int, compressed: int) -> int:
+    """A frame's decompressed size as far as it may be believed before decompressing it."""
+    return max(0, min(declared, PLAUSIBLE_RATIO * compressed + 4096))
 
 
 class _Buffer:
@@ -156,12 +169,17 @@ class _Buffer:
 
     def __init__(self) -> None:
         self._memory = bytearray()
-        self._decompressor = zstandard.ZstdDecompressor()
+        self._decompressor = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW)
 
     def decompress(self, frame: memoryview) -> memoryview:
         size = _content_size(frame)
-        if size < 0:  # a writer that did not declare the size: decompress the slow way
-            return memoryview(self._decompressor.decompressobj().decompress(frame))
+        if size < 0 or size > plausible_size(size, len(frame)):
+            # No size declared, or one not to be believed: decompress the slow way, where memory
+            # grows only with the bytes that really come out.
+            whole = self._decompressor.decompressobj().decompress(frame)
+            if size >= 0 and len(whole) != size:
+                raise zstandard.ZstdError(f"frame holds {len(whole)} bytes, its header declares {size}")
+            return memoryview(whole)
         if size > len(self._memory):
             self._memory = bytearray(size + size // 4)
         target = memoryview(self._memory)[:size]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,7 +46,44 @@ class TraceHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TraceHeader:
-        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        known = checked_fields(cls, record)
         known["fields"] = tuple(known.get("fields", FIELDS))
         known["extra"] = dict(known.get("extra") or {})
         return cls(**known)
+
+
+def checked_fields(cls: type[Any], record: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a header `record` that dataclass `cls` declares, each of its declared type
+    (a list stands for a tuple); a missing required one or a wrong type is a TraceFormatError."""
+    hints = typing.get_type_hints(cls)
+    known: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in record:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise TraceFormatError(f"header lacks {f.name!r}")
+            continue
+        value = record[f.name]
+        if not _is_a(value, hints[f.name]):
+            raise TraceFormatError(f"header's {f.name!r} is not of type {_type_name(hints[f.name])}")
+        known[f.name] = value
+    return known
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    if hint is Any:
+        return True
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool, float):
+        return isinstance(value, hint)
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        return isinstance(value, list | tuple) and all(_is_a(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))

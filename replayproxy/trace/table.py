@@ -11,10 +11,10 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import numpy as np
@@ -120,7 +120,11 @@ class TableFile:
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
         self.records = 0
-        self._frames.write_frame([self._packer.pack(header)], 0)
+        try:
+            self._frames.write_frame([self._packer.pack(header)], 0)
+        except BaseException:
+            self.abandon()  # a full disk must not leave an empty file for every retry
+            raise
 
     @property
     def bytes_written(self) -> int:
@@ -162,11 +166,19 @@ class TableFile:
         self._frames.write_frame([self._packer.pack(record)], 0)
         self._stream.close()
 
+    def unlinked(self) -> bool:
+        """Whether the open file was deleted (its directory removed, say): writes would vanish."""
+        return os.fstat(self._stream.fileno()).st_nlink == 0
+
     def abandon(self) -> None:
         """Release the file after a write failed, writing nothing more: it ends early, and readers
-        report the missing footer; every complete frame before the failure stays readable."""
+        report the missing footer; every complete frame before the failure stays readable. A file
+        that holds no record yet (empty, or its header alone) is removed."""
         with contextlib.suppress(OSError):
             self._stream.close()
+        if not self.records:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
 
 @dataclass(slots=True)
@@ -287,10 +299,11 @@ class _TableColumns:
 _BUFFERS = (bytes, memoryview)
 
 
-def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: ReadReport) -> bool:
-    """Whether a batch has one column per field, each of `n` rows; a bad one is reported."""
+def _batch_fits(batch: dict[str, Any], kinds: list[str], name: str, report: ReadReport, size: int) -> bool:
+    """Whether a batch has one column per field, each of `n` rows (every row costs at least a
+    byte of the frame's `size`), its values of the column's kind; a bad one is reported."""
     n, columns = batch.get("n"), batch.get("columns")
-    ok = isinstance(n, int) and n >= 0 and isinstance(columns, list) and len(columns) == len(kinds)
+    ok = isinstance(n, int) and 0 <= n <= size and isinstance(columns, list) and len(columns) == len(kinds)
     if ok:
         assert isinstance(n, int) and isinstance(columns, list)
         ok = all(_column_fits(kind, column, n) for kind, column in zip(kinds, columns, strict=True))
@@ -309,11 +322,33 @@ def _column_fits(kind: str, column: Any, n: int) -> bool:
         return False
     if kind in RAGGED_KINDS:
         lengths = np.frombuffer(column[1], "<u4")
-        return isinstance(column[0], _BUFFERS) and int(lengths.sum()) == len(column[0])
+        itemsize = RAGGED_KINDS[kind].itemsize
+        return (
+            isinstance(column[0], _BUFFERS)
+            and int(lengths.sum(dtype=np.int64)) == len(column[0])
+            and not np.any(lengths % itemsize)
+        )
     if kind in CODED_KINDS:
         codes = np.frombuffer(column[1], "<u4")
-        return isinstance(column[0], list) and (n == 0 or int(codes.max()) < len(column[0]))
+        distinct = column[0]
+        if not isinstance(distinct, list) or (n and int(codes.max()) >= len(distinct)):
+            return False
+        return all(map(_is_text if kind == "str" else _is_setting_map, distinct))
     raise TraceFormatError(f"unknown column kind {kind!r}")
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+_SETTING_VALUES = (bool, int, float, str, type(None))
+
+
+def _is_setting_map(value: Any) -> bool:
+    """A map column holds flat maps of names to plain values (the sampling parameters)."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, _SETTING_VALUES) for k, v in value.items()
+    )
 
 
 _BIN_SIZE_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # msgpack bin 8/16/32: bytes of the length after the marker
@@ -335,7 +370,15 @@ def _records_of(payload: bytes | memoryview, name: str, report: ReadReport) -> l
         while at < len(view):
             record, at = _read_map(view, at) if view[at] in _MAP_SIZE_BYTES else _unpack_at(view, at)
             records.append(record)
-    except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as e:
+    except (
+        ValueError,
+        TypeError,
+        IndexError,
+        RecursionError,
+        msgpack.UnpackException,
+        msgpack.OutOfData,
+    ) as e:
+        # TypeError: a map key Python cannot hash (a list); IndexError: a header cut at the end
         report.warnings.append(f"{name}: frame {report.frames} does not decode ({e}); skipped")
         report.skipped_frames += 1
         return []
@@ -417,14 +460,17 @@ def read_table(
     max_version: int,
     report: ReadReport,
     *,
+    expected: Mapping[str, str] | None = None,
     extras: dict[str, list[dict[str, Any]]] | None = None,
     footer: dict[str, Any] | None = None,
 ) -> Table:
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
-    Side records (maps of another `type`) are appended to `extras` by type; the footer, if
-    present, is copied into `footer`. Batches before the header (whose frame was lost) cannot be
-    interpreted; the file then fails with the header error below.
+    `expected` maps the fields this reader knows to their kinds: a header that declares one of
+    them with another kind is refused. Side records (maps of another `type`) are appended to
+    `extras` by type; the footer, if present, is copied into `footer`. Batches before the header
+    (whose frame was lost) cannot be interpreted; the file then fails with the header error below.
+    Nothing is sized from a count or length the file declares beyond what its bytes can hold.
     """
     name = str(path)
     seen_warnings = len(report.warnings)
@@ -434,12 +480,15 @@ def read_table(
     for payload in iter_frame_payloads(data, name, report):
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
-            if kind == "batch" and columns is not None and _batch_fits(item, columns.kinds, name, report):
-                columns.add(item, len(payload))
+            if kind == "batch" and columns is not None:
+                if _batch_fits(item, columns.kinds, name, report, len(payload)):
+                    columns.add(item, len(payload))
             elif kind == "header" and header is None:
+                kinds = _kinds_of(item, name, format_name, max_version, expected or {})
                 header = item
-                kinds = _kinds_of(header, name, format_name, max_version)
-                columns = _TableColumns(kinds, *frame_totals(data))
+                records, payload_bytes = frame_totals(data)
+                records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
+                columns = _TableColumns(kinds, records, payload_bytes)
             elif kind == "footer":
                 report.footers += 1
                 if footer is not None:
@@ -455,19 +504,94 @@ def read_table(
     return table
 
 
-def _kinds_of(header: dict[str, Any], name: str, format_name: str, max_version: int) -> list[str]:
+# Bytes a row takes at least in a column of each kind: what a batch of n rows must hold.
+_MIN_ROW_BYTES = {"i8": 8, "u8": 8, "b1": 1, "str": 4, "obj": 4, "ragged:u8": 4, "ragged:u4": 4}
+
+
+def _kinds_of(
+    header: dict[str, Any], name: str, format_name: str, max_version: int, expected: Mapping[str, str]
+) -> list[str]:
     """The column kinds a header declares, once it is known to be a file this reader can read."""
     if header.get("format") != format_name:
-        raise TraceFormatError(f"{name}: is a {header.get('format')!r} file, expected {format_name!r}")
+        raise TraceFormatError(f"{name}: is a {_shown(header.get('format'))} file, expected {format_name!r}")
     version = header.get("version")
-    if not isinstance(version, int) or version > max_version:
+    if not isinstance(version, int) or isinstance(version, bool) or version > max_version:
         raise TraceFormatError(
-            f"{name}: format version {version} is newer than this reader ({max_version}); upgrade replayproxy"
+            f"{name}: format version {_shown(version)} is newer than this reader ({max_version}); "
+            "upgrade replayproxy"
         )
-    try:
-        return [header["kinds"][field_name] for field_name in header["fields"]]
-    except (KeyError, TypeError) as e:
-        raise TraceFormatError(f"{name}: header lacks a kind for field {e}") from e
+    fields, kinds = header.get("fields"), header.get("kinds")
+    if not isinstance(fields, list) or not fields or not all(isinstance(f, str) for f in fields):
+        raise TraceFormatError(f"{name}: header's field list is not a list of names")
+    if len(set(fields)) != len(fields) or not isinstance(kinds, dict):
+        raise TraceFormatError(f"{name}: header's fields repeat a name, or its kinds are not a map")
+    declared = []
+    for field_name in fields:
+        kind = kinds.get(field_name)
+        if not isinstance(kind, str) or kind not in _MIN_ROW_BYTES:
+            raise TraceFormatError(
+                f"{name}: header gives field {field_name!r} no known kind ({_shown(kind)})"
+            )
+        if field_name in expected and kind != expected[field_name]:
+            raise TraceFormatError(
+                f"{name}: header declares field {field_name!r} as {kind}, expected {expected[field_name]}"
+            )
+        declared.append(kind)
+    if not any(kind in NUMERIC_KINDS for kind in declared):
+        raise TraceFormatError(f"{name}: header declares no fixed-width column")
+    return declared
+
+
+def _shown(value: Any) -> str:
+    """A value from a damaged file, shown short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def with_defaults(table: Table, kinds: Mapping[str, str], defaults: Mapping[str, Any]) -> Table:
+    """Fill fields an older (or damaged) file lacks with their defaults, so all tables share columns."""
+    for name, kind in kinds.items():
+        if name in table.columns or name in table.ragged:
+            continue
+        if name not in defaults:
+            raise TraceFormatError(f"{table.path}: lacks the required field {name!r}")
+        if kind in RAGGED_KINDS:
+            table.ragged[name] = (np.zeros(0, RAGGED_KINDS[kind]), np.zeros(table.n, np.int64))
+        elif kind in NUMERIC_KINDS:
+            table.columns[name] = np.full(table.n, defaults[name], NUMERIC_KINDS[kind])
+        else:
+            column = np.empty(table.n, dtype=object)
+            column.fill(defaults[name])
+            table.columns[name] = column
+    return table
+
+
+T = TypeVar("T")
+
+
+def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) -> list[T]:
+    """`read` applied to each file; of several files, one that is empty, unreadable or not of
+    the format is skipped and reported (a directory after a full disk reads the rest). Raises
+    only when no file could be read."""
+    loaded: list[T] = []
+    first: Exception | None = None
+    for path in paths:
+        try:
+            loaded.append(read(path))
+        except (TraceFormatError, OSError) as e:
+            if len(paths) == 1:
+                raise
+            first = first or e
+            report.skipped_files += 1
+            report.warnings.append(f"{path}: skipped: {_cause(e, path)}")
+    if not loaded and first is not None:
+        raise TraceFormatError(f"no readable file among {len(paths)}: {_cause(first, None)}") from first
+    return loaded
+
+
+def _cause(e: Exception, path: Path | None) -> str:
+    text = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return text.removeprefix(f"{path}: ") if path is not None else text
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) -> list[Path]:

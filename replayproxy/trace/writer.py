@@ -11,9 +11,11 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape, pack_u32, pack_u64
+from replayproxy.trace.fit import UNFIT, fit_coded, fit_numbers, fit_ragged
 from replayproxy.trace.header import SUFFIX, TraceHeader
 from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
 
@@ -47,7 +49,10 @@ class TraceWriter:
         rotate_bytes: int | None = None,
         rotate_seconds: float | None = None,
         level: int = 3,
+        count_unfit: Callable[[str, int], None] | None = None,
     ) -> None:
+        """`count_unfit(field, n)` hears of values that did not fit their column and were clamped
+        or marked unknown (see fit.py)."""
         if (path is None) == (directory is None):
             raise ValueError("give exactly one of path or directory")
         self.header = header
@@ -64,11 +69,13 @@ class TraceWriter:
         self._seq = 0
         self._file: TableFile | None = None
         self._shapes: list[RequestShape] = []  # at most WRITE_SLICE, then moved into _columns
-        self._columns = _FrameColumns(header.fields)
+        self._columns = _FrameColumns(header.fields, count_unfit or _ignore_unfit)
         self._opened_ns = 0
         self._flush_due_ns = mono_ns() + self._flush_interval_ns
         self.files: list[Path] = []
         self.records_written = 0
+        self.records_lost = 0  # written to a file that was deleted while open (see flush)
+        self.lost_files: list[Path] = []
         self.bytes_closed = 0  # bytes of files already closed
         if self._path is not None:
             self._open()  # a single-file trace exists (header and footer) even with no records
@@ -104,15 +111,26 @@ class TraceWriter:
         """Cut a frame if the flush interval has passed; the writer thread calls this when idle."""
         if self._file is None:
             return
-        if self._pending() and self._mono() >= self._flush_due_ns:
+        if self._mono() >= self._flush_due_ns:
             self.flush()
         elif self._rotate_due():
             self.rotate()
 
     def flush(self) -> None:
+        """Cut a frame of what is buffered. Once per call (a flush interval at most, not per
+        record) the open file is checked to still exist: records written into a deleted file are
+        counted in `records_lost` and writing goes on in a new file (the directory re-created)."""
         self._flush_due_ns = self._mono() + self._flush_interval_ns
-        if self._file is None or not self._pending():
+        if self._file is None:
             return
+        if self._file.unlinked():
+            self.records_lost += self._file.records
+            self.lost_files.append(self._file.path)
+            self._file.abandon()
+            self._open()  # at once, so the directory is back for whoever looks
+        if not self._pending():
+            return
+        assert self._file is not None
         self._cut(self._file)
         if self._rotate_due():
             self.rotate()
@@ -186,47 +204,102 @@ class _FrameColumns:
     """A frame's columns gathered from shapes a slice at a time: the bytes `to_record` rows give.
 
     Shapes are released a slice at a time, while still in cache, rather than a frame at a time.
+    Each column is encoded whole; only when that fails are its values fitted one by one (fit.py),
+    so one value no column can hold costs that value, counted through `count_unfit`, never the
+    frame.
     """
 
-    def __init__(self, fields: Sequence[str]) -> None:
-        self._columns: list[tuple[str, int, list[Any]]] = [
-            (FIELD_KINDS[name], FIELDS.index(name), []) for name in fields
+    def __init__(self, fields: Sequence[str], count_unfit: Callable[[str, int], None]) -> None:
+        self._columns: list[tuple[str, str, int, list[Any]]] = [
+            (name, FIELD_KINDS[name], FIELDS.index(name), []) for name in fields
         ]
+        self._count_unfit = count_unfit
         self.n = 0
 
     def add(self, shapes: Sequence[RequestShape]) -> None:
         if not shapes:
             return
         by_field = list(zip(*shapes, strict=True))
-        for kind, position, pieces in self._columns:
+        for name, kind, position, pieces in self._columns:
             values = by_field[position]
             if kind in NUMERIC_KINDS:
-                pieces.append(np.fromiter(values, NUMERIC_KINDS[kind], len(values)))
+                pieces.append(self._numbers(name, kind, values))
             elif kind == "ragged:u8":
                 try:
                     packed = list(map(_PACKED, values))  # BlockHashes, as the recorder and synth make them
                 except AttributeError:
-                    packed = list(map(pack_u64, values))
+                    packed = self._ragged(name, kind, values, pack_u64)
                 pieces.extend(packed)
             elif kind == "ragged:u4":
-                pieces.extend(map(pack_u32, values) if any(values) else [b""] * len(values))
+                pieces.extend(
+                    self._ragged(name, kind, values, pack_u32) if any(values) else [b""] * len(values)
+                )
             else:
                 pieces.extend(values)
         self.n += len(shapes)
 
+    def _numbers(self, name: str, kind: str, values: Sequence[Any]) -> np.ndarray:
+        dtype = NUMERIC_KINDS[kind]
+        try:
+            return np.fromiter(values, dtype, len(values))
+        except UNFIT:
+            fitted, changed = fit_numbers(kind, values, _DEFAULTS[name])
+            self._count_unfit(name, changed)
+            return np.fromiter(fitted, dtype, len(fitted))
+
+    def _ragged(
+        self, name: str, kind: str, values: Sequence[Any], pack: Callable[[Sequence[int]], bytes]
+    ) -> list[bytes]:
+        try:
+            return list(map(pack, values))
+        except UNFIT:
+            packed = []
+            for value in values:
+                try:
+                    packed.append(pack(value))
+                except UNFIT:
+                    fitted = fit_ragged(kind, value)
+                    packed.append(pack(fitted) if fitted is not None else b"")
+                    self._count_unfit(name, 1)
+            return packed
+
     def encode(self) -> list[Any]:
         """The frame's encoded columns; the buffer starts empty again."""
         encoded = [
-            np.concatenate(pieces) if kind in NUMERIC_KINDS else encode_column(kind, pieces)
-            for kind, _, pieces in self._columns
+            np.concatenate(pieces) if kind in NUMERIC_KINDS else self._coded(name, kind, pieces)
+            for name, kind, _, pieces in self._columns
         ]
         self.clear()
         return encoded
 
+    def _coded(self, name: str, kind: str, pieces: list[Any]) -> Any:
+        """A dictionary-coded or ragged column. The distinct strings are checked once per frame
+        (usually one or a few): they are packed only later, with the whole frame; maps were packed
+        already, to be told apart."""
+        try:
+            column = encode_column(kind, pieces)
+            if kind == "str" and not all(isinstance(v, str) for v in column[0]):
+                raise TypeError("a string column holds other values")
+            if kind == "str":
+                _packb(column[0])
+            return column
+        except UNFIT:
+            fitted, changed = fit_coded(kind, pieces, _DEFAULTS[name])
+            self._count_unfit(name, changed)
+            return encode_column(kind, fitted)
+
     def clear(self) -> None:
-        for _, _, pieces in self._columns:
+        for _, _, _, pieces in self._columns:
             pieces.clear()
         self.n = 0
+
+
+_DEFAULTS: dict[str, Any] = RequestShape(offset_ns=0)._asdict()
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def _ignore_unfit(name: str, count: int) -> None:
+    """Writers of whole traces (synth, import) produce fitting values; nothing to count there."""
 
 
 def write_trace(

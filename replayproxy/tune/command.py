@@ -31,16 +31,14 @@ from replayproxy.tune.runner import Settings, Tuner
 from replayproxy.tune.store import Outcome, trace_digest
 
 SUMMARY_FILE = "tune.json"
-EXAMPLES = """examples:
-  replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft:p95<=500ms,tpot:p95<=50ms' -o tune
-  replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft<=300ms' --repeat 1 -o quick
-  replayproxy report tune/final/*.rpr --slo 'ttft<=300ms'   # the best-vs-best runs again
-"""
+EXAMPLES = (
+    "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft:p95<=500ms,tpot:p95<=50ms' -o tune",
+    "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft<=300ms' --repeat 1 -o quick",
+    "replayproxy report tune/final/*.rpr --slo 'ttft<=300ms'   # the best-vs-best runs again",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
     add("traces", nargs="+", metavar="TRACE", help="trace file(s) to replay")
     add("--candidates", required=True, metavar="FILE", help="TOML file of engines and knobs (docs/tune.md)")

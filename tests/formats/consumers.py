@@ -2,7 +2,8 @@
 
 Each function returns the problems that tool would report (or silently suffer) for these rows.
 Sources read (see docs/formats.md for commits):
-- AIPerf: src/aiperf/dataset/loader/mooncake_trace.py + models.py (MooncakeTrace: int fields),
+- AIPerf: src/aiperf/dataset/loader/mooncake_trace.py + models.py (MooncakeTrace: int lengths,
+  int | float timestamp),
   src/aiperf/dataset/generator/prompt.py `_build_token_sequence` (final block in (0, block]; a
   hash id's tokens are cached at the size first seen — PR #1208: "A hash_id must map to a single
   fixed block size").
@@ -30,9 +31,11 @@ def aiperf_problems(rows: list[dict[str, Any]], block: int) -> list[str]:
     problems: list[str] = []
     sizes: dict[int, int] = {}
     for i, row in enumerate(rows):
-        for name in ("input_length", "output_length", "timestamp"):
+        for name in ("input_length", "output_length"):
             if name in row and type(row[name]) is not int:
                 problems.append(f"row {i}: {name} is not an int")
+        if type(row.get("timestamp", 0)) not in (int, float):  # MooncakeTrace: int | float ms
+            problems.append(f"row {i}: timestamp is not a number")
         ids = row.get("hash_ids", [])
         if any(type(h) is not int for h in ids):
             problems.append(f"row {i}: hash id not an int")

@@ -11,7 +11,7 @@ import pytest
 
 from replayproxy import cli
 from replayproxy.formats.registry import exporters
-from tests.formats.helpers import conversation_trace
+from tests.formats.helpers import conversation_trace, shape, tokens, write
 
 
 def test_help_lists_the_export_formats() -> None:
@@ -74,9 +74,69 @@ def test_empty_or_missing_traces_fail_in_one_line(tmp_path: Path, capsys: pytest
 
 def test_unknown_format_lists_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = conversation_trace(tmp_path / "t.rpt")
-    for fmt in ("sharegpt", "azure"):  # azure is import-only
+    for fmt in ("sharegpt",):
         assert cli.main(["export", str(trace), "-f", fmt, "-o", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"replayproxy export: error: --format: invalid choice: {fmt!r}")
         assert err.count("\n") == 1 and ", ".join(sorted(exporters())) in err
     assert not (tmp_path / "x").exists()
+
+
+def failed_trace(path: Path) -> Path:
+    """Four served requests and two that failed at the source (a 5xx, and no answer at all)."""
+    shapes = [
+        shape(0, tokens(("a", 40)), 10),
+        shape(10, tokens(("b", 40)), 0, status=503, error="http_5xx"),
+        shape(20, tokens(("c", 40)), 12),
+        shape(30, tokens(("d", 40)), 0, status=0, error="timeout"),
+        shape(40, tokens(("e", 40)), 14),
+        shape(50, tokens(("f", 40)), 16),
+    ]
+    return write(path, shapes)
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "bailian", "jsonl"])
+def test_failed_requests_are_left_out_and_counted(
+    tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, out = failed_trace(tmp_path / "t.rpt"), tmp_path / "out.jsonl"
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote 4 requests" in printed and "left out 2 requests that failed" in printed
+    assert len(out.read_text().splitlines()) == 4
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(out), "--include-failed"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6 and "left out" not in capsys.readouterr().out
+    if fmt != "jsonl":
+        assert [r["output_length"] for r in rows] == [10, 1, 12, 1, 14, 16]  # never 0: vLLM refuses it
+
+
+def test_tables_keep_failed_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.csv"
+    assert cli.main(["export", str(failed_trace(tmp_path / "t.rpt")), "-f", "csv", "-o", str(out)]) == 0
+    assert "wrote 6 requests" in capsys.readouterr().out
+
+
+def test_commands_name_the_traces_model_and_warn_about_a_mix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = write(tmp_path / "one.rpt", [shape(i, tokens(("x", 40)), 5, model="qwen-7b") for i in range(3)])
+    assert cli.main(["export", str(one), "-f", "mooncake", "-o", str(tmp_path / "m.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    assert "aiperf profile --model qwen-7b" in printed and "several models" not in printed
+    mixed = [shape(i, tokens(("x", 40)), 5, model="qwen-7b" if i % 3 else "llama") for i in range(6)]
+    trace = write(tmp_path / "mixed.rpt", mixed)
+    assert cli.main(["export", str(trace), "-f", "mooncake", "-o", str(tmp_path / "m.jsonl")]) == 0
+    assert "several models (qwen-7b 4, llama 2)" in capsys.readouterr().out
+
+
+def test_printed_commands_keep_the_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = conversation_trace(tmp_path / "t.rpt")
+    for fmt in ("mooncake", "bailian"):
+        assert cli.main(["export", str(trace), "-f", fmt, "-o", str(tmp_path / f"{fmt}.jsonl")]) == 0
+        printed = capsys.readouterr().out
+        aiperf = next(line for line in printed.splitlines() if line.startswith("AIPerf:"))
+        vllm = next(line for line in printed.splitlines() if line.startswith("vLLM:"))
+        assert "--extra-inputs ignore_eos:true" in aiperf  # else requests stop at EOS, output shrinks
+        # timed_trace sends token-id prompts, which only a completions backend takes.
+        assert "--backend openai --endpoint /v1/completions" in vllm and "openai-chat" not in vllm

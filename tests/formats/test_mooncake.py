@@ -16,7 +16,7 @@ from replayproxy.formats.importing import ImportFormatError, ImportOptions, writ
 from replayproxy.formats.profile import block_reuse
 from replayproxy.trace import load
 from tests.formats import consumers
-from tests.formats.helpers import DATA, SHARED_TRACES, conversation_trace
+from tests.formats.helpers import DATA, SHARED_TRACES, conversation_trace, shape, tokens, write
 
 SAMPLE = DATA / "mooncake_conversation_head300.jsonl"
 
@@ -216,3 +216,16 @@ def test_aiperf_own_loader_accepts_the_export(tmp_path: Path, block: int) -> Non
     )
     run = subprocess.run([AIPERF_PYTHON, str(check), str(bad), "512"], capture_output=True, text=True)
     assert run.returncode == 1 and "already materialized" in run.stdout
+
+
+def test_timestamps_keep_sub_millisecond_precision(tmp_path: Path) -> None:
+    # 1,000 req/s with jitter: whole milliseconds would merge many neighbours into one instant.
+    offsets_ms = np.cumsum(np.random.default_rng(1).exponential(1.0, 300))
+    trace = write(tmp_path / "t.rpt", [shape(float(t), tokens(("p", 40)), 3) for t in offsets_ms])
+    mooncake.write(load(trace), tmp_path / "m.jsonl", ExportOptions(block_size=16))
+    stamps = np.array([r["timestamp"] for r in consumers.read_rows(tmp_path / "m.jsonl")])
+    assert np.abs(stamps - (offsets_ms - offsets_ms[0])).max() < 0.001
+    assert (np.diff(stamps) == 0).sum() == 0
+    back = load(import_file(tmp_path / "m.jsonl", tmp_path / "b.rpt", block_size=16))
+    source = load(trace).offset_ns
+    assert np.abs(back.offset_ns - (source - source[0])).max() <= 1000  # ns: microseconds kept

@@ -20,7 +20,7 @@ from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportOptions, write_imported
 from replayproxy.formats.profile_synth import load_profile, profile_header, shapes_from_profile
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for
-from replayproxy.trace import Columns, load, write_trace
+from replayproxy.trace import Columns, TraceHeader, load, write_columns, write_trace
 from tests.formats.helpers import DATA, SHARED_TRACES
 
 
@@ -124,3 +124,51 @@ def test_traces_without_prefix_information(tmp_path: Path) -> None:
     assert fitted["prefix"]["reuse_ratio"] == 0.0 and fitted["sessions"]["share"] == 0.0
     synth = synthesized(fitted, tmp_path)
     assert len(synth.prefix_hashes) == 0 and len(synth) > 20
+
+
+def small_groups_trace(path: Path, requests: int = 3000) -> Path:
+    """Sharing spread over many groups of 2-7 requests, each member at least as long as its group's prefix."""
+    rng = np.random.default_rng(3)
+    offsets: list[float] = []
+    prompts: list[list[int]] = []
+    start, group = 0.0, 0
+    while len(offsets) < requests:
+        group += 1
+        shared = [group * 1000 + k for k in range(int(rng.integers(4, 20)))]
+        for member in range(int(rng.integers(2, 8))):
+            own = [-(len(offsets) * 100 + k) for k in range(int(rng.integers(0, 6)))]
+            offsets.append(start + rng.exponential(2.0) * member)
+            prompts.append(shared + own)
+        start += rng.exponential(0.4)
+    order = np.argsort(offsets)
+    ids = [prompts[i] for i in order]
+    counts = np.array([len(p) for p in ids])
+    inputs = counts * 512 + rng.integers(0, 511, len(ids))
+    hashes = np.array([hash(tuple(p[: k + 1])) & (2**63 - 1) for p in ids for k in range(len(p))], np.uint64)
+    columns = {
+        "offset_ns": (np.asarray(offsets)[order] * 1e9).astype(np.int64),
+        "input_tokens": inputs,
+        "output_tokens": rng.integers(20, 600, len(ids)),
+        "status": 200,
+        "prefix_hashes": (hashes, counts),
+        "prefix_units": inputs,
+    }
+    header = TraceHeader(start_wall_ns=0, source="test", block_size=512, block_unit="token")
+    write_columns(path, header, columns, len(ids), wall_ns=lambda: 0)
+    return path
+
+
+@pytest.mark.parametrize("rate_scale", [1.0, 2.0])
+def test_many_small_prefix_groups_keep_their_reuse(tmp_path: Path, rate_scale: float) -> None:
+    cols = load(small_groups_trace(tmp_path / "small.rpt"))
+    fitted = profile.fit_profile(cols)
+    assert fitted["prefix"]["big_groups"] == [] and len(fitted["prefix"]["small_sizes"]) == 6
+    source = inspect.profile_of(cols)
+    for seed in (0, 1, 2):
+        path = tmp_path / f"s{seed}.rpt"
+        shapes = shapes_from_profile(fitted, seed=seed, rate_scale=rate_scale)
+        write_trace(path, profile_header(fitted), shapes, mono_ns=int, wall_ns=int)
+        synth = inspect.profile_of(load(path))
+        assert synth["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03), seed
+        for name in ("input_tokens", "output_tokens"):
+            assert synth[name]["p50"] == pytest.approx(source[name]["p50"], rel=0.05), (name, seed)

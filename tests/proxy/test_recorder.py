@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.shape import key_fingerprint
-from replayproxy.trace import ReadReport, TraceWriter, iter_shapes, read_tables
+from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, iter_shapes, read_tables
 from tests.proxy.helpers import settings
 
 KEY = b"r" * 32
@@ -176,3 +178,55 @@ def test_rotate_now_and_retention_by_count(tmp_path: Path) -> None:
     files = recorder.files
     assert len(files) == 2 and sample(metrics, "replayproxy_trace_files") == 2
     assert sorted(s.input_tokens for s in iter_shapes(files)) == [12, 13]
+
+
+def test_a_deleted_trace_directory_is_noticed_recreated_and_its_records_counted_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder, metrics = make(tmp_path, flush_interval_s=0.1)
+    recorder.start()
+    for i in range(5):
+        recorder.finished(cap(i))
+    wait_for(lambda: sample(metrics, "replayproxy_records_written_total") == 5)
+    shutil.rmtree(tmp_path / "traces")  # the open file goes with it
+    wait_for(lambda: (tmp_path / "traces").is_dir(), timeout_s=2.0)  # within about a flush interval
+    assert sample(metrics, "replayproxy_records_lost_total", reason="file_deleted") == 5
+    assert any("was deleted while open: 5 records lost" in r.message for r in caplog.records)
+    for i in range(3):
+        recorder.finished(cap(10 + i))
+    recorder.close()
+    assert sorted(s.input_tokens for s in iter_shapes([tmp_path / "traces"])) == [20, 21, 22]
+
+
+def test_a_full_disk_leaves_no_empty_or_header_only_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = FrameWriter.write_frame
+    failures = {"left": 6}
+
+    def full(self: FrameWriter, parts: Any, records: int) -> None:
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            if failures["left"] % 2 and records == 0:  # sometimes the header fits, the batch does not
+                original(self, parts, records)
+                return
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(self, parts, records)
+
+    monkeypatch.setattr(FrameWriter, "write_frame", full)
+    recorder, metrics = make(tmp_path, retry_s=0.05, flush_interval_s=0.02)
+    recorder.start()
+    deadline = now_ns() + 10**10
+    while failures["left"] and now_ns() < deadline:  # each retry meets the full disk again
+        recorder.finished(cap(0))
+        time.sleep(0.03)
+    assert not failures["left"]
+    time.sleep(0.1)  # past retry_s: the disk has room again
+    recorder.finished(cap(9))
+    recorder.close()
+    assert sample(metrics, "replayproxy_recorder_errors_total", kind="disk_full") >= 3
+    files = list((tmp_path / "traces").glob("*.rpt"))
+    report = ReadReport()
+    tables = read_tables(files, report)
+    assert all(table.n > 0 for _, table in tables) and report.skipped_files == 0
+    assert 9 in [s.input_tokens - 10 for s in iter_shapes(files)]

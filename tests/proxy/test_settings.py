@@ -79,3 +79,31 @@ def test_the_example_file_documents_every_setting_and_loads() -> None:
     defaults = {n: getattr(s, n) for n in names if n not in ("upstream", "trace_dir")}
     assert defaults == {n: f.default for f in dataclasses.fields(ProxySettings) if (n := f.name) in defaults}
     assert set(read_toml(EXAMPLE)) >= {"proxy"}
+
+
+NUMBERS = [
+    f.name
+    for f in dataclasses.fields(ProxySettings)
+    if f.type in ("int", "float") and f.name != "sample_rate"
+]
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e300", "99999999999999999999"])
+def test_infinite_negative_and_absurd_numbers_are_refused_naming_the_option(name: str, value: str) -> None:
+    """An infinite timeout used to be accepted and then crashed the task behind every timeout."""
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError) as refused:
+        parse(["--upstream", "http://x", "--no-record", f"{flag}={value}"])
+    message = str(refused.value)
+    assert (name in message or flag in message) and "\n" not in message
+
+
+def test_small_hash_blocks_need_an_explicit_yes() -> None:
+    with pytest.raises(ConfigError, match="block_size 4 is under 64 chars.*--allow-small-blocks"):
+        parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "4"])
+    with pytest.raises(ConfigError, match="under 16 tokens"):
+        parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "8", "--tokenizer", "tok.json"])
+    assert parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "64"]).block_size == 64
+    small = parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "1", "--allow-small-blocks"])
+    assert small.block_size == 1

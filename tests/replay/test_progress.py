@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 
 import pytest
 
@@ -93,3 +95,39 @@ def test_rich_display_draws_the_figures_on_a_terminal() -> None:
     for figure in ("ETA 0:24", "sent 40/100", "in flight 10", "errors 2", "3.0 of 4.0 offered", "p95 250 ms",
                    "lag p99 0.40 ms"):  # fmt: skip
         assert figure in text
+
+
+def test_a_stage_of_unknown_length_logs_start_ticks_and_end(capsys: pytest.CaptureFixture[str]) -> None:
+    with progress.stage("log", "import", "reading big.jsonl", every_s=0.05):
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("import: reading big.jsonl: done in 0:00")
+    assert len(lines) >= 3 and all(
+        line.startswith("import: reading big.jsonl: 0:00 so far") for line in lines[:-1]
+    )
+    with progress.stage("log", "import", "quick", every_s=5.0), progress.stage("none", "import", "off", 0.01):
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""  # shorter than a tick, or none: nothing
+
+
+def test_progress_is_drawn_in_a_gap_between_sends_but_never_skipped() -> None:
+    from replayproxy import clock
+    from replayproxy.replay import session
+
+    class Busy:  # a send always due in 1 ms: the reporter waits for a gap, then draws anyway
+        @property
+        def next_deadline_ns(self) -> int:
+            return clock.now_ns() + 1_000_000
+
+    async def main() -> float:
+        drawn: list[int] = []
+        started = clock.now_ns()
+        reporter = session._report_progress(Busy(), lambda r: drawn.append(clock.now_ns()))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(reporter)
+        while not drawn:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        return (drawn[0] - started) / 1e9
+
+    waited = asyncio.run(main())
+    assert 1.0 + session.PROGRESS_WAIT_S * 0.9 <= waited < 3.0

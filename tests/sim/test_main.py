@@ -64,3 +64,19 @@ def test_split_writes_reach_the_client_as_partial_events() -> None:
     # Each write is one HTTP chunk ending in "\r\n"; an event boundary is "\n\n\r\n".
     assert sum(not r.endswith(b"\n\n\r\n") for r in reads[1:]) > 0
     assert b"".join(reads).count(b"data: ") == 1 + 30 + 1
+
+
+def test_a_busy_port_and_a_bad_value_are_one_line_and_exit_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for argv, needle in (
+            (["--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+            (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+            (["--speed", "nan"], "speed must be a finite number, got nan"),
+        ):
+            result = subprocess.run([sys.executable, "-m", "replayproxy.sim", *argv],
+                                    capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
