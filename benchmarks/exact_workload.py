@@ -41,19 +41,10 @@ from tests.replay import traces  # noqa: E402
 
 
 def synthetic(path: Path, model: str, endpoint: str, requests: int, rate: float) -> Path:
-    shapes = traces.synthetic_shapes(
-        model=model,
-        requests=requests,
-        rate_rps=rate,
-        prefix_groups=4,
-        prefix_len_tokens=512,
-        sessions_share=0.4 if endpoint == "chat" else 0.0,
-        turns="uniform:2,3",
-        input_len="uniform:520,900",
-        output_len="uniform:4,16",
-        endpoint=endpoint,
-    )
-    return traces.write(path, shapes)
+    return traces.prefix_heavy(
+        path, endpoint, model=model, requests=requests, rate_rps=rate, prefix_groups=4,
+        prefix_len_tokens=512, input_len="uniform:520,900", output_len="uniform:4,16",
+    )  # fmt: skip
 
 
 def replay(trace_path: Path, url: str, out: Path) -> dict[str, object]:

@@ -25,19 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def _trace(tmp_path: Path, endpoint: str, model: str) -> Path:
-    shapes = traces.synthetic_shapes(
-        model=model,
-        requests=80,
-        rate_rps=8.0,
-        prefix_groups=3,
-        prefix_len_tokens=400,
-        sessions_share=0.4 if endpoint == "chat" else 0.0,
-        turns="uniform:2,3",
-        input_len="uniform:420,700",
-        output_len="uniform:2,6",
-        endpoint=endpoint,
-    )
-    return traces.write(tmp_path / f"{endpoint}.rpt", shapes)
+    return traces.prefix_heavy(tmp_path / f"{endpoint}.rpt", endpoint, model=model, requests=80, rate_rps=8.0)
 
 
 def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
