@@ -17,9 +17,6 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from replayproxy.cli import CliError
 from replayproxy.launch import run_server
@@ -123,11 +120,7 @@ def _demo(work: Path, progress: str = "none") -> int:
     _stage(f"comparing candidates against the production baseline (SLO {SLO})")
     plots = importlib.util.find_spec("matplotlib") is not None  # the [report] extra
     html_option = ["--html", str(html)] if plots else []
-    compared = [*results, "--baseline", str(traces), "--slo", SLO]
-    headline = verdict_line(orjson.loads(_cli("report", *compared, "--json")))
-    if headline:
-        _stage(f"verdict: {headline}")
-    _cli("report", *compared, *html_option, show=True)
+    _cli("report", *results, "--baseline", str(traces), "--slo", SLO, *html_option, show=True)
     if not plots:
         _stage("HTML report skipped: its plots need matplotlib (pip install 'replayproxy[report]')")
     elif html.exists():
@@ -135,39 +128,6 @@ def _demo(work: Path, progress: str = "none") -> int:
     else:
         _stage("HTML report was not written")
     return 0
-
-
-def verdict_line(doc: dict[str, Any]) -> str:
-    """The comparison's answer in one line, before the tables: the first two candidates' TTFT and
-    E2E p50 verdicts (with the 95% interval of the difference) and each run's goodput."""
-    pair = next(
-        (c for c in doc.get("comparisons", []) if c.get("a") in CANDIDATES and c.get("b") in CANDIDATES), None
-    )
-    if pair is None:
-        return ""
-    parts = []
-    for metric in ("ttft", "e2e"):
-        figures = pair.get(metric) or {}
-        diff = figures.get("p50_diff_ms") or {}
-        if "p50_verdict" in figures and "estimate" in diff:
-            verdict = str(figures["p50_verdict"])
-            said = (
-                f"{pair['b']}{verdict[1:]} than {pair['a']}"
-                if verdict.startswith("B ")
-                else f"{verdict} between {pair['b']} and {pair['a']}"
-            )
-            interval = (
-                f"{diff['estimate']:+.0f} ms, 95% CI {diff['ci95_low']:+.0f}..{diff['ci95_high']:+.0f} ms"
-            )
-            parts.append(f"{metric.upper()} p50: {said} ({interval})")
-    goodput = [
-        f"{run['label']} {run['goodput']['requests_per_s']:.2f}"
-        for run in doc.get("runs", [])
-        if (run.get("goodput") or {}).get("requests_per_s") is not None
-    ]
-    if goodput:
-        parts.append("goodput req/s " + ", ".join(goodput))
-    return "; ".join(parts)
 
 
 def _progress(mode: str) -> list[str]:
@@ -181,7 +141,7 @@ def _stage(text: str) -> None:
     print(f"demo: {text}", flush=True)
 
 
-def _cli(*argv: str, show: bool = False) -> str:
+def _cli(*argv: str, show: bool = False) -> None:
     """Run one replayproxy subcommand; its output is shown only when `show` or when it fails.
 
     A replay's stderr (its progress) always passes through, so a stage of half a minute is visibly alive.
@@ -198,7 +158,6 @@ def _cli(*argv: str, show: bool = False) -> str:
         if not show:
             sys.stderr.write((done.stdout or "") + (done.stderr or ""))
         raise CliError(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
-    return done.stdout or ""
 
 
 @contextlib.contextmanager

@@ -62,6 +62,10 @@ class ReplayResult:
     expected_shared_tokens: int = 0  # prompt prefix an earlier request of the trace had (tokens)
     new_connection: bool = False  # a connection had to be opened on the send path
     worker: int = 0
+    session: int = 0  # the trace's session id (0: not in a session)
+    turn: int = 0  # 0-based turn within the session
+    after: int = UNKNOWN  # trace index of the session's previous replayed turn
+    think_ns: int = UNKNOWN  # think time the schedule gave after that turn's end (at the run's speed)
 
     def to_record(self) -> tuple[Any, ...]:
         values = [getattr(self, name) for name in RESULT_FIELDS]
@@ -93,6 +97,10 @@ RESULT_KINDS: dict[str, str] = {
     "expected_shared_tokens": "i8",
     "new_connection": "b1",
     "worker": "i8",
+    "session": "u8",
+    "turn": "i8",
+    "after": "i8",
+    "think_ns": "i8",
 }
 RESULT_FIELDS = tuple(RESULT_KINDS)
 _GAPS = RESULT_FIELDS.index("chunk_gaps_us")
@@ -124,6 +132,10 @@ class RunHeader:
     host: str = ""
     token_timing: str = "chunk"  # "token" when per-chunk usage gave tokens per chunk
     shard: str = ""  # "i/N" when this run is one shard of a sharded replay
+    repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
+    repetitions: int = 1
+    warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
+    contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)

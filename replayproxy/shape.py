@@ -108,6 +108,10 @@ class RequestShape(NamedTuple):
     method: str = "POST"
     request_bytes: int = UNKNOWN
     response_bytes: int = UNKNOWN
+    think_ns: int = UNKNOWN  # end of the reply this turn continues -> this turn's arrival
+    chat_id: int = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
+    parent_id: int = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
+    tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
 
     @property
     def message_count(self) -> int:
@@ -146,6 +150,10 @@ class RequestShape(NamedTuple):
             self.method,
             self.request_bytes,
             self.response_bytes,
+            self.think_ns,
+            self.chat_id,
+            self.parent_id,
+            self.tool_chars,
         )
 
     @classmethod
@@ -188,6 +196,10 @@ FIELD_KINDS: dict[str, str] = {
     "method": "str",
     "request_bytes": "i8",
     "response_bytes": "i8",
+    "think_ns": "i8",
+    "chat_id": "u8",
+    "parent_id": "u8",
+    "tool_chars": "i8",
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
 _FIELD_SET = frozenset(FIELDS)

@@ -229,6 +229,11 @@ class StreamClassifier:
         self._templates: list[tuple[bytes, bytes]] = []  # (bytes before the string, bytes after it)
         self.event_templates: list[tuple[bytes, bytes]] = []  # the same as whole `data: ...\n\n` events
 
+    @property
+    def templates(self) -> list[tuple[bytes, bytes]]:
+        """The envelopes learned so far, newest first (bytes before the string, bytes after it)."""
+        return self._templates
+
     def classify(self, data: bytes) -> ChunkInfo:
         if fitting_envelope(data, self._templates) is not None:
             return _PLAIN[CONTENT]

@@ -16,7 +16,7 @@ from replayproxy.launch import run_server
 def test_a_server_that_does_not_start_is_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: "{}")
+    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: None)
     monkeypatch.setattr(demo, "_loopback", lambda command, argv: ["--no-such-option"])
     assert cli.main(["demo", "--keep", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -52,7 +52,7 @@ def test_without_matplotlib_the_report_is_text_only_and_says_how_to_get_html(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: calls.append(argv) or "{}")
+    monkeypatch.setattr(demo, "_cli", lambda *argv, show=False: calls.append(argv))
     monkeypatch.setattr(demo, "_server", _fake_server)
     real_find_spec = demo.importlib.util.find_spec
     monkeypatch.setattr(
@@ -76,33 +76,6 @@ def test_a_server_started_nicer_yields_the_cpu_to_its_client() -> None:
         assert os.getpriority(os.PRIO_PROCESS, server.process.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 5
 
 
-def test_the_verdict_line_opens_the_report_with_the_comparison_and_goodput() -> None:
-    ttft = {
-        "p50_verdict": "B is slower",
-        "p50_diff_ms": {"estimate": 416.2, "ci95_low": 371.5, "ci95_high": 467.7},
-    }
-    doc = {
-        "comparisons": [
-            {
-                "a": "baseline (production)",
-                "b": "prefix-cache-on",
-                "ttft": {"p50_verdict": "no clear difference"},
-            },
-            {"a": "prefix-cache-on", "b": "prefix-cache-off", "ttft": ttft, "e2e": {}},
-        ],
-        "runs": [
-            {"label": "prefix-cache-on", "goodput": {"requests_per_s": 8.63}},
-            {"label": "prefix-cache-off", "goodput": {"requests_per_s": 1.37}},
-            {"label": "baseline (production)", "goodput": None},
-        ],
-    }
-    assert demo.verdict_line(doc) == (
-        "TTFT p50: prefix-cache-off is slower than prefix-cache-on (+416 ms, 95% CI +372..+468 ms); "
-        "goodput req/s prefix-cache-on 8.63, prefix-cache-off 1.37"
-    )
-    assert demo.verdict_line({"runs": []}) == ""
-
-
 def test_ci_runs_the_demo_twice_from_a_clean_venv_before_the_test_extras() -> None:
     script = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     demo_at, test_at = script.index('make demo VENV="$demo_venv"'), script.index("make test")
@@ -111,7 +84,7 @@ def test_ci_runs_the_demo_twice_from_a_clean_venv_before_the_test_extras() -> No
         '"bottleneck"',
         '"deprecated"',
         '"in 1 file(s)"',
-        '"demo: verdict: TTFT p50: "',
+        '"Verdict"',
         '"goodput req/s"',
     ):
         assert needle in script

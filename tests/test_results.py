@@ -47,6 +47,10 @@ HEADER = RunHeader(
     options={"speed": 2.0},
     replayproxy_version="0.1",
     shard="1/2",
+    repetition=2,
+    repetitions=3,
+    warmup={"requests": 5, "errors": 0, "spec": "5"},
+    contract={"engine_args": "--kv-cache-dtype fp8", "note": "canary", "max_model_len": 4096},
 )
 
 

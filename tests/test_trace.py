@@ -48,6 +48,10 @@ shapes = st.builds(
     method=st.sampled_from(["POST", "GET"]),
     request_bytes=I64,
     response_bytes=I64,
+    think_ns=I64,
+    chat_id=U64,
+    parent_id=U64,
+    tool_chars=I64,
 )
 
 
@@ -284,7 +288,7 @@ def test_newer_major_version_is_refused_clearly(tmp_path: Path) -> None:
     header = TraceHeader(start_wall_ns=0).to_record() | {"version": trace.FORMAT_VERSION + 1}
     path = tmp_path / "new.rpt"
     path.write_bytes(frames_with_header(header, []))
-    with pytest.raises(TraceFormatError, match=r"format version 2 is newer than this reader \(1\); upgrade"):
+    with pytest.raises(TraceFormatError, match=r"format version 3 is newer than this reader \(2\); upgrade"):
         trace.load(path)
 
 
@@ -472,6 +476,7 @@ def test_header_round_trips_and_records_when_the_file_was_created(tmp_path: Path
 # --------------------------------------------------------------------------- the golden file
 
 GOLDEN = Path(__file__).parent / "data" / "trace-v1-golden.rpt"
+GOLDEN_V2 = Path(__file__).parent / "data" / "trace-v2-golden.rpt"
 
 
 def test_version_1_golden_file_keeps_loading() -> None:
@@ -480,7 +485,10 @@ def test_version_1_golden_file_keeps_loading() -> None:
     loaded = trace.load(GOLDEN)
     assert loaded.report.warnings == [] and loaded.report.footers == 1
     (header,) = loaded.headers
-    assert header.version == 1 and header == replace(golden_header(), created_wall_ns=header.created_wall_ns)
+    v1_fields = FIELDS[: FIELDS.index("response_bytes") + 1]  # version 1 ended there
+    assert header.version == 1 and header.fields == v1_fields
+    assert header == replace(golden_header(), created_wall_ns=header.created_wall_ns, fields=v1_fields)
+    assert loaded.think_ns.tolist() == [-1, -1, -1] and loaded.parent_id.tolist() == [0, 0, 0]
     expected = golden_shapes()
     assert [exact(s) for s in trace.iter_shapes([GOLDEN])] == [exact(s) for s in expected]
     # Values spelled out, so a change to the generator cannot silently move the goal posts.
@@ -489,6 +497,18 @@ def test_version_1_golden_file_keeps_loading() -> None:
     assert loaded.hashes_of(0).tolist() == [0x0123456789ABCDEF, 2**64 - 1]
     assert loaded.sampling[1] == {"temperature": 0.7, "n": True, "stop": True}
     assert loaded.error.tolist() == ["", "", "http_5xx"] and loaded.status.tolist() == [200, 200, 503]
+
+
+def test_version_2_golden_file_keeps_loading_with_its_turn_links() -> None:
+    from tests.data.make_golden import golden_header, golden_shapes
+
+    loaded = trace.load(GOLDEN_V2)
+    (header,) = loaded.headers
+    assert header.version == 2 and header == replace(golden_header(2), created_wall_ns=header.created_wall_ns)
+    assert [exact(s) for s in trace.iter_shapes([GOLDEN_V2])] == [exact(s) for s in golden_shapes(2)]
+    assert loaded.think_ns.tolist()[-2:] == [-1, 600_000_000] and loaded.tool_chars.tolist()[-1] == 321
+    assert loaded.parent_id[-1] == loaded.chat_id[-2] == 0x1111222233334444
+    assert loaded.turn.tolist()[-2:] == [0, 1] and loaded.session[-1] == loaded.session[-2]
 
 
 def test_equal_looking_sampling_values_keep_their_types(tmp_path: Path) -> None:

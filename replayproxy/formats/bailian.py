@@ -93,13 +93,14 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     """Bailian rows re-blocked to `--block-size` (default 16); chat ids number requests in arrival order."""
     block = options.block_size or DEFAULT_BLOCK
     rows = write_json_lines(path, _rows(cols, block))
-    return ExportResult(
-        rows,
-        [
-            aiperf_command(path, "bailian_trace", block, options),
-            vllm_timed_trace_command(path, rows, block, 1.0, options),
-        ],
-    )
+    notes = [vllm_timed_trace_command(path, rows, block, 1.0, options)]
+    if np.any((cols.session != 0) & (cols.turn > 0)):
+        # AIPerf reads a linked turn as a delta and appends the earlier turns and replies itself,
+        # while a Bailian row holds the whole conversation: its prompts would grow twice.
+        notes.append("AIPerf: not for this file (multi-turn); export --format mooncake --sessions for AIPerf")
+    else:
+        notes.insert(0, aiperf_command(path, "bailian_trace", block, options))
+    return ExportResult(rows, notes)
 
 
 def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:

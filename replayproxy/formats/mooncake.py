@@ -2,7 +2,9 @@
 
 `{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}` per request; hash ids
 stand for `block_size`-token blocks (512 in the published traces) and obey
-`len(hash_ids) == ceil(input_length / block_size)`. AIPerf/GenAI-Perf add `session_id` and `delay`.
+`len(hash_ids) == ceil(input_length / block_size)`. AIPerf/GenAI-Perf add `session_id` and `delay`
+for multi-turn sessions: a later turn's row holds only its new part (the reader appends the earlier
+turns and their replies itself) and `delay` is the time after the previous turn's reply ended.
 Consumers' readers and rules are cited in docs/formats.md.
 """
 
@@ -77,11 +79,11 @@ def _read(path: Path, options: ImportOptions) -> Imported:
         sessions = np.array(
             [key_of(str(r["session_id"])) if "session_id" in r else 0 for r in rows], np.uint64
         )
-        ts = _delays_to_times(rows, ts, sessions)
+        ts, think_ns, inputs = _session_turns(rows, ts, sessions, inputs, outputs, unit_ns)
         order = np.argsort(ts, kind="stable")
         turns = np.empty(len(rows), np.int64)
         turns[order] = turns_of(sessions[order])
-        extra_columns.update(session=sessions, turn=turns)
+        extra_columns.update(session=sessions, turn=turns, think_ns=think_ns)
     if options.model:
         extra_columns["model"] = options.model
     return Imported(
@@ -190,19 +192,33 @@ def value_problems(
     return mask, reason
 
 
-def _delays_to_times(rows: list[dict[str, Any]], ts: np.ndarray, sessions: np.ndarray) -> np.ndarray:
-    """A follow-up turn given by `delay` (ms after its predecessor) gets predecessor time + delay."""
-    missing = np.flatnonzero(np.isnan(ts))
-    if not len(missing):
-        return ts
-    ts = ts.copy()
-    last: dict[int, float] = {}
+def _session_turns(
+    rows: list[dict[str, Any]],
+    ts: np.ndarray,
+    sessions: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    unit_ns: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Later turns of a session as AIPerf reads them: the whole prompt is the previous prompt, its
+    reply and this row's new part; `delay` is the think time after the previous reply ended. Its
+    arrival is taken as the previous arrival + delay (the reply's duration is not in the file: a
+    lower bound; closed-loop replay uses the think time). Rows in file order, as AIPerf takes them."""
+    ts, inputs = ts.copy(), inputs.copy()
+    think_ns = np.full(len(rows), -1, np.int64)
+    last: dict[int, int] = {}  # session -> row of its latest turn so far
     for i, row in enumerate(rows):
         session = int(sessions[i])
+        previous = last.get(session) if session else None
+        if previous is not None:
+            inputs[i] += inputs[previous] + max(int(outputs[previous]), 0)
+        if "delay" in row:
+            think_ns[i] = round(float(row["delay"]) * unit_ns)
         if math.isnan(ts[i]):
-            ts[i] = last.get(session, 0.0) + float(row.get("delay", 0.0))
-        last[session] = ts[i]
-    return ts
+            ts[i] = (ts[previous] if previous is not None else 0.0) + float(row.get("delay", 0.0))
+        if session:
+            last[session] = i
+    return ts, think_ns, inputs
 
 
 # --------------------------------------------------------------------------- export
@@ -223,16 +239,17 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
-    """The rows in arrival order; with `sessions`, follow-up turns carry `session_id` and `delay`.
+    """The rows in arrival order; with `sessions`, a later turn carries `session_id` and `delay`
+    and only its new part: its input beyond the previous prompt and reply, as its last ids.
 
     Rows are built a chunk of requests at a time, so memory does not grow with the trace.
     Timestamps keep microseconds (AIPerf and SGLang read fractional milliseconds).
     """
     labels = session_labels(cols) if sessions else [None] * len(cols)
-    delays = _turn_delays_ms(cols) if sessions else []
     timestamps = relative_ms(cols)
     inputs = np.maximum(cols.input_tokens, 0)
     outputs = output_lengths(cols)[0]
+    turns = _later_turns(cols, inputs.tolist(), outputs.tolist()) if sessions else {}
     for rows, row_ids in iter_row_ids(cols, block):
         chunk = zip(
             plain_numbers(timestamps[rows]),
@@ -245,29 +262,39 @@ def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator
             row: dict[str, Any] = {"timestamp": timestamp}
             if labels[i] is not None:
                 row["session_id"] = labels[i]
-                if delays[i] is not None:
-                    row = {"session_id": labels[i], "delay": delays[i]}
+                if i in turns:
+                    delay, n_in = turns[i]
+                    row = {"session_id": labels[i], "delay": delay}
+                    ids = ids[len(ids) + (n_in // -block) :]  # the last ceil(new / block) ids
             row.update(input_length=n_in, output_length=n_out, hash_ids=ids)
             yield row
 
 
-def _turn_delays_ms(cols: Columns) -> list[int | None]:
-    """For a follow-up turn: ms from the end of the previous turn (its recorded E2E) to its arrival."""
-    delays: list[int | None] = []
-    previous_end: dict[int, int] = {}
-    for session, offset, e2e in zip(
-        cols.session.tolist(), cols.offset_ns.tolist(), cols.e2e_ns.tolist(), strict=True
-    ):
-        delays.append(
-            round(max(0, offset - previous_end[session]) / 1e6) if session in previous_end else None
-        )
+def _later_turns(cols: Columns, inputs: list[int], outputs: list[int]) -> dict[int, tuple[int, int]]:
+    """Row -> (delay ms, new input tokens) for each turn after a session's first: the delay is the
+    recorded think time, else the gap from the previous turn's arrival + E2E to this arrival."""
+    turns: dict[int, tuple[int, int]] = {}
+    previous: dict[int, int] = {}
+    think, offsets, e2e = cols.think_ns.tolist(), cols.offset_ns.tolist(), cols.e2e_ns.tolist()
+    for i, session in enumerate(cols.session.tolist()):
+        before = previous.get(session) if session else None
+        if before is not None:
+            gap = think[i] if think[i] >= 0 else offsets[i] - offsets[before] - max(e2e[before], 0)
+            new = max(1, inputs[i] - inputs[before] - outputs[before])
+            turns[i] = (round(max(gap, 0) / 1e6), new)
         if session:
-            previous_end[session] = offset + max(e2e, 0)
-    return delays
+            previous[session] = i
+    return turns
 
 
 def consumer_commands(path: Path, block: int, rows: int, options: ExportOptions) -> list[str]:
-    """How each tool replays this file (flags checked against their sources; see docs/formats.md)."""
+    """How each tool replays this file (flags checked against their sources; see docs/formats.md).
+    A file with sessions is for AIPerf alone: the others read neither `session_id` nor `delay`."""
+    if options.sessions:
+        return [
+            aiperf_command(path, "mooncake_trace", block, options),
+            "(guidellm, vLLM and SGLang do not read session_id / delay: export without --sessions for them)",
+        ]
     guidellm = [
         f"guidellm run --backend kind=openai_http,target={options.url} --profile kind=replay",
         f"--data kind=mooncake,source.kind=json_file,source.path={path},"

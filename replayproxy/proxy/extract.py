@@ -3,7 +3,8 @@
 Token counts come from the upstream's `usage`; without it, a stream's content chunks are counted
 and the count is marked estimated. Timings are the proxy's own view: TTFT is request arrival to
 the first chunk carrying generated content (DESIGN.md, measurement contract), E2E is arrival to
-the end of the body or to the client's cancel.
+the end of the body or to the client's cancel. Chat turns are linked to the reply they continue
+(proxy.links) when a `SessionLinker` is given.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from typing import Any
 
 import orjson
 
+from replayproxy.proxy.links import Conversation, Reply, SessionLinker, chat_id, conversation
 from replayproxy.proxy.observe import Capture
-from replayproxy.proxy.prompt import PromptHasher, render_chat_opening, render_completion
+from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
 from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
 from replayproxy.sse import Usage, parse_usage
 
 
-def build_shape(cap: Capture, hasher: PromptHasher, origin_ns: int) -> RequestShape:
+def build_shape(
+    cap: Capture, hasher: PromptHasher, origin_ns: int, linker: SessionLinker | None = None
+) -> RequestShape:
     """The shape of one exchange; `origin_ns` is the monotonic time of the trace's offset 0."""
     fields: dict[str, Any] = {
         "offset_ns": cap.arrival_ns - origin_ns,
@@ -33,12 +37,19 @@ def build_shape(cap: Capture, hasher: PromptHasher, origin_ns: int) -> RequestSh
         "stream": cap.event_stream,
     }
     body = _request_json(cap)
+    context: Conversation | None = None
     if body is not None:
         fields.update(_request_fields(cap.endpoint, body, hasher))
+        if cap.endpoint == "chat" and linker is not None:
+            messages = body.get("messages")
+            context = conversation(messages if isinstance(messages, list) else [], hasher.key)
+    reply = Reply() if context is not None and cap.status == 200 else None
     if cap.event_stream:
-        fields.update(_stream_fields(cap, fields["error"]))
+        fields.update(_stream_fields(cap, fields["error"], reply))
     else:
-        fields.update(_body_fields(cap))
+        fields.update(_body_fields(cap, reply))
+    if context is not None and linker is not None:
+        fields.update(_link_fields(cap, context, reply, hasher.key, linker))
     if cap.endpoint == "embeddings" and fields.get("output_tokens", UNKNOWN) == UNKNOWN and cap.status == 200:
         fields["output_tokens"] = 0
     return RequestShape(**fields)
@@ -88,17 +99,31 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
         fields["roles"] = role_letters([m.get("role") if isinstance(m, dict) else None for m in messages])
-        rendered, opening = render_chat_opening(body)
-        fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(rendered)
-        fields["session"] = hasher.session_of(opening)
-        fields["turn"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(render_chat(body))
     elif endpoint == "completions":
         fields["prefix_hashes"], fields["prefix_units"] = hasher.prefix(render_completion(body))
     return fields
 
 
-def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
-    scan = StreamScan(cap.pieces, cap.piece_ns)
+def _link_fields(
+    cap: Capture, context: Conversation, reply: Reply | None, key: bytes, linker: SessionLinker
+) -> dict[str, Any]:
+    """Session, turn and think time; a reply that was cut or failed cannot be continued as sent."""
+    whole = reply is not None and not cap.response_truncated and not cap.error
+    chat = chat_id(context, reply, key) if whole and reply is not None else 0
+    link = linker.link(context, chat, cap.arrival_ns, cap.end_ns)
+    return {
+        "session": link.session,
+        "turn": link.turn,
+        "think_ns": link.think_ns,
+        "chat_id": chat,
+        "parent_id": context.parent_id,
+        "tool_chars": context.tool_chars,
+    }
+
+
+def _stream_fields(cap: Capture, error: str, reply: Reply | None) -> dict[str, Any]:
+    scan = StreamScan(cap.pieces, cap.piece_ns, reply)
     fields = _usage_fields(scan.usage)
     if scan.content_ns:
         fields["ttft_ns"] = scan.content_ns[0] - cap.arrival_ns
@@ -111,7 +136,7 @@ def _stream_fields(cap: Capture, error: str) -> dict[str, Any]:
     return fields
 
 
-def _body_fields(cap: Capture) -> dict[str, Any]:
+def _body_fields(cap: Capture, reply: Reply | None) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if cap.piece_ns and 200 <= cap.status < 300:
         fields["ttft_ns"] = cap.piece_ns[0] - cap.arrival_ns
@@ -120,6 +145,8 @@ def _body_fields(cap: Capture) -> dict[str, Any]:
     body = _json_object(cap.pieces)
     if body is not None:
         fields.update(_usage_fields(parse_usage(body.get("usage"))))
+        if reply is not None:
+            reply.chunk(body)
     return fields
 
 

@@ -1,4 +1,4 @@
-"""Prompts as hashable units: the canonical rendering, its keyed block hashes, and session linkage.
+"""Prompts as hashable units: the canonical rendering and its keyed block hashes.
 
 Without a tokenizer the prompt is rendered as text and cut into 64-character blocks; with one
 (`tokenizer = "tokenizer.json"`, extra `tokenizers`) the rendering is tokenized and cut into
@@ -23,7 +23,7 @@ DEFAULT_BLOCK = {"token": 16, "char": 64}
 
 
 class PromptHasher:
-    """Turns request bodies into (prefix hashes, prompt length in units, session id)."""
+    """Turns request bodies into (prefix hashes, prompt length in units)."""
 
     def __init__(self, key: bytes, tokenizer: Path | None = None, block_size: int = 0) -> None:
         self.key = key
@@ -43,15 +43,6 @@ class PromptHasher:
             units = rendered
         return prefix_block_hashes(units, self.block_size, self.key), len(units)
 
-    def session_of(self, opening: str | None) -> int:
-        """Keyed 64-bit id of a conversation, from the rendering of its opening (the system/developer
-        messages and the first user message; `render_chat_opening`); 0 when there is none."""
-        if opening is None:
-            return 0
-        payload = b"session\0" + opening.encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(payload, key=self.key, digest_size=8).digest()
-        return int.from_bytes(digest, "little") or 1
-
 
 def _load_tokenizer(path: Path) -> Any:
     try:
@@ -66,17 +57,14 @@ def _load_tokenizer(path: Path) -> Any:
         raise ConfigError(f"tokenizer {path}: cannot load ({type(e).__name__})") from e
 
 
-def render_chat_opening(body: dict[str, Any]) -> tuple[str, str | None]:
-    """The rendering of a chat request, and of its opening (what `session_of` hashes; None when no
-    message is from the user), rendered once for both."""
+def render_chat(body: dict[str, Any]) -> str:
+    """The rendering of a chat request (the module docstring's layout)."""
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
     tools = body.get("tools") or body.get("functions")
     parts: list[str] = []
     if tools:
         parts.append("<|tools|>\n" + _json(tools) + "\n")
-    opening_from = len(parts)
-    opening_to = -1  # parts up to the first user message
     for message in messages:
         if not isinstance(message, dict):
             continue
@@ -84,15 +72,12 @@ def render_chat_opening(body: dict[str, Any]) -> tuple[str, str | None]:
         role = role if isinstance(role, str) else _json(role)
         name = message.get("name")
         head = f"<|{role}:{name}|>\n" if isinstance(name, str) else f"<|{role}|>\n"
-        parts.append(head + _content(message.get("content")))
+        parts.append(head + content_text(message.get("content")))
         for key in ("tool_calls", "function_call", "tool_call_id"):
             if message.get(key):
                 parts.append(f"<|{key}|>" + _json(message[key]))
         parts.append("\n")
-        if opening_to < 0 and message.get("role") == "user":
-            opening_to = len(parts)
-    opening = "".join(parts[opening_from:opening_to]) if opening_to >= 0 else None
-    return "".join(parts), opening
+    return "".join(parts)
 
 
 def render_completion(body: dict[str, Any]) -> str | list[int]:
@@ -107,7 +92,8 @@ def render_completion(body: dict[str, Any]) -> str | list[int]:
     return prompt if isinstance(prompt, str) else ""
 
 
-def _content(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's content as text; non-text parts become a type tag and a digest."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):

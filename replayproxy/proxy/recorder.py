@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from replayproxy import __version__
 from replayproxy.clock import Anchor, now_ns, wall_ns
 from replayproxy.proxy.extract import build_shape
+from replayproxy.proxy.links import SessionLinker
 from replayproxy.proxy.metrics import EndpointFigures, ProxyMetrics
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
@@ -48,6 +49,7 @@ class Recorder:
         self._settings = settings
         self._metrics = metrics
         self._hasher = hasher
+        self._links = SessionLinker(hasher.key)  # touched by the recorder thread only
         self._sample = sample
         self._endpoints = settings.endpoints_recorded
         self._rate = settings.sample_rate
@@ -163,7 +165,7 @@ class Recorder:
     def _shape(self, capture: Capture) -> RequestShape | None:
         """The capture's shape, its figures counted; a failure costs this record alone."""
         try:
-            shape = build_shape(capture, self._hasher, self._anchor.mono_ns)
+            shape = build_shape(capture, self._hasher, self._anchor.mono_ns, self._links)
             self._observe(shape)
             return shape
         except Exception as e:  # noqa: BLE001 — a malformed exchange must not stop recording

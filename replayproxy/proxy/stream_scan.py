@@ -14,23 +14,30 @@ from __future__ import annotations
 from itertools import repeat
 from operator import floordiv, sub
 
+import orjson
+
+from replayproxy.proxy.links import Reply
 from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, fitting_envelope
 
 _Envelope = tuple[bytes, bytes]  # (bytes before the token, bytes after it) of a whole `data:` event
 _SEP = b"\0"  # joins tokens for the bulk test
+_CONTENT_KEY = b'"content":"'  # an envelope around the reply's text (not reasoning, not a completion)
 
 
 class StreamScan:
-    """The result: content times in read order, the last usage seen, and whether an error event came."""
+    """The result: content times in read order, the last usage seen, and whether an error event came.
+    Given a `Reply`, the content is also collected into it: a whole run of reads as one slice of
+    their joined bytes, other content events parsed (chat turn links need the reply's text)."""
 
-    __slots__ = ("content_ns", "usage", "bad")
+    __slots__ = ("content_ns", "usage", "bad", "_reply")
 
-    def __init__(self, pieces: list[bytes], piece_ns: list[int]) -> None:
+    def __init__(self, pieces: list[bytes], piece_ns: list[int], reply: Reply | None = None) -> None:
         if len(pieces) != len(piece_ns):
             raise ValueError(f"{len(pieces)} reads but {len(piece_ns)} read times")
         self.content_ns: list[int] = []
         self.usage: Usage | None = None
         self.bad = False
+        self._reply = reply
         self._scan(pieces, piece_ns)
 
     def gaps_us(self) -> tuple[int, ...]:
@@ -53,6 +60,8 @@ class StreamScan:
                 if envelope is not None:
                     end, hopeful = _run_end(pieces, at, stop, envelope, hopeful)
                     content_ns += piece_ns[at:end]
+                    if self._reply is not None:
+                        _collect_run(self._reply, pieces[at:end], envelope)
                     at = end
                     continue
             if boundary and (
@@ -66,11 +75,34 @@ class StreamScan:
                 info = classifier.classify(data)
                 if info.kind == CONTENT:
                     content_ns.append(piece_ns[at])
+                    if self._reply is not None:
+                        _collect_event(self._reply, data, classifier)
                 elif info.kind == ERROR:
                     self.bad = True
                 if info.usage is not None:
                     self.usage = info.usage
             at += 1
+
+
+def _collect_run(reply: Reply, run: list[bytes], envelope: _Envelope) -> None:
+    """The tokens of a run of whole events, still escaped: the joined reads without the envelope's
+    outer ends and with every suffix-prefix seam taken out (a seam starts with the closing quote,
+    so it cannot occur inside a token)."""
+    prefix, suffix = envelope
+    if prefix.endswith(_CONTENT_KEY):
+        reply.escaped(b"".join(run)[len(prefix) : -len(suffix)].replace(suffix + prefix, b""))
+
+
+def _collect_event(reply: Reply, data: bytes, classifier: StreamClassifier) -> None:
+    envelope = fitting_envelope(data, classifier.templates)
+    if envelope is not None:
+        if envelope[0].endswith(_CONTENT_KEY):
+            reply.escaped(data[len(envelope[0]) : -len(envelope[1])])
+        return
+    try:
+        reply.chunk(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        return
 
 
 def _envelope_of(piece: bytes, envelopes: list[_Envelope]) -> _Envelope | None:

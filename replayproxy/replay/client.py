@@ -176,6 +176,10 @@ class Exchange:
             cached_tokens=usage.cached_tokens,
             new_connection=self.new_connection,
             worker=worker,
+            session=p.session,
+            turn=p.turn,
+            after=p.after,
+            think_ns=p.think_ns,
         )
 
 

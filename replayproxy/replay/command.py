@@ -10,7 +10,8 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import progress, session, summary, telemetry, workers
+from replayproxy.replay import contract, procedure, progress, session, summary, telemetry, workers
+from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
@@ -53,7 +54,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="limit",
         type=int,
         metavar="N",
-        help="replay at most N requests (default: all)",
+        help="replay at most N requests; whole sessions in closed loop (default: all)",
+    )
+    add(
+        "--sessions",
+        choices=["auto", "closed", "open"],
+        help="closed: a session's next turn goes at the previous turn's end plus its think time; "
+        "open: every request at its recorded offset (default auto: closed if any session has 2+ turns)",
+    )
+    add(
+        "--sample-sessions",
+        type=float,
+        metavar="F",
+        help="replay this fraction of whole sessions, chosen by --seed (default: all)",
     )
     add("--start-offset", type=float, metavar="S", help="skip the first S seconds of the trace (default: 0)")
     add("--duration", type=float, metavar="S", help="replay only S seconds of the trace (default: all)")
@@ -131,6 +144,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help="command printing GPU samples as CSV lines, e.g. nvidia-smi ... -lms 250 (default: none)",
     )
+    add(
+        "--warmup",
+        metavar="N|Ss",
+        help="first send the trace's first N requests (or S seconds) at their timing, not measured "
+        "(default: none)",
+    )
+    add(
+        "--repeat",
+        type=int,
+        metavar="K",
+        help="measure K times, each after the cache reset, into RESULT-runI.rpr under one label (default: 1)",
+    )
+    add(
+        "--engine-args",
+        metavar="TEXT",
+        help="how the engine was started, kept with the run's contract (default: none)",
+    )
+    add("--note", metavar="TEXT", help="free text kept with the run (default: none)")
     add("--config", metavar="FILE", help="TOML file; settings under [replay] (default: none)")
 
 
@@ -154,6 +185,10 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
         raise config.ConfigError("-o/--output is required (or [replay] output in the config file)")
+    if options.warmup:
+        procedure.Warmup.parse(options.warmup)
+    if options.repeat > 1 and options.start_at:
+        raise config.ConfigError("--repeat cannot share one --start-at: each run starts after the last")
     if not options.api_key and os.environ.get("OPENAI_API_KEY"):  # what the OpenAI SDK and peers read
         options = dataclasses.replace(options, api_key=os.environ["OPENAI_API_KEY"])
     return options
@@ -161,16 +196,19 @@ def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    facts = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
-    print(summary.render(facts, options.max_concurrency))
-    failure = summary.failure(facts, options.max_error_rate)
-    if failure:
-        print(f"replayproxy replay: {failure} (results in {options.output})", file=sys.stderr)
-        return 1
+    summaries = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
+    for facts in summaries:
+        print(summary.render(facts, options.max_concurrency))
+    for repetition, facts in enumerate(summaries, 1):
+        failure = summary.failure(facts, options.max_error_rate)
+        if failure:
+            output = procedure.output_for(options.output, repetition, options.repeat)
+            print(f"replayproxy replay: {failure} (results in {output})", file=sys.stderr)
+            return 1
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, Any]:
+def _run_loop(options: session.ReplayOptions, progress_mode: str) -> list[dict[str, Any]]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -181,16 +219,34 @@ def _run_loop(options: session.ReplayOptions, progress_mode: str) -> dict[str, A
         return runner.run(replay(options, progress_mode))
 
 
-async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> dict[str, Any]:
-    """The whole run; returns the summary written to the result footer.
+async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:
+    """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
-    requests still in flight recorded as `client_cancel`.
+    requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    plan = await session.prepare_run(options)
+    plan.contract = await contract.collect(
+        Target.parse(options.target).url, plan.info.models, options.headers, options.engine_args, options.note
+    )
+    if options.warmup:
+        plan.warmup = await procedure.warm_up(options, plan)
+    summaries = []
+    for repetition in range(1, options.repeat + 1):
+        plan.repetition = repetition
+        plan.pre_run.update(await procedure.reset_target(options, plan))
+        output = procedure.output_for(options.output, repetition, options.repeat)
+        summaries.append(await _measure(dataclasses.replace(options, output=output), plan, progress_mode))
+    return summaries
+
+
+async def _measure(
+    options: session.ReplayOptions, plan: session.RunPlan, progress_mode: str
+) -> dict[str, Any]:
+    """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     tracker: progress.Tracker | None = None
     try:
-        plan = await session.prepare_run(options)
         scheduled = sorted(p.scheduled_ns for p in plan.prepared)
         tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
@@ -213,10 +269,12 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
                 start,
                 progress=show,
                 outcome=outcome,
+                closed_loop=plan.closed_loop,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:
-                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
+                stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
+                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
@@ -236,7 +294,9 @@ def _finish(
     start_ns: int,
     tracker: progress.Tracker,
     sidecars: Sidecars,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
+    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
     errors = sum(1 for r in results if r.error)
     lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
@@ -246,4 +306,4 @@ def _finish(
     extras = dict(sidecars.stop())
     after = telemetry.scrape_cache_state(session.cache_metrics_url(options))
     extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
-    return session.write_results(options, plan, results, start_wall_ns, extras)
+    return session.write_results(options, plan, results, start_wall_ns, extras, stopped_s)

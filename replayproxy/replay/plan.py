@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replayproxy.replay import exact, flavors, layout, synth
+from replayproxy.replay import exact, flavors, layout, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.trace import Columns
 
@@ -51,6 +51,16 @@ class Prepared:
     expected_shared_tokens: int = 0  # prefix tokens an earlier request had, as the trace says
     planned_shared_tokens: int = 0  # prefix tokens the bodies share with the donor's (-1: approximate)
     exact: bool = False  # built through the target's tokenizer: length and sharing are exact
+    session: int = 0  # the trace's session id; 0 outside sessions
+    turn: int = 0
+    after: int = turns.NONE  # trace index of the session's previous selected turn (closed loop waits for it)
+    think_ns: int = turns.NONE  # wait after that turn's end (ns, at the run's speed)
+    first: int = turns.NONE  # trace index of the session's first replayed turn (sessions stay together)
+
+    @property
+    def group(self) -> int:
+        """What keeps a session on one worker or shard: its first turn's index, else its own."""
+        return self.first if self.first >= 0 else self.index
 
 
 def block_tokens(cols: Columns) -> int:
@@ -75,9 +85,12 @@ def model_for(recorded: str, options: PlanOptions) -> str:
 
 
 def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
-    """Plan and serialize the requests at `rows` (arrival order)."""
+    """Plan and serialize the requests at `rows` (arrival order), each later turn of a session
+    naming the turn before it (`after`), which a closed-loop run waits for."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
     times = scheduled_ns(cols.offset_ns[rows], options.speed)
+    links = turns.links(cols, rows, options.speed)
+    firsts = turns.first_turns(rows, links.after)
     sub_index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
     sub_hashes = (
         np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
@@ -132,6 +145,11 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
                 expected_shared_tokens=expected_shared,
                 planned_shared_tokens=planned_shared,
                 exact=exact_plan is not None,
+                session=int(cols.session[row]),
+                turn=int(cols.turn[row]),
+                after=int(links.after[position]),
+                think_ns=int(links.think_ns[position]),
+                first=int(firsts[position]),
             )
         )
     return prepared

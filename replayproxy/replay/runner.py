@@ -6,13 +6,16 @@ in the connections' callbacks, so there is no task per request. Reads are only t
 kept; a digester turns finished requests into results in the gaps between sends, never within
 `DIGEST_GUARD_NS` of the next deadline. A housekeeping task enforces timeouts, refreshes idle
 connections and feeds the progress line. Open loop: a request is sent at its time whether or not
-earlier ones finished, unless `max_concurrency` caps requests in flight.
+earlier ones finished, unless `max_concurrency` caps requests in flight. Closed loop across the
+turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
+end plus its think time, and its schedule lag is measured against that deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +81,7 @@ class Runner:
         worker: int = 0,
         spin_ns: int = 1_000_000,
         results: list[ReplayResult] | None = None,
+        closed_loop: bool = False,
     ) -> None:
         self.prepared = prepared
         self.wires = wires
@@ -96,6 +100,10 @@ class Runner:
         self._undigested: deque[Exchange] = deque()
         self._finished_one = asyncio.Event()
         self._next_deadline = 0  # the sender's next deadline; 0 when it has nothing left to send
+        self.closed_loop = closed_loop
+        self._waiting: dict[int, list[int]] = {}  # trace index of a turn -> positions due after its end
+        self._due: list[tuple[int, int]] = []  # heap of (absolute deadline, position) of released turns
+        self._released = asyncio.Event()
 
     @property
     def next_deadline_ns(self) -> int:
@@ -123,13 +131,13 @@ class Runner:
         return self.results
 
     async def _send_all(self) -> None:
-        for prepared, wire in zip(self.prepared, self.wires, strict=True):
-            deadline = self.start_ns + prepared.scheduled_ns
-            self._next_deadline = deadline
-            await self.waiter.until(deadline)
+        timed = self._timed_positions()
+        for _ in range(len(self.prepared)):
+            position, deadline = await self._next_due(timed)
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
                 await self._slot.wait()
+            prepared, wire = self.prepared[position], self.wires[position]
             exchange = Exchange(prepared, deadline, self._finished)
             self._flying.add(exchange)
             self.counters.sent += 1
@@ -139,6 +147,37 @@ class Runner:
             else:
                 self._send(exchange, connection, wire)
         self._next_deadline = 0
+
+    def _timed_positions(self) -> deque[int]:
+        """Positions sent at their scheduled offsets (in order); in closed loop, a later turn whose
+        previous turn is in this run waits for that turn's end instead."""
+        present = {p.index for p in self.prepared}
+        timed: deque[int] = deque()
+        for position, prepared in enumerate(self.prepared):
+            if self.closed_loop and prepared.after >= 0 and prepared.after in present:
+                self._waiting.setdefault(prepared.after, []).append(position)
+            else:
+                timed.append(position)
+        return timed
+
+    async def _next_due(self, timed: deque[int]) -> tuple[int, int]:
+        """Wait for the earliest deadline, timed or released, and take it: (position, deadline).
+        A turn released while waiting (its previous turn ended) makes the choice again."""
+        while True:
+            timed_at = self.start_ns + self.prepared[timed[0]].scheduled_ns if timed else 1 << 62
+            due_at = self._due[0][0] if self._due else 1 << 62
+            deadline = min(timed_at, due_at)
+            self._released.clear()
+            if deadline == 1 << 62:
+                self._next_deadline = 0
+                await self._released.wait()
+                continue
+            self._next_deadline = deadline
+            if await self.waiter.until(deadline, self._released if self.closed_loop else None) is None:
+                continue
+            if due_at <= timed_at:
+                return heapq.heappop(self._due)[1], deadline
+            return timed.popleft(), deadline
 
     def _send(self, exchange: Exchange, connection: Connection, wire: bytes) -> None:
         exchange.connection = connection
@@ -161,6 +200,10 @@ class Runner:
         self._send(exchange, connection, wire)
 
     def _finished(self, exchange: Exchange) -> None:
+        for position in self._waiting.pop(exchange.prepared.index, ()):
+            think = max(self.prepared[position].think_ns, 0)
+            heapq.heappush(self._due, (exchange.end_at + think, position))
+            self._released.set()
         self._flying.discard(exchange)
         self.counters.done += 1
         self._undigested.append(exchange)

@@ -97,14 +97,31 @@ class Waiter:
         self._sleep = sleep
         self._spin_ns = spin_ns
 
-    async def until(self, deadline_ns: int) -> int:
-        """Return the clock reading at which `deadline_ns` was reached (>= deadline_ns)."""
+    async def until(self, deadline_ns: int, interrupt: asyncio.Event | None = None) -> int | None:
+        """Return the clock reading at which `deadline_ns` was reached (>= deadline_ns), or None
+        as soon as `interrupt` is set (a closed-loop turn became due: the caller looks again)."""
         now = self._clock()
         remaining = deadline_ns - now
         if remaining > self._spin_ns:
-            await self._sleep((remaining - self._spin_ns) / 1e9)
+            seconds = (remaining - self._spin_ns) / 1e9
+            if interrupt is None:
+                await self._sleep(seconds)
+            elif await _set_within(interrupt, seconds):
+                return None
             now = self._clock()
         while now < deadline_ns:
+            if interrupt is not None and interrupt.is_set():
+                return None
             await self._sleep(0)
             now = self._clock()
         return now
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    """Wait up to `seconds` for `event`; whether it was set."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

@@ -32,13 +32,13 @@ from replayproxy.replay import (
     schedule,
     summary,
     synth,
-    telemetry,
+    turns,
 )
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.progress import MODES, Reading
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
-from replayproxy.replay.target import TargetInfo, describe, pre_run
+from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
 from replayproxy.trace.reuse import prefix_reuse
@@ -83,6 +83,12 @@ class ReplayOptions:
     scrape_metrics: str = ""  # Prometheus URL polled during the run ("/metrics": the target's); "" off
     scrape_interval: float = 0.25  # seconds
     gpu_sampler: str = ""  # command whose CSV lines are stored with their arrival times
+    warmup: str = ""  # "N" requests or "Ss" seconds of the trace sent first, not measured
+    repeat: int = 1  # measured runs, each after the flavor's cache reset
+    engine_args: str = ""  # how the engine was started, as the user tells it (the contract)
+    note: str = ""  # free text kept with the run
+    sessions: str = "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
+    sample_sessions: float | None = None  # keep this fraction of whole sessions (seeded)
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -102,6 +108,12 @@ class ReplayOptions:
             raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
             raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+        if self.sessions not in turns.MODES:
+            raise ValueError(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+        if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
+            raise ValueError(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -154,15 +166,28 @@ class RunPlan:
     pool_size: int
     trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
+    repetition: int = 1  # which measured run is next (1..options.repeat)
+    warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
+    contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
+    sessions: turns.Mode = "open"  # as resolved for this trace
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.sessions == "closed"
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
-    """Everything before the clock: trace, target description, calibration, bodies, pre-run actions."""
+    """Everything before the clock: trace, target description, calibration, bodies.
+
+    The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
+    each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
+    """
     cols = trace.load(options.traces)
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
     window = schedule.Window(options.start_offset, options.duration, options.limit)
-    rows = schedule.select(cols.offset_ns, window)
+    mode = turns.resolve(options.sessions, cols)
+    rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
     speed = options.speed
     if options.request_rate:
@@ -209,27 +234,24 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         approximate = [p for p in prepared if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
-        skip = set() if options.reset_prefix_cache else {a.name for a in flavor.pre_run}
-        actions: dict[str, Any] = dict(await pre_run(session, target.url, flavor, skip, options.headers))
-        cache_url = cache_metrics_url(options)
-        actions["prefix_cache"] = await asyncio.to_thread(telemetry.scrape_cache_state, cache_url)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
-        prepared = [p for p in prepared if p.index % count == index]
+        prepared = [p for p in prepared if (p.group if mode == "closed" else p.index) % count == index]
     peak = _peak(cols, prepared)
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
     outcome = {
-        **actions,
         "prompts": exact_record,
         "calibration": record,
         "probes": prober.probes,
         "peak_concurrency": peak,
         "recorded_failures_left_out": failed_left_out,
+        "sessions": mode,
     }
     replayed = rows[plan.replayable(cols)[rows]] if len(rows) else rows
-    return RunPlan(prepared, flavor, info, outcome, max(1, size), window_profile(cols, replayed), speed)
+    profile = window_profile(cols, replayed)
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), profile, speed, sessions=mode)
 
 
 def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
@@ -330,6 +352,7 @@ async def run_local(
     worker: int = 0,
     progress: Callable[[Runner], None] | None = None,
     outcome: Outcome | None = None,
+    closed_loop: bool = False,
 ) -> Outcome:
     """Warm a pool, wait for the start, send; fills and returns `outcome` (results, absolute start)."""
     outcome = outcome if outcome is not None else Outcome()
@@ -346,6 +369,7 @@ async def run_local(
             max_concurrency=options.max_concurrency,
             worker=worker,
             results=outcome.results,
+            closed_loop=closed_loop,
         )
         settle_memory()
         outcome.start_ns = start if isinstance(start, int) else start()
@@ -405,6 +429,10 @@ def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_t
         host=socket.gethostname(),
         token_timing=token_timing,
         shard=options.shard,
+        repetition=run.repetition,
+        repetitions=options.repeat,
+        warmup=run.warmup,
+        contract=run.contract,
     )
 
 
@@ -414,8 +442,13 @@ def write_results(
     results: Sequence[ReplayResult],
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
+    stopped_s: float | None = None,
 ) -> dict[str, Any]:
-    """Write the .rpr (results in trace order) with the summary as footer; returns the summary."""
+    """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
+
+    `stopped_s`: the run was interrupted that many seconds after its start; the footer says it is
+    partial, so reports neither take it for a whole run nor count its cut-off requests as errors.
+    """
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
     facts = summary.summarize(ordered, options.max_concurrency)
@@ -423,6 +456,8 @@ def write_results(
     prompts = run.pre_run.get("prompts", {})
     facts["lengths"] = prompts.get("lengths", "approximate")
     facts["tokenizer"] = prompts.get("tokenizer")
+    if stopped_s is not None:
+        facts.update(partial=True, stopped_after_s=round(stopped_s, 3), planned_requests=len(run.prepared))
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)

@@ -24,7 +24,12 @@ READY_TIMEOUT_S = 300.0
 
 
 def _worker_main(
-    options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int, pipe: Pipe
+    options: session.ReplayOptions,
+    prepared: list[Prepared],
+    pool_size: int,
+    worker: int,
+    pipe: Pipe,
+    closed_loop: bool = False,
 ) -> None:
     """Entry point of a worker process."""
     try:
@@ -35,7 +40,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe))
+            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe, closed_loop))
         pipe.send(("done", outcome.results))
     except Exception as e:  # reported to the parent, which stops the run with one line
         pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
@@ -44,7 +49,12 @@ def _worker_main(
 
 
 async def _work(
-    options: session.ReplayOptions, prepared: list[Prepared], pool_size: int, worker: int, pipe: Pipe
+    options: session.ReplayOptions,
+    prepared: list[Prepared],
+    pool_size: int,
+    worker: int,
+    pipe: Pipe,
+    closed_loop: bool,
 ) -> session.Outcome:
     def wait_for_start() -> int:
         pipe.send(("ready", None))
@@ -59,8 +69,27 @@ async def _work(
         pipe.send(("progress", tuple(readings(runner))))
 
     return await session.run_local(
-        options, prepared, pool_size, wait_for_start, worker=worker, progress=progress
+        options,
+        prepared,
+        pool_size,
+        wait_for_start,
+        worker=worker,
+        progress=progress,
+        closed_loop=closed_loop,
     )
+
+
+def deal(prepared: list[Prepared], count: int, by_session: bool) -> list[list[Prepared]]:
+    """Round-robin shares in schedule order; in closed loop by session (a worker waits only for
+    turns it sent itself), sessions taken in the order of their first turns."""
+    if not by_session:
+        return [prepared[worker::count] for worker in range(count)]
+    shares: list[list[Prepared]] = [[] for _ in range(count)]
+    worker_of: dict[int, int] = {}
+    for p in prepared:
+        worker = worker_of.setdefault(p.group, len(worker_of) % count)
+        shares[worker].append(p)
+    return shares
 
 
 async def run_workers(
@@ -75,11 +104,11 @@ async def run_workers(
     pipes, processes = [], []
     for worker in range(count):
         parent, child = context.Pipe()
-        share = plan.prepared[worker::count]
+        share = deal(plan.prepared, count, plan.closed_loop)[worker]
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, share, size, worker, child),
+            args=(options, share, size, worker, child, plan.closed_loop),
             name=f"replay-worker-{worker}",
             daemon=True,
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.profile import baseline_run
+from replayproxy.report.regression_gate import evaluate, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
@@ -45,6 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write the text/JSON/Markdown here (default: stdout)"
     )
+    parser.add_argument(
+        "--gate",
+        metavar="SPEC",
+        help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE': exit 1 when a candidate "
+        "breaks it (default: none)",
+    )
+    parser.add_argument(
+        "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
+    )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
@@ -57,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
+    gate_clauses = parse_gate(args.gate) if args.gate else ()
     if args.resamples < 100:
         raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
@@ -82,4 +93,11 @@ def run(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    if gate_clauses:
+        labels = [c["label"] for c in doc["verdict"]["candidates"]]
+        failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
+            return 1
     return 0

@@ -12,16 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown, cache, telemetry
+from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
-from replayproxy.report.measures import concurrency, exact_share
-from replayproxy.report.runs import Run
+from replayproxy.report.measures import Requests, concurrency, exact_share
+from replayproxy.report.runs import Run, candidates
+from replayproxy.report.sessions import SessionColumns, session_doc
 from replayproxy.report.stats import summarize
-from replayproxy.report.sweep import Step, find_knee, step_of
+from replayproxy.report.sweep import ATTAINMENT, Step, find_knee, meets, step_of
 
 SCHEMA = "replayproxy-report/1"
-LAG_WARN_MS = 5.0
+LAG_WARN_MS = verdict.LAG_WARN_MS
+# Verdict warnings not already among the per-run ones.
+VERDICT_ONLY_WARNINGS = ("run-to-run noise", "repetitions of", "cache not reset", "not a like-for-like")
 
 
 def num(value: float) -> float | None:
@@ -40,14 +43,18 @@ def build_document(
     max_error_rate: float = 0.01,
 ) -> dict[str, Any]:
     columns = [*runs, *([baseline] if baseline is not None else [])]
+    sweeps = [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)]
     doc: dict[str, Any] = {
+        "verdict": verdict.build(runs, baseline, slos, slo_spec, sweeps, resamples=resamples, seed=seed),
         "schema": SCHEMA,
         "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
         "runs": [run_doc(r, slos) for r in columns],
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
-        "sweeps": [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)],
+        "sweeps": sweeps,
+        "contracts": [contracts.contract_of(g[0]) for g in candidates(runs)],
         "warnings": [*cache.header_notes(columns), *(w for r in columns for w in run_warnings(r))],
     }
+    doc["warnings"] += [w for w in doc["verdict"]["warnings"] if w.startswith(VERDICT_ONLY_WARNINGS)]
     return doc
 
 
@@ -60,7 +67,8 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
     req = m.requests
     duration = m.duration_s if m.duration_s > 0 else math.nan
     errors = Counter(str(e) for e in req.error[~m.ok])
-    mean_conc, peak_conc = concurrency(m)
+    timed = int((m.ok & np.isfinite(m.e2e_ms)).sum())
+    mean_conc, peak_conc = concurrency(m) if timed else (math.nan, None)
     ok_out = m.output_tokens[m.ok]
     ok_in = m.input_tokens[m.ok]
     scheduled = req.scheduled_ns[req.scheduled_ns >= 0]
@@ -69,6 +77,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
     out_share, out_count = exact_share(req.output_tokens, req.expected_output_tokens)
     return {
         "label": run.label,
+        "name": run.name,
+        "repetition": run.repetition,
+        "repetitions": run.repetitions,
         "kind": run.kind,
         "paths": list(run.paths),
         "target": run.target,
@@ -80,6 +91,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "options": run.options,
         "requests": m.n,
         "succeeded": int(m.ok.sum()),
+        "partial": {"stopped_after_s": run.stopped_after_s, "cancelled": run.cancelled}
+        if run.partial
+        else None,
         "errors": {
             "count": int((~m.ok).sum()),
             "rate": num((~m.ok).sum() / m.n) if m.n else None,
@@ -90,6 +104,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "requests_per_s": num(m.ok.sum() / duration),
         "output_tokens_per_s": _rate(ok_out, duration),
         "input_tokens_per_s": _rate(ok_in, duration),
+        "timed_requests": timed,
         "concurrency": {"mean": num(mean_conc), "peak": peak_conc},
         "input_tokens": summarize(ok_in).to_dict(),
         "output_tokens": summarize(ok_out).to_dict(),
@@ -108,16 +123,29 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         "exact_input_count": in_count,
         "exact_output_share": num(out_share),
         "exact_output_count": out_count,
-        "goodput": goodput_doc(goodput(m, slos)) if slos else None,
+        "goodput": goodput_doc(goodput(m, slos)) if slos and timed else None,
         "telemetry": _telemetry_doc(run, m.n),
+        "gpu": [gpu.summarize(record) for record in run.extras.get("gpu", [])][0]
+        if run.extras.get("gpu")
+        else None,
         "trace_prefix_reuse": _trace_prefix_reuse(run),
         "prefix_cache": cache.prefix_cache_doc(run),
+        "sessions": _sessions_doc(m.requests),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
             "window_10s": [group_doc(g, window=True) for g in breakdown.by_window(m)],
         },
     }
+
+
+def _sessions_doc(req: Requests) -> dict[str, Any] | None:
+    if not (len(req.session) == len(req.after) == len(req.think_ns) == len(req)):
+        return None  # a result file from before sessions were recorded
+    columns = SessionColumns(
+        req.index, req.session, req.after, req.think_ns, req.sent_ns, req.scheduled_ns, req.e2e_ns
+    )
+    return session_doc(columns)
 
 
 def _telemetry_doc(run: Run, requests: int) -> dict[str, Any] | None:
@@ -156,6 +184,7 @@ def goodput_doc(g: Goodput) -> dict[str, Any]:
             for c in g.checks
         ],
         "percentiles_met": g.percentiles_met,
+        "not_applicable": g.not_applicable,
     }
 
 
@@ -169,21 +198,22 @@ def group_doc(g: breakdown.Group, window: bool = False) -> dict[str, Any]:
 
 
 def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int) -> list[Comparison]:
-    """Each run against the first run of the same trace at the same speed; the baseline against runs
-    of its trace at speed 1. Runs at different speeds (sweep steps) are not paired: that compares
-    loads, not engines.
+    """Each candidate (its repetitions together) against the first candidate of the same trace at the
+    same speed; the baseline against candidates of its trace at speed 1. Runs at different speeds
+    (sweep steps) are not compared: that compares loads, not engines.
     """
     out = []
-    first_at: dict[tuple[str, float | None], Run] = {}
-    for run in runs:
-        reference = first_at.setdefault((run.trace_digest, run.speed), run)
-        if reference is not run and comparable(reference, run):
-            out.append(compare(reference, run, resamples=resamples, seed=seed))
+    first_at: dict[tuple[str, tuple[float | None, int]], list[Run]] = {}
+    groups = candidates(runs)
+    for group in groups:
+        reference = first_at.setdefault((group[0].trace_digest, group[0].load), group)
+        if reference is not group and comparable(reference[0], group[0]):
+            out.append(compare(reference, group, resamples=resamples, seed=seed))
     if baseline is not None:
         out.extend(
-            compare(baseline, r, resamples=resamples, seed=seed)
-            for r in runs
-            if r.speed in (None, 1.0) and comparable(baseline, r)
+            compare([baseline], g, resamples=resamples, seed=seed)
+            for g in groups
+            if g[0].load in ((None, 0), (1.0, 0)) and comparable(baseline, g[0])
         )
     return out
 
@@ -192,6 +222,9 @@ def comparison_doc(c: Comparison) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "a": c.a,
         "b": c.b,
+        "runs_a": c.runs_a,
+        "runs_b": c.runs_b,
+        "run_to_run_noise": "measured" if c.noise_known else "unknown",
         "common_requests": c.common,
         "only_a": c.only_a,
         "only_b": c.only_b,
@@ -202,36 +235,52 @@ def comparison_doc(c: Comparison) -> dict[str, Any]:
             "median_ratio_b_over_a": num(mc.median_ratio),
             "share_faster_b": num(mc.share_faster_b),
             **{f"p{q}_diff_ms": ci.to_dict() for q, ci in mc.diffs.items()},
+            **{f"p{q}_run_spread_ms": {"a": s[0], "b": s[1]} for q, s in mc.spreads.items()},
             **{f"p{q}_verdict": mc.verdict(q) for q in mc.diffs},
         }
     return doc
 
 
 def sweep_groups(runs: list[Run]) -> list[list[Run]]:
-    """Runs of one trace against one target and model at two or more distinct speeds, speed order."""
-    groups: dict[tuple[str, str, str], list[Run]] = {}
+    """Runs of one label, trace, target and model at two or more distinct loads (speeds, or
+    concurrency limits), each load's first repetition, in load order."""
+    groups: dict[tuple[str, str, str, str, bool], dict[tuple[float | None, int], Run]] = {}
     for run in runs:
         if run.kind == "replay" and run.speed is not None:
-            groups.setdefault((run.trace_digest, run.target, run.model), []).append(run)
+            key = (run.label, run.trace_digest, run.target, run.model, bool(run.concurrency_limit))
+            groups.setdefault(key, {}).setdefault(run.load, run)
     return [
-        sorted(g, key=lambda r: r.speed or 0.0) for g in groups.values() if len({r.speed for r in g}) >= 2
+        sorted(g.values(), key=lambda r: (r.concurrency_limit, r.speed or 0.0))
+        for g in groups.values()
+        if len(g) >= 2
     ]
 
 
 def sweep_doc(
-    group: list[Run], slos: tuple[Slo, ...], max_error_rate: float, best_speed: float | None = None
+    group: list[Run],
+    slos: tuple[Slo, ...],
+    max_error_rate: float,
+    best_speed: float | None = None,
+    attainment: float = ATTAINMENT,
 ) -> dict[str, Any]:
     steps = [step_of(r, slos) for r in group]
     knee = find_knee(steps, max_error_rate)
+    point = steps[knee.step] if knee.step is not None else None
+    meeting = [s for s in steps if slos and meets(s, max_error_rate, attainment)]
     return {
+        "label": group[0].label,
         "target": group[0].target,
         "model": group[0].model,
         "trace_digest": group[0].trace_digest,
+        "closed_loop": bool(steps and steps[0].concurrency_limit),
         "steps": [step_doc(s) for s in steps],
-        "knee_speed": steps[knee.step].speed if knee.step is not None else None,
+        "knee_speed": point.speed if point is not None else None,
         "broke_at_speed": steps[knee.broke_at].speed if knee.broke_at is not None else None,
+        "operating_point": step_doc(point) if point is not None else None,
+        "saturated_at_lowest_step": knee.step is None and knee.broke_at is not None,
         "break_reasons": list(knee.reasons),
         "knee": knee.describe(steps),
+        "max_rate_under_slo": max(s.requests_per_s for s in meeting) if meeting else None,
         "best_speed_meeting_slo": best_speed,
         "max_error_rate": max_error_rate,
     }
@@ -240,6 +289,10 @@ def sweep_doc(
 def step_doc(s: Step) -> dict[str, Any]:
     return {
         "speed": s.speed,
+        "concurrency_limit": s.concurrency_limit or None,
+        "offered_requests_per_s": num(s.offered_requests_per_s),
+        "load": s.load_text,
+        "slo_crossed": list(s.slo_crossed),
         "label": s.label,
         "requests": s.requests,
         "requests_per_s": num(s.requests_per_s),
@@ -255,18 +308,24 @@ def step_doc(s: Step) -> dict[str, Any]:
 
 
 def run_warnings(run: Run) -> list[str]:
-    """Things that limit what a run's figures mean (client bottleneck, capped concurrency)."""
+    """Things that limit what a run's figures mean (client bottleneck, capped concurrency, a partial run)."""
     out = []
+    if run.partial:
+        stopped = f" after {run.stopped_after_s:g} s" if run.stopped_after_s is not None else ""
+        out.append(
+            f"{run.name}: partial run, interrupted{stopped}; its {run.cancelled} requests still in flight "
+            "are left out (not counted as errors)"
+        )
     lag = summarize(run.measures.lag_ms)
     if lag.count and lag.p99 > LAG_WARN_MS:
         out.append(
-            f"{run.label}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
+            f"{run.name}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
             "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms"
         )
     cap = run.options.get("max_concurrency")
     if cap:
         out.append(
-            f"{run.label}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
+            f"{run.name}: in-flight requests were capped at {cap}, so arrival timing was not preserved "
             f"(schedule lag p99 {lag.p99:.1f} ms)"
         )
     return out

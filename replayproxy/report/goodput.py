@@ -89,6 +89,7 @@ class Goodput:
     requests_per_s: float
     checks: tuple[PercentileCheck, ...]
     slos: tuple[Slo, ...]
+    not_applicable: int = 0  # successful requests with no TPOT/ITL to judge (whole-body or one-token)
 
     @property
     def per_request(self) -> bool:
@@ -126,14 +127,16 @@ def goodput(m: Measures, slos: tuple[Slo, ...]) -> Goodput:
     """A request is good when it succeeded and each per-request SLO holds for it.
 
     A metric a successful request has no value for counts as met when it cannot exist for it
-    (TPOT and ITL of a one-token reply) and as missed otherwise (e.g. no TTFT measured).
+    (TPOT and ITL of a one-token or a whole-body reply: their count is `not_applicable`) and as
+    missed otherwise (e.g. no TTFT measured).
     """
     good = m.ok.copy()
+    no_decode = (m.output_tokens < 2) | ~m.requests.stream.astype(bool)
     for slo in slos:
         if slo.percentile is not None:
             continue
         values = request_values(m, slo.metric)
-        absent_ok = (m.output_tokens < 2) if slo.metric in ("tpot", "itl") else np.zeros(m.n, bool)
+        absent_ok = no_decode if slo.metric in ("tpot", "itl") else np.zeros(m.n, bool)
         with np.errstate(invalid="ignore"):
             good &= np.where(np.isnan(values), absent_ok, values <= slo.limit_ms)
     checks = []
@@ -146,4 +149,4 @@ def goodput(m: Measures, slos: tuple[Slo, ...]) -> Goodput:
         checks.append(PercentileCheck(slo, value, len(values)))
     count = int(good.sum())
     rate = count / m.duration_s if m.duration_s > 0 else math.nan
-    return Goodput(count, m.n, rate, tuple(checks), slos)
+    return Goodput(count, m.n, rate, tuple(checks), slos, int((m.ok & no_decode).sum()))

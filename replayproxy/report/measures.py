@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+
+def _unknown() -> np.ndarray:
+    return np.zeros(0, np.int64)
+
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
 
@@ -39,9 +43,32 @@ class Requests:
     expected_output_tokens: np.ndarray
     # prompt prefix an earlier request of the trace had, tokens; empty when the run did not record it
     expected_shared_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # sessions (report.sessions); empty when the run's file has no session columns
+    session: np.ndarray = field(default_factory=_unknown)  # uint64 session id, 0 = none
+    after: np.ndarray = field(default_factory=_unknown)  # trace index of the turn it followed, -1 none
+    think_ns: np.ndarray = field(default_factory=_unknown)  # think time it should have had, -1 unknown
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def subset(self, keep: np.ndarray) -> Requests:
+        """The requests where `keep` is true, ragged columns included."""
+        gaps, gap_index = _ragged_subset(self.gaps_us, self.gap_index, keep)
+        tokens, token_index = _ragged_subset(self.chunk_tokens, self.token_index, keep)
+        plain = {
+            name: getattr(self, name)[keep]
+            for name in self.__dataclass_fields__
+            if name not in ("gaps_us", "gap_index", "chunk_tokens", "token_index")
+        }
+        return Requests(
+            gaps_us=gaps, gap_index=gap_index, chunk_tokens=tokens, token_index=token_index, **plain
+        )
+
+
+def _ragged_subset(flat: np.ndarray, index: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(index)
+    values = flat[np.repeat(keep, lengths)] if len(flat) else flat
+    return values, np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64)
 
 
 @dataclass(slots=True)
@@ -78,9 +105,10 @@ def measure(req: Requests) -> Measures:
     ttft = np.where(ok & (req.ttft_ns >= 0), req.ttft_ns / NS_PER_MS, np.nan)
     e2e = np.where(ok & (req.e2e_ns >= 0), req.e2e_ns / NS_PER_MS, np.nan)
     out_tokens, from_usage = _output_tokens(req)
-    # TPOT = (E2E - TTFT) / (output_tokens - 1): the decode time per token after the first.
+    # TPOT = (E2E - TTFT) / (output_tokens - 1): the decode time per token after the first. Only a
+    # streaming reply has a first token apart from the last; a whole-body reply has no TPOT.
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tokens >= 2, (e2e - ttft) / (out_tokens - 1), np.nan)
+        tpot = np.where(req.stream.astype(bool) & (out_tokens >= 2), (e2e - ttft) / (out_tokens - 1), np.nan)
     scheduled = req.scheduled_ns >= 0
     lag = np.where(scheduled & (req.sent_ns >= 0), (req.sent_ns - req.scheduled_ns) / NS_PER_MS, np.nan)
     lag_or_zero = np.nan_to_num(lag, nan=0.0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replayproxy.report import telemetry
+from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.measures import in_flight_series
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import grouped_summaries
@@ -55,24 +56,60 @@ def legend(ax: Any, **options: Any) -> None:
         ax.legend(fontsize="small", **options)
 
 
+CDF_FIGURES = (
+    ("TTFT", "ttft_ms", "share of requests"),
+    ("TPOT", "tpot_ms", "share of requests"),
+    ("E2E", "e2e_ms", "share of requests"),
+    ("ITL", "itl_ms", "share of gaps"),
+    ("schedule lag", "lag_ms", "share of requests"),
+)
+
+
 def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
-    fig = new_figure(12, 3.6)
-    axes = fig.subplots(1, 3)
+    """TTFT, TPOT, E2E, ITL and the replayer's own schedule lag, one CDF panel each."""
+    fig = new_figure(12, 6.8)
+    axes = fig.subplots(2, 3).ravel()
     levels = np.linspace(0, 1, CDF_POINTS)
-    for ax, (name, attr) in zip(
-        axes, (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms")), strict=True
-    ):
+    for ax, (name, attr, share) in zip(axes, CDF_FIGURES, strict=False):
         for run in runs:
             values = getattr(run.measures, attr)
             values = values[np.isfinite(values) & (values > 0)]
             if len(values):
-                ax.plot(np.quantile(values, levels), levels, label=run.label)
+                ax.plot(np.quantile(values, levels), levels, label=run.name)
         ax.set_xscale("log")
         ax.set_xlabel(f"{name} ms (log)")
-        ax.set_ylabel("share of requests")
+        ax.set_ylabel(share)
         ax.set_title(f"{name} CDF")
         ax.grid(alpha=0.3)
+    axes[-1].set_axis_off()
     legend(axes[0])
+    return fig
+
+
+GOODPUT_SCALES = np.geomspace(0.25, 4.0, 17)  # the SLO's limits times these
+
+
+def goodput_vs_slo(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+    """Goodput as the SLO is tightened or relaxed: every per-request limit scaled by one factor."""
+    slo = doc.get("slo")
+    clauses = [c for c in (slo or {}).get("clauses", []) if c["percentile"] is None]
+    if not clauses:
+        return None
+    fig = new_figure(12, 3.4)
+    ax = fig.subplots()
+    for run in runs:
+        rates = []
+        for scale in GOODPUT_SCALES:
+            scaled = tuple(Slo(c["metric"], c["limit_ms"] * scale) for c in clauses)
+            rates.append(goodput(run.measures, scaled).requests_per_s)
+        ax.plot(GOODPUT_SCALES, rates, marker=".", label=run.name)
+    ax.axvline(1.0, color="grey", linestyle=":", label=f"the SLO ({slo['spec'] if slo else ''})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("SLO limits x factor (log)")
+    ax.set_ylabel("goodput req/s")
+    ax.set_title("Goodput against the SLO (every per-request limit scaled)")
+    ax.grid(alpha=0.3)
+    legend(ax)
     return fig
 
 
@@ -86,7 +123,8 @@ def _bins(run: Run) -> tuple[np.ndarray, int, float]:
 def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     shown = runs[:MAX_TIME_PANELS]
     fig = new_figure(12, 2.6 * len(shown))
-    axes = np.atleast_1d(fig.subplots(len(shown), 1, squeeze=False)[:, 0])
+    # One y range for every panel, so a slower run looks slower at a glance.
+    axes = np.atleast_1d(fig.subplots(len(shown), 1, squeeze=False, sharey=True)[:, 0])
     for ax, run in zip(axes, shown, strict=True):
         ids, n, width = _bins(run)
         t = np.arange(n) * width
@@ -96,7 +134,7 @@ def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             ax.plot(t, [s.p95 for s in sums], linestyle="--", label=f"{name} p95")
         ax.set_yscale("log")
         ax.set_ylabel("ms (log)")
-        ax.set_title(f"{run.label}: latency by send time ({width:g} s bins) and arrival rate")
+        ax.set_title(f"{run.name}: latency by send time ({width:g} s bins) and arrival rate")
         ax.grid(alpha=0.3)
         rate = ax.twinx()
         rate.step(
@@ -118,7 +156,7 @@ def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     ax = fig.subplots()
     for run in runs:
         t, count = in_flight_series(run.measures)
-        ax.step(t, count, where="post", label=run.label)
+        ax.step(t, count, where="post", label=run.name)
     ax.set_xlabel("s since the run's first send")
     ax.set_ylabel("requests in flight")
     ax.set_title("In-flight requests over time")
@@ -148,7 +186,7 @@ def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
             np.sqrt(edges[:-1] * edges[1:]),
             medians,
             color=color,
-            label=f"{run.label} median",
+            label=f"{run.name} median",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -167,7 +205,9 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.6 * len(sweeps))
     grid = fig.subplots(len(sweeps), 2, squeeze=False)
     for (left, right), sweep in zip(grid, sweeps, strict=True):
-        speeds = [s["speed"] for s in sweep["steps"]]
+        closed = sweep["closed_loop"]
+        key = "concurrency_limit" if closed else "offered_requests_per_s"
+        speeds = [np.nan if s[key] is None else s[key] for s in sweep["steps"]]
         left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
         if any(s["goodput"] for s in sweep["steps"]):
             left.plot(
@@ -181,13 +221,14 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         right.set_yscale("log")
         left.set_ylabel("req/s")
         right.set_ylabel("ms (log)")
+        point = sweep["operating_point"]
         for ax, title in ((left, "throughput and goodput vs load"), (right, "p95 latency vs load")):
-            if sweep["knee_speed"] is not None:
-                ax.axvline(
-                    sweep["knee_speed"], color="red", linestyle=":", label=f"knee {sweep['knee_speed']:g}x"
-                )
+            if point is not None:
+                at = point["concurrency_limit"] if closed else point["offered_requests_per_s"]
+                if at is not None:
+                    ax.axvline(at, color="red", linestyle=":", label=f"operating point ({point['load']})")
             ax.set_xscale("log", base=2)
-            ax.set_xlabel("speed (x the trace's rate, log)")
+            ax.set_xlabel("requests in flight (closed loop, log)" if closed else "offered req/s (log)")
             ax.set_title(f"{sweep['target']}: {title}")
             ax.grid(alpha=0.3)
             legend(ax)
@@ -212,7 +253,7 @@ def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
         for run, record in records:
             series = telemetry.over_time(record, name)
             if series is not None:
-                ax.step(*series, where="post", label=run.label)
+                ax.step(*series, where="post", label=run.name)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)
         legend(ax, loc="upper left")
@@ -223,6 +264,7 @@ def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
 
 PLOTS: list[tuple[str, Callable[[dict[str, Any], list[Run]], Figure | None]]] = [
     ("Latency CDFs", latency_cdfs),
+    ("Goodput against the SLO", goodput_vs_slo),
     ("Latency over time", latency_over_time),
     ("In-flight requests", in_flight),
     ("TTFT by input length", ttft_by_input),

@@ -15,6 +15,7 @@ import numpy as np
 
 from replayproxy.report.measures import Requests, measure
 from replayproxy.report.runs import Run
+from replayproxy.report.sessions import previous_turns
 from replayproxy.trace import expand_paths, load
 
 BASELINE_LABEL = "baseline (production)"
@@ -45,6 +46,9 @@ def baseline_run(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         output_tokens=output,
         expected_input_tokens=np.full(n, -1, np.int64),
         expected_output_tokens=np.full(n, -1, np.int64),
+        session=cols.session,
+        after=previous_turns(cols.session),
+        think_ns=cols.think_ns,
     )
     upstreams = sorted({h.upstream for h in cols.headers if h.upstream})
     paths_list = [str(paths)] if isinstance(paths, str | os.PathLike) else [str(p) for p in paths]

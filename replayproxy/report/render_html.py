@@ -5,9 +5,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from replayproxy.report.cells import Table
 from replayproxy.report.plots import PLOTS, to_svg
 from replayproxy.report.runs import Run
-from replayproxy.report.tables import Table, tables
+from replayproxy.report.tables import tables
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -18,7 +19,19 @@ th { background: #f0f0f0; }
 p.note { color: #555; font-size: 12px; margin: 0.2em 0; }
 figure { margin: 0 0 2em; }
 figure svg { max-width: 100%; height: auto; }
+div.verdict { border: 2px solid #336; background: #f4f6fb; padding: 0.6em 1em; margin: 0 0 1.5em; }
+div.verdict p { margin: 0.2em 0; font-size: 14px; }
+div.verdict p.warning { color: #8a4b00; }
 """
+
+
+def _verdict(doc: dict[str, Any]) -> str:
+    """The verdict box, on top: the same lines the text report opens with."""
+    lines = []
+    for line in doc["verdict"]["lines"]:
+        css = ' class="warning"' if line.startswith("warning:") else ""
+        lines.append(f"<p{css}>{html.escape(line)}</p>")
+    return '<div class="verdict"><h2 id="verdict">Verdict</h2>' + "".join(lines) + "</div>"
 
 
 def _table(t: Table) -> str:
@@ -40,7 +53,7 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
         fig = draw(doc, runs)
         if fig is not None:
             figures.append(f"<figure><h2>{html.escape(title)}</h2>{to_svg(fig)}</figure>")
-    labels = ", ".join(r["label"] for r in doc["runs"])
+    labels = ", ".join(dict.fromkeys(r["label"] for r in doc["runs"]))
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -48,8 +61,9 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
             f"<title>replayproxy report: {html.escape(labels)}</title>",
             f"<style>{STYLE}</style></head><body>",
             f"<h1>replayproxy report</h1><p>{html.escape(labels)}</p>",
+            _verdict(doc),
             *figures,
-            *(_table(t) for t in tables(doc)),
+            *(_table(t) for t in tables(doc) if t.key != "verdict"),
             "</body></html>",
             "",
         ]

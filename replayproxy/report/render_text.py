@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from replayproxy.report.tables import Table, tables
+from replayproxy.report.cells import Table
+from replayproxy.report.tables import tables
 
 
 def _aligned(table: Table) -> list[str]:
@@ -38,7 +39,8 @@ def _markdown(table: Table) -> list[str]:
         lines.append("|" + "|".join(["---", *["---:"] * (len(table.header) - 1)]) + "|")
         lines.extend("| " + " | ".join(_escape(c) for c in row) + " |" for row in table.rows)
         lines.append("")
-    lines.extend(f"> {note}" for note in table.notes)
+    # The verdict's lines stay lines (a list); other notes are quoted.
+    lines.extend(f"- {note}" if table.key == "verdict" else f"> {note}" for note in table.notes)
     return lines
 
 

@@ -1,8 +1,10 @@
-"""Result files -> runs: shards of one run merged into one column, labels made unique.
+"""Result files -> runs: shards of one run merged into one column; repetitions numbered.
 
-A run's label is the `--label` given at replay time, else "target model". Shards of a sharded
-replay (RunHeader.shard "i/N", same label, target and trace digest) become one run; their send
-times are put on one time line through each shard's start wall time.
+A run's label is the `--label` given at replay time, else "target model", and it is kept as given:
+runs of one label at one speed are repetitions of one candidate (numbered 1..K in file order), not
+different things to be told apart by a mangled name. Shards of a sharded replay (RunHeader.shard
+"i/N", same label, target and trace digest) become one run; their send times are put on one time
+line through each shard's start wall time.
 """
 
 from __future__ import annotations
@@ -35,10 +37,51 @@ class Run:
     shards: int = 1
     headers: tuple[RunHeader, ...] = ()
     extras: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # side records, e.g. telemetry
+    footer: dict[str, Any] = field(default_factory=dict)
+    repetition: int = 1  # 1..repetitions among the runs of this label at this speed
+    repetitions: int = 1
+    cancelled: int = 0  # requests cut off by an interruption, left out of every figure
+    at_speed: bool = False  # the label was replayed at several loads: headings name the load
 
     @property
     def speed(self) -> float | None:
         value = self.options.get("speed")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def concurrency_limit(self) -> int:
+        value = self.options.get("max_concurrency")
+        return value if isinstance(value, int) and value > 0 else 0
+
+    @property
+    def load(self) -> tuple[float | None, int]:
+        """The load a run was replayed at: speed and concurrency limit (sweep steps differ in it)."""
+        return self.speed, self.concurrency_limit
+
+    @property
+    def candidate(self) -> tuple[str, tuple[float | None, int]]:
+        """What repetitions share: the label and the load."""
+        return self.label, self.load
+
+    @property
+    def name(self) -> str:
+        """The column heading: the label, and which repetition when there are several."""
+        name = self.label
+        if self.at_speed:
+            name += (
+                f" at concurrency {self.concurrency_limit}"
+                if self.concurrency_limit
+                else f" at {self.speed:g}x"
+            )
+        return f"{name} (run {self.repetition}/{self.repetitions})" if self.repetitions > 1 else name
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.footer.get("summary", {}).get("partial"))
+
+    @property
+    def stopped_after_s(self) -> float | None:
+        value = self.footer.get("summary", {}).get("stopped_after_s")
         return float(value) if isinstance(value, int | float) else None
 
 
@@ -65,8 +108,28 @@ def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
             key = ("shard", h.label, h.target, h.trace_digest, h.shard.partition("/")[2])
         groups.setdefault(key, []).append(f)
     runs = [_run(files) for files in groups.values()]
-    _unique_labels(runs)
+    number_repetitions(runs)
     return runs
+
+
+def number_repetitions(runs: list[Run]) -> None:
+    """Runs of one label at one speed are repetitions: number them in order."""
+    speeds: dict[str, set[tuple[float | None, int]]] = {}
+    for run in runs:
+        speeds.setdefault(run.label, set()).add(run.load)
+    for run in runs:
+        run.at_speed = len(speeds[run.label]) > 1
+    for group in candidates(runs):
+        for i, run in enumerate(group, 1):
+            run.repetition, run.repetitions = i, len(group)
+
+
+def candidates(runs: list[Run]) -> list[list[Run]]:
+    """Replay runs grouped by candidate (label and speed), in order of first appearance."""
+    groups: dict[tuple[str, tuple[float | None, int]], list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.candidate, []).append(run)
+    return list(groups.values())
 
 
 def _run(files: list[ResultFile]) -> Run:
@@ -86,10 +149,14 @@ def _run(files: list[ResultFile]) -> Run:
             if kind == "telemetry":
                 records = [r for r in records if telemetry.well_formed(r)]
             extras.setdefault(kind, []).extend(records)
+    requests = _requests(files)
+    partial = any(f.footer.get("summary", {}).get("partial") for f in files)
+    # An interrupted run's in-flight requests were cut off by us, not failed by the engine.
+    cut_off = (requests.error == "client_cancel") if partial else np.zeros(len(requests), bool)
     return Run(
         label=header.label or " ".join(p for p in (header.target, model) if p),
         kind="replay",
-        measures=measure(_requests(files)),
+        measures=measure(requests.subset(~cut_off) if cut_off.any() else requests),
         paths=tuple(str(f.path) for f in files),
         target=header.target,
         model=model,
@@ -99,6 +166,8 @@ def _run(files: list[ResultFile]) -> Run:
         shards=len(files),
         headers=tuple(f.header for f in files),
         extras=extras,
+        footer=files[0].footer,
+        cancelled=int(cut_off.sum()),
     )
 
 
@@ -119,6 +188,12 @@ def _requests(files: list[ResultFile]) -> Requests:
         flat = np.concatenate([f.table.ragged[name][0] for f in files])
         lengths = np.concatenate([f.table.ragged[name][1] for f in files])
         return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def optional(name: str) -> np.ndarray:
+        """A column older result files lack: empty then (the figure is left out)."""
+        if all(name in f.table.columns for f in files):
+            return col(name)
+        return np.zeros(0, np.int64)
 
     gaps, gap_index = ragged("chunk_gaps_us")
     tokens, token_index = ragged("chunk_tokens")
@@ -145,21 +220,7 @@ def _requests(files: list[ResultFile]) -> Requests:
         expected_shared_tokens=col("expected_shared_tokens")
         if all("expected_shared_tokens" in f.table.columns for f in files)
         else np.zeros(0, np.int64),
+        session=optional("session"),
+        after=optional("after"),
+        think_ns=optional("think_ns"),
     )
-
-
-def _unique_labels(runs: list[Run]) -> None:
-    """Equal labels get the run's speed (sweep steps) or a counter appended."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[run.label] = counts.get(run.label, 0) + 1
-    seen: dict[str, int] = {}
-    for run in runs:
-        if counts[run.label] == 1:
-            continue
-        seen[run.label] = seen.get(run.label, 0) + 1
-        suffix = f"@{run.speed:g}x" if run.speed is not None else f"#{seen[run.label]}"
-        run.label = f"{run.label} {suffix}"
-    if len({r.label for r in runs}) != len(runs):  # same speed twice: fall back to counters
-        for i, run in enumerate(runs, 1):
-            run.label = f"{run.label} #{i}"

@@ -1,10 +1,12 @@
-"""Sweeps: one trace replayed at rising speeds; the per-step table, the knee, and the --auto search.
+"""Sweeps: one trace replayed at rising loads; the operating line, its operating point, the --auto search.
 
-Knee rule (docs/report.md): steps are taken in speed order and each is compared with the one
-before. A step *breaks* when its throughput stops growing (achieved req/s grew by less than half
-of the offered increase), its p95 TTFT jumps (more than doubles and rises by over 50 ms), or
-failures appear (error rate at or above the threshold). The knee is the step before the first
-break: the highest load the target served without sign of saturation.
+A step's load is its offered rate (open loop: speeds or absolute `--rates`) or its concurrency
+limit (closed loop: `--concurrency`). Operating-point rule (docs/report.md): steps are taken in load
+order and each is compared with the one before. A step *bends* when its p95 TTFT grows more than
+the load did (and by over 50 ms) or crosses the SLO, when failures appear (error rate at or above
+the threshold), or when its throughput stops growing (achieved req/s grew by less than half of the
+load increase). The operating point is the step before the first bend. A bend at the lowest step
+means the engine was already saturated there: the sweep asks for lower steps.
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from replayproxy.report.goodput import Goodput, Slo, goodput
+import numpy as np
+
+from replayproxy.report.goodput import Goodput, Slo, goodput, pooled_values
 from replayproxy.report.measures import concurrency
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import Summary, summarize
 
-GROWTH_SHARE = 0.5  # of the offered increase that must show up as achieved throughput
-P95_JUMP_FACTOR = 2.0
+GROWTH_SHARE = 0.5  # of the load increase that must show up as achieved throughput
 P95_JUMP_MIN_MS = 50.0
+SATURATED_SHARE = 0.8  # achieved below this share of offered at the lowest step: already saturated
 MAX_ERROR_RATE = 0.01
+ATTAINMENT = 0.9  # share of requests that must meet per-request SLOs for a step to meet the SLO
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +44,46 @@ class Step:
     e2e_ms: Summary
     errors: int
     goodput: Goodput | None
+    offered_requests_per_s: float = math.nan  # requests / span of scheduled sends
+    concurrency_limit: int = 0  # closed loop: requests in flight at most; 0: open loop
+    slo_crossed: tuple[str, ...] = ()  # SLO clauses the step's p95 (or percentile check) broke
+    duration_s: float = math.nan  # first send -> last end
+
+    @property
+    def served_requests_per_s(self) -> float:
+        """Achieved req/s over the time requests arrived: a run's duration also holds the last
+        requests' own latency, which would make a short run look slower than it was offered."""
+        busy_s = self.duration_s - (self.e2e_ms.p50 / 1000 if math.isfinite(self.e2e_ms.p50) else 0.0)
+        return (self.requests - self.errors) / busy_s if busy_s > 0 else math.nan
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
+
+    @property
+    def load(self) -> float:
+        """What the sweep raises: the concurrency limit, else the offered rate, else the speed."""
+        if self.concurrency_limit:
+            return float(self.concurrency_limit)
+        return self.offered_requests_per_s if math.isfinite(self.offered_requests_per_s) else self.speed
+
+    @property
+    def load_text(self) -> str:
+        if self.concurrency_limit:
+            return f"concurrency {self.concurrency_limit}"
+        if math.isfinite(self.offered_requests_per_s):
+            return f"{self.speed:g}x ({self.offered_requests_per_s:.3g} req/s offered)"
+        return f"{self.speed:g}x"
 
 
 def step_of(run: Run, slos: tuple[Slo, ...] = ()) -> Step:
     m = run.measures
     duration = m.duration_s if m.duration_s > 0 else math.nan
     ok_tokens = float(m.output_tokens[m.ok & (m.output_tokens >= 0)].sum())
+    scheduled = m.requests.scheduled_ns[m.requests.scheduled_ns >= 0]
+    span_s = float(scheduled.max() - scheduled.min()) / 1e9 if len(scheduled) > 1 else 0.0
+    cap = run.options.get("max_concurrency")
+    g = goodput(m, slos) if slos else None
     return Step(
         speed=run.speed if run.speed is not None else 1.0,
         label=run.label,
@@ -60,49 +95,81 @@ def step_of(run: Run, slos: tuple[Slo, ...] = ()) -> Step:
         tpot_ms=summarize(m.tpot_ms),
         e2e_ms=summarize(m.e2e_ms),
         errors=int((~m.ok).sum()),
-        goodput=goodput(m, slos) if slos else None,
+        goodput=g,
+        offered_requests_per_s=len(scheduled) / span_s if span_s > 0 and not cap else math.nan,
+        concurrency_limit=int(cap) if isinstance(cap, int) and cap > 0 else 0,
+        slo_crossed=_crossed(run, slos, g),
+        duration_s=m.duration_s,
     )
+
+
+def _crossed(run: Run, slos: tuple[Slo, ...], g: Goodput | None) -> tuple[str, ...]:
+    """Per-request clauses whose p95 is over the limit, and percentile clauses not met."""
+    out = []
+    for slo in slos:
+        if slo.percentile is not None:
+            continue
+        values = pooled_values(run.measures, slo.metric)
+        values = values[np.isfinite(values)]
+        p95 = float(np.percentile(values, 95)) if len(values) else math.nan
+        if p95 > slo.limit_ms:
+            out.append(f"{slo.metric} p95 {p95:.4g} ms > SLO {slo.limit_ms:g} ms")
+    if g is not None:
+        out.extend(f"{c.slo.text} missed ({c.value_ms:.4g} ms)" for c in g.checks if not c.met)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class Knee:
-    step: int | None  # index into the speed-sorted steps; None: the lowest speed already broke
-    broke_at: int | None  # the first step that broke; None: no step broke
-    reasons: tuple[str, ...]  # why broke_at broke
+    """The operating point: `step` is the last step before the first bend (`broke_at`)."""
+
+    step: int | None  # index into the load-sorted steps; None: the lowest step already bent
+    broke_at: int | None  # the first step that bent; None: no step did
+    reasons: tuple[str, ...]  # why broke_at bent
 
     def describe(self, steps: list[Step]) -> str:
         if self.broke_at is None:
+            if not steps:
+                return "no steps"
             return (
-                f"no knee up to {steps[-1].speed:g}x (no step broke); try higher speeds"
-                if steps
-                else "no steps"
+                f"operating point at the highest step, {steps[-1].load_text}: no step bent; try higher loads"
             )
         why = ", ".join(self.reasons)
         if self.step is None:
-            return f"already past the knee at the lowest speed {steps[0].speed:g}x ({why})"
-        return f"knee at {steps[self.step].speed:g}x: the next step ({steps[self.broke_at].speed:g}x) {why}"
+            return (
+                f"already saturated at the lowest step, {steps[0].load_text} ({why}): "
+                "add lower steps (lower --rates, --speeds or --concurrency)"
+            )
+        return (
+            f"operating point at {steps[self.step].load_text}: "
+            f"the next step ({steps[self.broke_at].load_text}) {why}"
+        )
 
 
 def break_reasons(prev: Step | None, cur: Step, max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
     reasons = []
     if cur.error_rate >= max_error_rate:
         reasons.append(f"failed {cur.error_rate:.1%} of requests")
+    reasons.extend(f"crossed the SLO ({c})" for c in cur.slo_crossed)
     if prev is None:
+        offered, served = cur.offered_requests_per_s, cur.served_requests_per_s
+        if math.isfinite(offered) and math.isfinite(served) and served < SATURATED_SHARE * offered:
+            reasons.append(f"served {served:.3g} of {offered:.3g} req/s offered")
         return reasons
-    offered = cur.speed / prev.speed
-    if cur.requests_per_s < prev.requests_per_s * (1 + GROWTH_SHARE * (offered - 1)):
+    load = cur.load / prev.load if prev.load > 0 else math.inf
+    if cur.requests_per_s < prev.requests_per_s * (1 + GROWTH_SHARE * (load - 1)):
         reasons.append(
             f"throughput stopped growing ({prev.requests_per_s:.3g} -> {cur.requests_per_s:.3g} req/s "
-            f"for {offered:.3g}x the load)"
+            f"for {load:.3g}x the load)"
         )
     before, after = prev.ttft_ms.p95, cur.ttft_ms.p95
-    if after > P95_JUMP_FACTOR * before and after - before > P95_JUMP_MIN_MS:
-        reasons.append(f"p95 TTFT jumped ({before:.4g} -> {after:.4g} ms)")
+    if after > load * before and after - before > P95_JUMP_MIN_MS:
+        reasons.append(f"p95 TTFT bent ({before:.4g} -> {after:.4g} ms for {load:.3g}x the load)")
     return reasons
 
 
 def find_knee(steps: list[Step], max_error_rate: float = MAX_ERROR_RATE) -> Knee:
-    """Apply the knee rule to steps sorted by speed."""
+    """Apply the operating-point rule to steps sorted by load."""
     prev: Step | None = None
     for i, cur in enumerate(steps):
         reasons = break_reasons(prev, cur, max_error_rate)
@@ -138,9 +205,12 @@ def auto_search(
     min_speed: float = 1 / 64,
     max_speed: float = 4096.0,
 ) -> tuple[list[Step], float | None]:
-    """Doubling (or halving) to bracket the limit, then bisection; returns steps run and best speed.
+    """Doubling (or halving) to bracket the limit, then bisection to `precision`; returns the steps
+    run and the best load.
 
-    The best speed is the highest one that passed; None when even the lowest tried failed.
+    Reusable for any positive load (a speed, a rate in req/s, a concurrency): `run_step(load)` runs
+    one step, `passes(step)` judges it. The best load is the highest one that passed; None when even
+    the lowest tried failed.
     """
     steps: list[Step] = []
     results: dict[float, bool] = {}

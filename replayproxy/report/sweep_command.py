@@ -1,8 +1,11 @@
-"""`replayproxy sweep TRACE --target URL --speeds 0.5,1,2,4 | --auto --slo SPEC [-o DIR] [--replay-args ...]`.
+"""`replayproxy sweep TRACE --target URL (--speeds 0.5,1,2,4 | --rates 5,10,20 | --concurrency 1,4,16 |
+--auto --slo SPEC) [-o DIR] [--replay-args ...]`: the operating line of one engine on one trace.
 
 Each step is a separate `python -m replayproxy replay ... --speed X -o DIR/speed-X.rpr --quiet`
 (report must not import replay: feature packages meet only through result files), so every step's
-results stay on disk for `replayproxy report DIR/*.rpr`.
+results stay on disk for `replayproxy report DIR/*.rpr`. Absolute rates become speeds through the
+trace's own mean rate; a concurrency step is a closed loop: every request is due at once and
+`--max-concurrency N` releases the next one as one ends.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from replayproxy.report.render_text import format_markdown, format_text
 from replayproxy.report.runs import Run, load_runs
 from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_share, meets, step_of
 from replayproxy.report.tables import sweep_section
-from replayproxy.trace import read_tables
+from replayproxy.trace import load, read_tables
 
 EXAMPLES = (
     "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --speeds 0.5,1,2,4 --slo 'ttft<=500ms'",
@@ -37,13 +40,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument(
         "--speeds", metavar="LIST", help="comma-separated speeds, e.g. 0.5,1,2,4 (default: none; or --auto)"
     )
+    how.add_argument(
+        "--rates", metavar="LIST", help="comma-separated offered rates in req/s, e.g. 5,10,20 (default: none)"
+    )
+    how.add_argument(
+        "--concurrency",
+        metavar="LIST",
+        help="closed loop: requests in flight per step, e.g. 1,2,4,8,16 (default: none)",
+    )
     how.add_argument("--auto", action="store_true", help="search the highest speed meeting --slo")
     parser.add_argument(
         "--slo",
         metavar="SPEC",
         help="SLOs, e.g. 'ttft<=500ms,tpot<=50ms'; required with --auto (default: none)",
     )
-    parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where speed-X.rpr go")
+    parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where the steps' .rpr go")
     parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run")
     parser.add_argument("--start-speed", type=float, default=1.0, help="--auto: first speed tried")
     parser.add_argument(
@@ -78,24 +89,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_speeds(text: str) -> list[float]:
+CLOSED_LOOP_SPEED = 1e6  # every request due at once: the concurrency limit alone paces the run
+# Options the sweep sets itself, per step; given again through --replay-args they would override it.
+SWEEP_SET = ("--speed", "--request-rate", "-o", "--output")
+
+
+def parse_speeds(text: str, option: str = "--speeds") -> list[float]:
     try:
         speeds = sorted({float(s) for s in text.split(",") if s.strip()})
     except ValueError as e:
-        raise ValueError(f"--speeds must be numbers separated by commas, got {text!r}") from e
-    if not speeds or speeds[0] <= 0:
-        raise ValueError(f"--speeds must be positive numbers, got {text!r}")
+        raise ValueError(f"{option} must be numbers separated by commas, got {text!r}") from e
+    if not speeds or speeds[0] <= 0 or not math.isfinite(speeds[-1]):
+        raise ValueError(f"{option} must be positive numbers, got {text!r}")
     return speeds
+
+
+def parse_concurrency(text: str) -> list[int]:
+    values = parse_speeds(text, "--concurrency")
+    if any(v != int(v) for v in values):
+        raise ValueError(f"--concurrency must be whole numbers, got {text!r}")
+    return [int(v) for v in values]
+
+
+def refuse_conflicts(args: argparse.Namespace) -> None:
+    """--replay-args must not set what the sweep sets per step (it would silently win)."""
+    taken = SWEEP_SET + (("--max-concurrency",) if args.concurrency else ())
+    for arg in args.replay_args:
+        name = arg.split("=", 1)[0]
+        if name in taken:
+            raise ValueError(
+                f"--replay-args must not set {name}: the sweep sets each step's load and output "
+                "(use --speeds, --rates or --concurrency, and -o DIR)"
+            )
+
+
+def trace_rate(paths: Sequence[str]) -> float:
+    """The trace's own mean arrival rate (req/s), which a speed of 1 replays."""
+    offsets = load(paths).offset_ns
+    if len(offsets) < 2 or offsets.max() <= offsets.min():
+        raise ValueError("--rates needs a trace of at least two requests at different times")
+    return float(len(offsets) / ((offsets.max() - offsets.min()) / 1e9))
 
 
 PROGRESS = ("auto", "log", "none")
 
 
-def step_path(directory: Path, speed: float) -> Path:
-    return directory / f"speed-{speed:g}.rpr"
+def step_path(directory: Path, speed: float, kind: str = "speed") -> Path:
+    return directory / f"{kind}-{speed:g}.rpr"
 
 
-def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[str]:
+def replay_command(args: argparse.Namespace, speed: float, path: Path, *extra: str) -> list[str]:
     quiet = args.quiet or args.progress == "none"
     return [
         sys.executable,
@@ -110,6 +153,7 @@ def replay_command(args: argparse.Namespace, speed: float, path: Path) -> list[s
         "-o",
         str(path),
         *(["--quiet"] if quiet else ["--progress", "log"]),
+        *extra,
         *args.replay_args,
     ]
 
@@ -144,21 +188,34 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--start-speed must be a positive number, got {args.start_speed:g}")
     check_share("--max-error-rate", args.max_error_rate)
     check_share("--attainment", args.attainment)
-    speeds_asked = [] if args.auto else parse_speeds(args.speeds)
+    refuse_conflicts(args)
+    steps_asked: list[tuple[float, str, float, tuple[str, ...]]] = []  # (speed, kind, value, extra args)
+    rates = parse_speeds(args.rates, "--rates") if args.rates else []
+    if args.speeds:
+        steps_asked = [(s, "speed", s, ()) for s in parse_speeds(args.speeds)]
+    elif args.concurrency:
+        steps_asked = [
+            (CLOSED_LOOP_SPEED, "concurrency", c, ("--max-concurrency", str(c)))
+            for c in parse_concurrency(args.concurrency)
+        ]
     read_tables(args.trace)  # a missing or damaged trace fails here, not in the first replay step
+    if rates:
+        base = trace_rate(args.trace)
+        steps_asked = [(r / base, "rate", r, ()) for r in rates]
     directory = Path(args.output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     speeds: dict[str, float] = {}  # path -> speed asked for, in case the header lacks options.speed
 
-    def one_step(speed: float) -> Step:
-        path = step_path(directory, speed)
-        print(f"sweep: replaying at {speed:g}x -> {path}", file=sys.stderr, flush=True)
-        run_replay(replay_command(args, speed, path))
+    def one_step(speed: float, kind: str = "speed", value: float = 0.0, extra: tuple[str, ...] = ()) -> Step:
+        path = step_path(directory, value or speed, kind)
+        what = {"speed": f"{speed:g}x", "rate": f"{value:g} req/s", "concurrency": f"concurrency {value:g}"}
+        print(f"sweep: replaying at {what[kind]} -> {path}", file=sys.stderr, flush=True)
+        run_replay(replay_command(args, speed, path, *extra))
         speeds[str(path)] = speed
         step = step_of(_with_speed(load_runs([path]), speeds)[0], slos)
         print(
-            f"sweep: {speed:g}x: {step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
-            f"errors {step.error_rate:.1%}",
+            f"sweep: {what[kind]}: {step.requests_per_s:.3g} req/s achieved, "
+            f"TTFT p95 {step.ttft_ms.p95:.4g} ms, errors {step.error_rate:.1%}",
             file=sys.stderr,
             flush=True,
         )
@@ -173,11 +230,13 @@ def run(args: argparse.Namespace) -> int:
             max_runs=args.max_runs,
         )
     else:
-        for speed in speeds_asked:
-            one_step(speed)
-    runs = sorted(_with_speed(load_runs(list(speeds)), speeds), key=lambda r: r.speed or 0.0)
+        for speed, kind, value, extra in steps_asked:
+            one_step(speed, kind, value, extra)
+    runs = sorted(
+        _with_speed(load_runs(list(speeds)), speeds), key=lambda r: (r.concurrency_limit, r.speed or 0.0)
+    )
     doc = build_document(runs, slos=slos, slo_spec=args.slo or "", max_error_rate=args.max_error_rate)
-    doc["sweeps"] = [sweep_doc(runs, slos, args.max_error_rate, best)]
+    doc["sweeps"] = [sweep_doc(runs, slos, args.max_error_rate, best, args.attainment)]
     if args.json:
         sys.stdout.write(render_json(doc))
     else:

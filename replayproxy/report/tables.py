@@ -6,58 +6,29 @@ SECTIONS; every renderer picks it up.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from replayproxy.report.cells import MISSING, Table, fmt, pct
+from replayproxy.report.engine_tables import contract_section, gpu_section, telemetry_section
 from replayproxy.report.stats import STAT_NAMES
 
 MAX_TEXT_WINDOWS = 30
 
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-    key: str = ""  # machine name of the section, e.g. for HTML anchors
-
-
-def fmt(value: Any) -> str:
-    """Numbers for humans: '-' for missing, integers plain, floats to about four significant digits."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        magnitude = abs(value)
-        if magnitude >= 1000 or value == int(value) and magnitude >= 100:
-            return f"{value:.0f}"
-        if magnitude >= 100:
-            return f"{value:.1f}"
-        if magnitude >= 1:
-            return f"{value:.2f}"
-        return f"{value:.3g}"
-    return str(value)
-
-
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
 LATENCY_ROWS = (
     ("TTFT ms", "ttft_ms"),
-    ("TPOT ms", "tpot_ms"),
+    ("TPOT ms (streaming, >=2 tokens)", "tpot_ms"),
     ("ITL ms", "itl_ms"),
     ("E2E ms", "e2e_ms"),
     ("schedule lag ms", "schedule_lag_ms"),
     ("TTFT from schedule ms", "ttft_from_scheduled_ms"),
     ("E2E from schedule ms", "e2e_from_scheduled_ms"),
 )
+
+
+def verdict_section(doc: dict[str, Any]) -> list[Table]:
+    """The report's first lines: which candidate, by how much, how sure, and what weakens it."""
+    return [Table("Verdict", [], [], list(doc["verdict"]["lines"]), "verdict")]
 
 
 def latency_section(doc: dict[str, Any]) -> list[Table]:
@@ -69,8 +40,17 @@ def latency_section(doc: dict[str, Any]) -> list[Table]:
             title = f"ITL ms (per {'/'.join(sorted(units))})" if units else title
         for i, stat in enumerate(STAT_NAMES):
             rows.append([title if i == 0 else "", stat, *(fmt(r[key][stat]) for r in runs)])
-    notes = ["latency covers successful requests; count = requests (ITL: gaps) measured"]
-    return [Table("Latency", ["metric", "stat", *(r["label"] for r in runs)], rows, notes, "latency")]
+    notes = [
+        "latency covers successful requests; count = requests (ITL: gaps) measured; "
+        "TPOT only over streaming replies of at least 2 output tokens"
+    ]
+    notes += [f"{r['name']}: {NO_TIMINGS}" for r in runs if not r["timed_requests"]]
+    return [Table("Latency", ["metric", "stat", *(r["name"] for r in runs)], rows, notes, "latency")]
+
+
+NO_TIMINGS = (
+    f"no request has timings (e.g. a synthetic trace): its latency, goodput and concurrency are {MISSING}"
+)
 
 
 def throughput_section(doc: dict[str, Any]) -> list[Table]:
@@ -87,6 +67,7 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
         row("achieved req/s", lambda r: fmt(r["requests_per_s"])),
         row("output tok/s", lambda r: fmt(r["output_tokens_per_s"])),
         row("input tok/s", lambda r: fmt(r["input_tokens_per_s"])),
+        row("timed requests", lambda r: fmt(r["timed_requests"])),
         row("concurrency mean", lambda r: fmt(r["concurrency"]["mean"])),
         row("concurrency peak", lambda r: fmt(r["concurrency"]["peak"])),
         row(
@@ -101,7 +82,7 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
         row("exact input length", lambda r: f"{pct(r['exact_input_share'])} of {r['exact_input_count']}"),
         row("exact output length", lambda r: f"{pct(r['exact_output_share'])} of {r['exact_output_count']}"),
     ]
-    return [Table("Throughput and load", ["", *(r["label"] for r in runs)], rows, [], "throughput")]
+    return [Table("Throughput and load", ["", *(r["name"] for r in runs)], rows, [], "throughput")]
 
 
 def errors_section(doc: dict[str, Any]) -> list[Table]:
@@ -109,27 +90,52 @@ def errors_section(doc: dict[str, Any]) -> list[Table]:
     classes = sorted({c for r in runs for c in r["errors"]["by_class"]})
     rows = [["error rate", *(f"{pct(r['errors']['rate'])} ({r['errors']['count']})" for r in runs)]]
     rows += [[c, *(fmt(r["errors"]["by_class"].get(c, 0)) for r in runs)] for c in classes]
-    return [Table("Errors", ["", *(r["label"] for r in runs)], rows, [], "errors")]
+    return [Table("Errors", ["", *(r["name"] for r in runs)], rows, [], "errors")]
 
 
 def goodput_section(doc: dict[str, Any]) -> list[Table]:
     if doc["slo"] is None:
         return []
     runs = doc["runs"]
+
+    def meeting(g: dict[str, Any] | None) -> str:
+        return MISSING if g is None else f"{pct(g['fraction'])} ({g['good']}/{g['of']})"
+
     rows = [
-        ["goodput req/s", *(fmt(r["goodput"]["requests_per_s"]) for r in runs)],
         [
-            "meeting all SLOs",
-            *(f"{pct(r['goodput']['fraction'])} ({r['goodput']['good']}/{r['goodput']['of']})" for r in runs),
+            "goodput req/s",
+            *(fmt(None if r["goodput"] is None else r["goodput"]["requests_per_s"]) for r in runs),
         ],
+        ["meeting all SLOs", *(meeting(r["goodput"]) for r in runs)],
     ]
     for i, clause in enumerate(c for c in doc["slo"]["clauses"] if c["percentile"] is not None):
         cells = []
         for r in runs:
-            check = r["goodput"]["percentile_checks"][i]
-            cells.append(f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}")
+            check = None if r["goodput"] is None else r["goodput"]["percentile_checks"][i]
+            cells.append(
+                MISSING if check is None else f"{fmt(check['value_ms'])} {'ok' if check['met'] else 'MISSED'}"
+            )
         rows.append([clause["text"], *cells])
-    return [Table(f"Goodput ({doc['slo']['spec']})", ["", *(r["label"] for r in runs)], rows, [], "goodput")]
+    notes = [f"{r['name']}: {NO_TIMINGS}" for r in runs if r["goodput"] is None]
+    skipped = [
+        f"{r['name']}: {r['goodput']['not_applicable']} non-streaming or one-token replies have no TPOT/ITL; "
+        "those clauses do not apply to them"
+        for r in runs
+        if r["goodput"] is not None and r["goodput"]["not_applicable"] and _per_token_clause(doc)
+    ]
+    return [
+        Table(
+            f"Goodput ({doc['slo']['spec']})",
+            ["", *(r["name"] for r in runs)],
+            rows,
+            notes + skipped,
+            "goodput",
+        )
+    ]
+
+
+def _per_token_clause(doc: dict[str, Any]) -> bool:
+    return any(c["metric"] in ("tpot", "itl") and c["percentile"] is None for c in doc["slo"]["clauses"])
 
 
 def comparison_section(doc: dict[str, Any]) -> list[Table]:
@@ -151,9 +157,14 @@ def comparison_section(doc: dict[str, Any]) -> list[Table]:
                 ]
             )
         notes = [
-            f"A = {c['a']}, B = {c['b']}; {c['common_requests']} requests in both "
-            f"({c['only_a']} only in A, {c['only_b']} only in B); diffs are B - A with bootstrap 95% CI"
+            f"A = {c['a']} ({c['runs_a']} runs), B = {c['b']} ({c['runs_b']} runs); pairs: "
+            f"{c['common_requests']} requests in both first runs ({c['only_a']} only in A, "
+            f"{c['only_b']} only in B)",
+            "diffs are B - A of the mean per-run percentile; 95% CI from resampling runs, then requests; "
+            "a difference within the spread between repetitions is 'no clear difference'",
         ]
+        if c["run_to_run_noise"] == "unknown":
+            notes.append("run-to-run noise unknown (one run of A or B): replay with --repeat 3")
         header = [
             "metric",
             "pairs",
@@ -191,12 +202,12 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
     runs = doc["runs"]
     tables = []
     for key, title in (("input_length", "By input length (tokens)"), ("endpoint", "By endpoint")):
-        rows = [[g["name"], r["label"], *_group_cells(g)] for r in runs for g in r["breakdowns"][key]]
+        rows = [[g["name"], r["name"], *_group_cells(g)] for r in runs for g in r["breakdowns"][key]]
         tables.append(Table(title, ["group", "run", *GROUP_HEADER], rows, ["latency in ms"], f"by_{key}"))
     windows = sum(len(r["breakdowns"]["window_10s"]) for r in runs)
     if windows <= MAX_TEXT_WINDOWS:
         rows = [
-            [g["name"], r["label"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
+            [g["name"], r["name"], fmt(g["arrival_rate_per_s"]), *_group_cells(g)]
             for r in runs
             for g in r["breakdowns"]["window_10s"]
         ]
@@ -217,85 +228,84 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
 
 
 def sweep_section(doc: dict[str, Any]) -> list[Table]:
+    """The operating line: one row per load step, offered against achieved, latency, errors, goodput."""
     tables = []
     for sweep in doc["sweeps"]:
         rows = []
         for s in sweep["steps"]:
             g = s["goodput"]
+            load = f"c={s['concurrency_limit']}" if s["concurrency_limit"] else f"{s['speed']:g}x"
             rows.append(
                 [
-                    f"{s['speed']:g}x",
+                    load,
+                    fmt(s["offered_requests_per_s"]),
                     fmt(s["requests_per_s"]),
                     fmt(s["output_tokens_per_s"]),
                     fmt(s["mean_concurrency"]),
-                    fmt(s["ttft_ms"]["p50"]),
-                    fmt(s["ttft_ms"]["p95"]),
-                    fmt(s["ttft_ms"]["p99"]),
-                    fmt(s["tpot_ms"]["p50"]),
-                    fmt(s["tpot_ms"]["p95"]),
+                    *(fmt(s[f"{m}_ms"][q]) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p95")),
                     f"{pct(s['error_rate'])} ({s['errors']})",
-                    "-" if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
+                    MISSING if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
                 ]
             )
         header = [
-            "speed",
-            "req/s",
+            "load",
+            "offered req/s",
+            "achieved req/s",
             "out tok/s",
             "in flight",
             "TTFT p50",
             "TTFT p95",
-            "TTFT p99",
             "TPOT p50",
             "TPOT p95",
+            "E2E p50",
+            "E2E p95",
             "errors",
             "goodput req/s",
         ]
         notes = [sweep["knee"], "in flight = mean requests in flight; latency in ms"]
+        if sweep["closed_loop"]:
+            notes.append(f"closed loop: c=N keeps N requests in flight; offered rate is {MISSING}")
+        if sweep["max_rate_under_slo"] is not None:
+            notes.append(f"highest achieved rate meeting the SLO: {sweep['max_rate_under_slo']:.3g} req/s")
         if sweep["best_speed_meeting_slo"] is not None:
             notes.append(f"highest speed meeting the SLO: {sweep['best_speed_meeting_slo']:g}x")
-        tables.append(
-            Table(f"Sweep: {sweep['target']} {sweep['model']}".strip(), header, rows, notes, "sweep")
-        )
+        where = " ".join(p for p in (sweep["target"], sweep["model"]) if p and p not in sweep["label"])
+        title = f"Sweep: {sweep['label']}" + (f" ({where})" if where else "")
+        tables.append(Table(title, header, rows, notes, "sweep"))
     return tables
 
 
-TELEMETRY_ROWS = (
-    ("KV cache usage peak", "kv_usage_peak", pct),
-    ("KV cache usage mean", "kv_usage_mean", pct),
-    ("requests waiting, peak", "waiting_peak", fmt),
-    ("time with requests waiting", "waiting_time_share", pct),
-    ("requests running, peak", "running_peak", fmt),
-    ("preemptions per 1k requests", "preemptions_per_1k_requests", fmt),
-    ("engine prefix-cache hit rate", "prefix_hit_rate", pct),
-)
-ENGINE_LATENCY = (
-    ("TTFT", "engine_ttft_ms", "ttft_ms"),
-    ("ITL", "engine_itl_ms", "itl_ms"),
-    ("E2E", "engine_e2e_ms", "e2e_ms"),
+SESSION_ROWS = (
+    ("turns per session", "turns_per_session", ("p50", "p95", "max")),
+    ("session s (first send to last end)", "session_s", ("p50", "p95")),
+    ("finish s (from first scheduled send)", "finish_from_schedule_s", ("p50", "p95")),
+    ("think ms as replayed", "think_ms", ("p50", "p99")),
+    ("think error ms (replayed - planned)", "think_error_ms", ("p50", "p99")),
+    ("think |error| ms", "think_abs_error_ms", ("p50", "p99")),
 )
 
 
-def telemetry_section(doc: dict[str, Any]) -> list[Table]:
-    """Why a run was slow, in the engine's own words, beside the client's view of the same run."""
-    runs = [r for r in doc["runs"] if r.get("telemetry")]
+def sessions_section(doc: dict[str, Any]) -> list[Table]:
+    """Per-session figures beside the per-request ones, for runs of traces with multi-turn sessions."""
+    runs = [r for r in doc["runs"] if r.get("sessions")]
     if not runs:
         return []
-    rows = [[title, *(get(r["telemetry"].get(key)) for r in runs)] for title, key, get in TELEMETRY_ROWS]
-    rows.append(["trace prefix reuse", *(pct(r.get("trace_prefix_reuse")) for r in runs)])
-    for name, engine_key, client_key in ENGINE_LATENCY:
-        for stat in ("p50", "p90", "p99"):
-            engine = [fmt((r["telemetry"].get(engine_key) or {}).get(stat)) for r in runs]
-            rows.append(
-                [
-                    f"{name} {stat} ms: engine / client",
-                    *(f"{e} / {fmt(r[client_key][stat])}" for e, r in zip(engine, runs, strict=True)),
-                ]
-            )
-    notes = [
-        "engine figures come from the target's /metrics, polled during the run; '-' = not exposed",
-        "engine vs client latency: the difference is network, proxy and client time",
+    rows = [
+        [
+            "sessions (multi-turn)",
+            *(f"{r['sessions']['sessions']} ({r['sessions']['multi_turn_sessions']})" for r in runs),
+        ],
+        ["later turns", *(fmt(r["sessions"]["later_turns"]) for r in runs)],
+        ["overlapping turns", *(fmt(r["sessions"]["overlapping_turns"]) for r in runs)],
     ]
-    return [Table("Engine telemetry", ["figure", *(r["label"] for r in runs)], rows, notes, "telemetry")]
+    for title, key, stats in SESSION_ROWS:
+        for stat in stats:
+            rows.append([f"{title} {stat}", *(fmt((r["sessions"].get(key) or {}).get(stat)) for r in runs)])
+    notes = [
+        "overlapping: a turn sent before the previous turn of its session ended (production never did)",
+        "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
+    ]
+    return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
 
 
 CACHE_ROWS = (
@@ -326,6 +336,8 @@ def warnings_section(doc: dict[str, Any]) -> list[Table]:
 
 
 SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
+    verdict_section,
+    contract_section,
     latency_section,
     throughput_section,
     errors_section,
@@ -335,6 +347,8 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
     sweep_section,
     telemetry_section,
     prefix_cache_section,
+    gpu_section,
+    sessions_section,
     warnings_section,
 ]
 

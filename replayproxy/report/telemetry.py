@@ -1,13 +1,16 @@
 """What the engine said about itself during a run: KV usage, queueing, preemption, prefix hits.
 
 Reads the `telemetry` side record the replayer stores (see replay/telemetry.py for the canonical
-names) and reduces it to the figures that explain latency differences. Engine-side latency
-percentiles come from the difference of the engine's histograms at the start and end of the run,
-interpolated within buckets the way Prometheus' `histogram_quantile` does.
+names) and reduces it to the figures that explain latency differences. Engine-side latency comes
+from the difference of the engine's histograms at the start and end of the run: the mean exactly
+(`_sum / _count`), each percentile only as the bucket it falls in, `[lower, upper]` bounds. Buckets
+are wide (vLLM's E2E buckets step 5 s -> 10 s), so an interpolated value inside one would look
+exact and could be set against the client's exact percentiles; a bucket range cannot.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,28 +102,29 @@ def over_time(record: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray
 
 def histogram_quantiles(
     end: dict[str, Any], start: dict[str, Any] | None, quantiles: Sequence[float]
-) -> dict[str, float] | None:
-    """Quantiles in ms of the observations made between two cumulative histogram snapshots."""
+) -> dict[str, Any] | None:
+    """The observations made between two cumulative histogram snapshots, in ms.
+
+    `count`; `mean` from `_sum / _count` (exact); `pNN_bucket` = [lower, upper] bounds of the bucket
+    holding the quantile (upper is null past the last finite bound).
+    """
     bounds = np.array([b[0] for b in end["buckets"]], dtype=np.float64)
     counts = np.array([b[1] for b in end["buckets"]], dtype=np.float64)
+    total_s = float(end.get("sum", math.nan))
     if start is not None:
         before = {b[0]: b[1] for b in start["buckets"]}
         counts = counts - np.array([before.get(b, 0.0) for b in bounds])
+        total_s -= float(start.get("sum", math.nan))
     total = counts[-1] if len(counts) else 0.0
     if total <= 0:
         return None
-    result = {"count": float(total)}
+    mean_ms = total_s / total * 1000.0
+    result: dict[str, Any] = {"count": float(total), "mean": mean_ms if math.isfinite(mean_ms) else None}
     for q in quantiles:
-        rank = q * total
-        i = int(np.searchsorted(counts, rank, side="left"))
-        if i >= len(bounds) - 1 and np.isinf(bounds[-1]):
-            value = bounds[-2] if len(bounds) > 1 else float("nan")  # beyond the last finite bucket
-        else:
-            lower = bounds[i - 1] if i > 0 else 0.0
-            below = counts[i - 1] if i > 0 else 0.0
-            width = counts[i] - below
-            value = lower + (bounds[i] - lower) * ((rank - below) / width if width > 0 else 1.0)
-        result[f"p{round(q * 100):d}"] = float(value) * 1000.0
+        i = min(int(np.searchsorted(counts, q * total, side="left")), len(bounds) - 1)
+        lower = float(bounds[i - 1]) * 1000.0 if i > 0 else 0.0
+        upper = float(bounds[i]) * 1000.0
+        result[f"p{round(q * 100):d}_bucket"] = [lower, upper if math.isfinite(upper) else None]
     return result
 
 

@@ -35,6 +35,7 @@ class SimConfig:
     num_gpu_blocks: int = _opt(28000, "KV cache size in blocks")
     block_size: int = _opt(16, "tokens per KV block")
     prefix_cache: bool = _opt(True, "reuse cached KV blocks of shared prompt prefixes")
+    kv_cache_dtype: str = _opt("auto", "KV cache dtype reported in vllm:cache_config_info (a label only)")
     mean_output_tokens: float = _opt(256.0, "mean output length when EOS may end a request")
     seed: int = _opt(0, "seed of the output-length, text and fault draws")
     tokens_per_chunk: int = _opt(1, "generated tokens per SSE chunk")

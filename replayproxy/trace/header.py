@@ -10,7 +10,7 @@ from typing import Any
 from replayproxy.shape import FIELD_KINDS, FIELDS, HASH_SCHEME
 
 FORMAT_NAME = "replayproxy-trace"
-FORMAT_VERSION = 1  # major: a reader refuses files with a larger one
+FORMAT_VERSION = 2  # major: a reader refuses files with a larger one; 2: sessions linked by replies
 SUFFIX = ".rpt"
 
 

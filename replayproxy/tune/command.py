@@ -216,7 +216,7 @@ def _final_runs(
             with running(config, directory / "engine.log") as engine:
                 for repetition in range(1, repeat + 1):
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    tuner.replay(engine.url, config, speed, path)
+                    tuner.replay(engine, config, speed, path)
                     paths.append(str(path))
         except (EngineFailed, ValueError) as e:
             tuner.say(f"{config.label}: the comparison run failed: {' '.join(str(e).split())}")

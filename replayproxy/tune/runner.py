@@ -20,7 +20,7 @@ from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import Step, meets, step_of
 from replayproxy.report.sweep_command import run_replay
 from replayproxy.tune.candidates import Config
-from replayproxy.tune.engine import EngineFailed, log_tail, running
+from replayproxy.tune.engine import EngineFailed, RunningEngine, log_tail, running
 from replayproxy.tune.fit import TraceFacts, check_fit
 from replayproxy.tune.search import search
 from replayproxy.tune.store import Outcome, config_dir, identity, load_outcome, save_outcome
@@ -95,14 +95,18 @@ class Tuner:
         save_outcome(directory, outcome)
         return outcome
 
-    def replay(self, url: str, config: Config, speed: float, path: Path, *extra: str) -> Step:
-        """One replay of the trace against `url` at `speed`, its figures read back from the result file."""
+    def replay(self, engine: RunningEngine, config: Config, speed: float, path: Path, *extra: str) -> Step:
+        """One replay of the trace against the engine at `speed`, its figures read back from the result file.
+
+        The run's contract records the full command line and the knob values, so reports show what was tuned.
+        """
         s = self.settings
-        label = config.label
+        contract = ["--engine-args", engine.command] if engine.command else []
         run_replay(
             [
-                sys.executable, "-m", "replayproxy", "replay", *s.traces, "--target", url,
-                "--speed", f"{speed:g}", "-o", str(path), "--quiet", "--label", label,
+                sys.executable, "-m", "replayproxy", "replay", *s.traces, "--target", engine.url,
+                "--speed", f"{speed:g}", "-o", str(path), "--quiet", "--label", config.label,
+                *contract, "--note", f"tune {config.engine.name}: {config.key}",
                 *config.engine.replay_args, *extra,
             ]
         )  # fmt: skip
@@ -126,12 +130,12 @@ class Tuner:
                 self.say(f"{config.label}: healthy after {outcome.start_s:.1f} s at {engine.url}")
                 if s.warmup:
                     warmup = directory / "warmup.rpr"
-                    self.replay(engine.url, config, 1.0, warmup, "--limit", str(s.warmup))
+                    self.replay(engine, config, 1.0, warmup, "--limit", str(s.warmup))
                     warmup.unlink()
 
                 def run_step(speed: float, repetition: int) -> tuple[Step, str]:
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    step = self.replay(engine.url, config, speed, path)
+                    step = self.replay(engine, config, speed, path)
                     self.say(
                         f"{config.label}: {speed:g}x ({speed * self.facts.rate:.3g} req/s offered) "
                         f"run {repetition}: {'pass' if self.passes(step) else 'fail'}, "

@@ -1,22 +1,27 @@
-"""Writes tests/data/trace-v1-golden.rpt, the version-1 file every later reader must keep loading.
+"""Writes tests/data/trace-v<N>-golden.rpt, the version-N file every later reader must keep loading.
 
-Run once per format version (`python tests/data/make_golden.py`) and commit the output; never
+Run once per format version (`python tests/data/make_golden.py 2`) and commit the output; never
 regenerate an existing version's file, since its bytes are the point of the test.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
 
-OUT = Path(__file__).parent / "trace-v1-golden.rpt"
 START_WALL_NS = 1_700_000_000_000_000_000
 
 
-def golden_header() -> TraceHeader:
+def golden_path(version: int) -> Path:
+    return Path(__file__).parent / f"trace-v{version}-golden.rpt"
+
+
+def golden_header(version: int = 1) -> TraceHeader:
     return TraceHeader(
+        version=version,
         start_wall_ns=START_WALL_NS,
         source="synth",
         block_size=16,
@@ -27,8 +32,8 @@ def golden_header() -> TraceHeader:
     )
 
 
-def golden_shapes() -> list[RequestShape]:
-    return [
+def golden_shapes(version: int = 1) -> list[RequestShape]:
+    shapes = [
         RequestShape(
             offset_ns=0,
             model="llama-3-8b",
@@ -65,9 +70,26 @@ def golden_shapes() -> list[RequestShape]:
             offset_ns=10**9, model="qwen2-7b", input_tokens=333, status=503, error="http_5xx", e2e_ns=5_000
         ),
     ]
+    if version >= 2:  # sessions linked by replies: a first turn and the turn that continues it
+        first = RequestShape(
+            offset_ns=2 * 10**9, input_tokens=500, output_tokens=20, roles="su", status=200,
+            e2e_ns=400_000_000, session=0xABCDEF0123456789, chat_id=0x1111222233334444,
+        )  # fmt: skip
+        shapes.append(first)
+        shapes.append(
+            first._replace(
+                offset_ns=3 * 10**9, input_tokens=900, roles="suatt", turn=1, think_ns=600_000_000,
+                chat_id=0x5555666677778888, parent_id=0x1111222233334444, tool_chars=321,
+            )  # fmt: skip
+        )
+    return shapes
 
 
 if __name__ == "__main__":
-    OUT.unlink(missing_ok=True)
-    write_trace(OUT, golden_header(), golden_shapes(), mono_ns=lambda: 0, wall_ns=lambda: START_WALL_NS)
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    version = int(sys.argv[1])
+    out = golden_path(version)
+    out.unlink(missing_ok=True)
+    write_trace(
+        out, golden_header(version), golden_shapes(version), mono_ns=lambda: 0, wall_ns=lambda: START_WALL_NS
+    )
+    print(f"wrote {out} ({out.stat().st_size} bytes)")

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from replayproxy import trace
 from replayproxy.trace import ReadReport, iter_frame_payloads
 from tests.proxy.helpers import admin_url
 from tests.servers import sim, start_proxy
@@ -21,6 +22,16 @@ def secret(label: str) -> str:
     return f"{label}-{secrets.token_hex(12)}-ünï"
 
 
+def streamed_text(body: str) -> str:
+    """The content a chat stream carried, as a client would put it into the next turn."""
+    parts = []
+    for line in body.splitlines():
+        if line.startswith("data: {"):
+            choices = orjson.loads(line[6:]).get("choices") or [{}]
+            parts.append((choices[0].get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
 def windows(text: str) -> set[bytes]:
     data = text.encode()
     return {data[i : i + WINDOW] for i in range(len(data) - WINDOW + 1)}
@@ -29,6 +40,8 @@ def windows(text: str) -> set[bytes]:
 def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     api_key, tenant, cookie = f"sk-{secrets.token_hex(20)}", secret("tenant"), secret("cookie")
     prompts = [secret(f"prompt{i}") + " " + secret("more") for i in range(6)]
+    follow_ups = [secret(f"follow{i}") for i in range(6)]
+    replies: list[str] = []
     system, tool, stop, user_id = secret("system"), secret("toolname"), secret("stop"), secret("user")
     path_secret, query_secret = secrets.token_hex(10), secrets.token_hex(10)
     seen_text: list[str] = []
@@ -72,8 +85,22 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
                         try:
                             async with session.post(url, json=body) as resp:
                                 seen_text.append((await resp.read()).decode("utf-8", "replace"))
+                                ok = resp.status == 200
                         except aiohttp.ClientPayloadError:
-                            pass  # the sim's injected resets
+                            continue  # the sim's injected resets
+                        if "chat" in url and chat["stream"] and ok:  # a second turn quoting the reply
+                            reply = streamed_text(seen_text[-1])
+                            replies.append(reply)
+                            turn = [
+                                {"role": "assistant", "content": reply},
+                                {"role": "user", "content": follow_ups[i]},
+                            ]
+                            second = {**chat, "messages": [*chat["messages"], *turn]}
+                            try:
+                                async with session.post(url, json=second) as resp:
+                                    seen_text.append((await resp.read()).decode("utf-8", "replace"))
+                            except aiohttp.ClientPayloadError:
+                                pass
                 async with session.get(f"{proxy.url}/{path_secret}/v1/models?token={query_secret}") as resp:
                     await resp.read()
                 async with session.get(admin + "/metrics") as resp:
@@ -91,6 +118,9 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     assert len(payloads) > 1000 and b"footer" in payloads
     logs = "\n".join(proxy.output).encode()
     secrets_all = [api_key, tenant, cookie, system, tool, stop, user_id, path_secret, query_secret, *prompts]
+    secrets_all += [*follow_ups, *(r for r in replies if len(r) >= WINDOW)]
+    cols = trace.load(sorted(trace_dir.glob("*.rpt")))
+    assert replies and int((cols.turn > 0).sum()) >= 1  # linked turns were recorded, by hashes only
     generated = [text for text in seen_text if '"choices"' in text]
     assert len(generated) >= 6
     completions = [

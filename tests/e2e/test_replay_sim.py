@@ -97,8 +97,9 @@ def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp_path: Path) -> None:
     truth_log = tmp_path / "truth.jsonl"
     with sim("--truth-log", str(truth_log), "--speed", "2") as server, separate_cores(server):
-        result = replay(mixed_trace, server.url, tmp_path / "run.rpr", "--label", "sim", "--scrape-metrics",
-                        "--scrape-interval", "0.1", "--gpu-sampler", GPU_SAMPLER)  # fmt: skip
+        # open loop: every request at its recorded offset, which the ground truth checks below pair
+        options = ("--label", "sim", "--sessions", "open", "--scrape-metrics", "--scrape-interval", "0.1")
+        result = replay(mixed_trace, server.url, tmp_path / "run.rpr", *options, "--gpu-sampler", GPU_SAMPLER)
     cols = load(mixed_trace)
     assert len(result) == len(cols) and set(result.column("index").tolist()) == set(range(len(cols)))
     assert not any(result.column("error"))

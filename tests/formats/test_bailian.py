@@ -64,6 +64,14 @@ def test_published_layout_imports_sessions_turns_and_sharing(tmp_path: Path) -> 
     assert cols.hashes_of(1)[0] == cols.hashes_of(0)[0]
 
 
+def test_a_file_without_follow_up_turns_prints_aiperf(tmp_path: Path) -> None:
+    src = tmp_path / "roots.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in ROWS[:2]))
+    write_imported(bailian.read(src, ImportOptions()), tmp_path / "r.rpt", lambda: 0)
+    result = bailian.write(load(tmp_path / "r.rpt"), tmp_path / "b.jsonl", ExportOptions())
+    assert "--custom-dataset-type bailian_trace --isl-block-size 16" in result.notes[0]
+
+
 def test_bad_rows_are_named(tmp_path: Path) -> None:
     src = tmp_path / "b.jsonl"
     rows = [ROWS[0], {**ROWS[1], "chat_id": "x"}, {**ROWS[1], "hash_ids": [1, 2, 3]}]
@@ -94,6 +102,7 @@ def test_export_is_the_published_layout_and_reads_back(tmp_path: Path) -> None:
     assert consumers.guidellm_problems(rows, 16) == []
     as_ms = [{**r, "timestamp": round(r["timestamp"] * 1000)} for r in rows]  # AIPerf converts s to ms
     assert consumers.aiperf_problems(as_ms, 16) == []
-    assert "--custom-dataset-type bailian_trace --isl-block-size 16" in result.notes[0]
+    # a multi-turn file is not for AIPerf, which would append the earlier turns a second time
+    assert not any("bailian_trace" in n for n in result.notes) and "mooncake --sessions" in result.notes[-1]
     again = bailian.read(out, ImportOptions())
     assert again.input_tokens.tolist() == cols.input_tokens.tolist() and len(again) == 6

@@ -14,11 +14,15 @@ from replayproxy.formats import mooncake
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
 from replayproxy.formats.profile import block_reuse
-from replayproxy.trace import load
+from replayproxy.shape import RequestShape
+from replayproxy.trace import TraceHeader, load, write_trace
 from tests.formats import consumers
 from tests.formats.helpers import DATA, SHARED_TRACES, conversation_trace, shape, tokens, write
 
 SAMPLE = DATA / "mooncake_conversation_head300.jsonl"
+
+
+S = 1_000_000_000
 
 
 def import_file(src: Path, out: Path, **options: object) -> Path:
@@ -169,6 +173,51 @@ def test_session_rows_with_delay(tmp_path: Path) -> None:
     cols = load(import_file(src, tmp_path / "s.rpt"))
     assert cols.offset_ns.tolist() == [0, 200_000_000, 500_000_000]
     assert cols.turn.tolist() == [0, 0, 1] and cols.session[0] == cols.session[2] != cols.session[1]
+    # as AIPerf reads it: the later turn's 20 tokens are new, after the 10-token prompt and its reply
+    assert cols.input_tokens.tolist() == [10, 10, 32] and cols.think_ns.tolist() == [-1, -1, 500_000_000]
+
+
+def session_trace(tmp_path: Path) -> Path:
+    """Turns at 0 / 10 / 20 s answered in 2 s (think 8 s), each prompt = previous + reply + 300 new."""
+    shapes = []
+    for turn in range(3):
+        shapes.append(
+            RequestShape(
+                offset_ns=turn * 10 * S,
+                input_tokens=1000 + turn * 350,
+                output_tokens=50,
+                e2e_ns=2 * S,
+                session=77,
+                turn=turn,
+                think_ns=8 * S if turn else -1,
+                status=200,
+            )  # fmt: skip
+        )
+    shapes.append(RequestShape(offset_ns=5 * S, input_tokens=600, output_tokens=9))
+    path = tmp_path / "sessions.rpt"
+    header = TraceHeader(start_wall_ns=0, source="synth")
+    write_trace(path, header, sorted(shapes, key=lambda s: s.offset_ns), mono_ns=lambda: 0, wall_ns=lambda: 0)
+    return path
+
+
+def test_session_export_holds_each_turns_new_part_and_delay_after_the_reply(tmp_path: Path) -> None:
+    cols = load(session_trace(tmp_path))
+    result = mooncake.write(cols, tmp_path / "m.jsonl", ExportOptions(sessions=True, block_size=64))
+    rows = consumers.read_rows(tmp_path / "m.jsonl")
+    assert [r.get("delay") for r in rows] == [None, None, 8000, 8000]
+    assert [r["input_length"] for r in rows] == [1000, 600, 300, 300]  # 1350 - 1000 - 50 new
+    assert [len(r["hash_ids"]) for r in rows] == [16, 10, 5, 5]
+    assert consumers.aiperf_problems(rows, 64) == []
+    assert any(n.startswith("AIPerf:") for n in result.notes)
+    assert not any(n.startswith(("guidellm", "vLLM", "SGLang")) for n in result.notes)  # they cannot read it
+    plain = mooncake.write(cols, tmp_path / "p.jsonl", ExportOptions(block_size=64))
+    assert any(n.startswith("guidellm") for n in plain.notes)
+
+    back = load(import_file(tmp_path / "m.jsonl", tmp_path / "back.rpt", block_size=64))
+    assert back.input_tokens.tolist() == cols.input_tokens.tolist()  # the same whole prompts
+    assert back.think_ns.tolist() == cols.think_ns.tolist()  # think times kept
+    assert back.turn.tolist() == cols.turn.tolist() and len(set(back.session[back.turn >= 0].tolist())) == 2
+    assert back.offset_ns.tolist()[:2] == [0, 5 * S]  # a first turn keeps its time
 
 
 @pytest.mark.skipif(
@@ -216,6 +265,31 @@ def test_aiperf_own_loader_accepts_the_export(tmp_path: Path, block: int) -> Non
     )
     run = subprocess.run([AIPERF_PYTHON, str(check), str(bad), "512"], capture_output=True, text=True)
     assert run.returncode == 1 and "already materialized" in run.stdout
+
+
+@pytest.mark.skipif(
+    not AIPERF_PYTHON, reason="opt-in: REPLAYPROXY_AIPERF_PYTHON=<python with aiperf installed>"
+)
+def test_aiperf_multi_turn_reading_sends_the_traces_input_lengths(tmp_path: Path) -> None:
+    """AIPerf's own session accumulation over a --sessions export: every turn carries exactly the
+    trace's input length (the earlier turns, their replies and the new part), not more."""
+    check = Path(__file__).with_name("aiperf_multiturn_check.py")
+    cols = load(session_trace(tmp_path))
+    mooncake.write(cols, tmp_path / "m.jsonl", ExportOptions(sessions=True, block_size=64))
+    run = subprocess.run(
+        [AIPERF_PYTHON, str(check), str(tmp_path / "m.jsonl")], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout) == cols.input_tokens.tolist()
+    inflated = tmp_path / "whole.jsonl"  # whole conversations per row, as the export wrote them before
+    inflated.write_text(
+        "".join(
+            json.dumps({"session_id": "s0", "delay": 0, "input_length": n, "output_length": 50}) + "\n"
+            for n in cols.input_tokens[cols.session != 0].tolist()
+        )
+    )
+    run = subprocess.run([AIPERF_PYTHON, str(check), str(inflated)], capture_output=True, text=True)
+    assert sum(json.loads(run.stdout)) > cols.input_tokens[cols.session != 0].sum()  # the check can fail
 
 
 def test_timestamps_keep_sub_millisecond_precision(tmp_path: Path) -> None:

@@ -94,26 +94,24 @@ def test_streamed_chat_shape() -> None:
         False,
     )
     assert (shape.ttft_ns, shape.e2e_ns, shape.chunk_gaps_us) == (30 * MS, 52 * MS, (0, 15_000))
-    assert (shape.roles, shape.turn, shape.has_tools, shape.max_tokens) == ("suau", 1, True, 50)
+    assert (shape.roles, shape.has_tools, shape.max_tokens) == ("suau", True, 50)
     assert shape.sampling == {"temperature": 0.5, "stop": True, "tools": True}
     assert shape.prefix_units > 200 and len(shape.prefix_hashes) == shape.prefix_units // 64
-    assert shape.session != 0 and (shape.status, shape.error) == (200, "")
+    assert (shape.session, shape.chat_id) == (0, 0) and (shape.status, shape.error) == (200, "")  # no linker
 
 
-def test_sessions_link_turns_and_prefixes_are_shared() -> None:
+def test_later_turns_share_their_prefixes() -> None:
     hasher = PromptHasher(KEY)
     first = {**CHAT, "messages": CHAT["messages"][:2]}
     later = build_shape(capture("chat", CHAT, []), hasher, 0)
     opening = build_shape(capture("chat", first, []), hasher, 0)
     other_user = {**CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": "different"}]}
     stranger = build_shape(capture("chat", other_user, []), hasher, 0)
-    assert opening.session == later.session != stranger.session
-    assert (opening.turn, later.turn) == (0, 1)
     shared = len(opening.prefix_hashes)
     assert shared >= 2 and later.prefix_hashes[:shared] == opening.prefix_hashes
     assert stranger.prefix_hashes[:2] == opening.prefix_hashes[:2]  # same tools + system prompt
     rekeyed = build_shape(capture("chat", first, []), PromptHasher(b"z" * 32), 0)
-    assert rekeyed.prefix_hashes != opening.prefix_hashes and rekeyed.session != opening.session
+    assert rekeyed.prefix_hashes != opening.prefix_hashes
 
 
 def test_stream_without_usage_is_estimated_and_error_events_mark_bad_stream() -> None:

@@ -53,11 +53,12 @@ def test_metrics_names_labels_and_health(tmp_path: Path) -> None:
 
 
 def test_health_stays_200_but_says_recording_fails_while_records_are_dropped(tmp_path: Path) -> None:
-    not_a_directory = tmp_path / "traces"
-    not_a_directory.write_text("a file where the trace directory should be")
+    trace_dir = tmp_path / "traces"
 
     async def main() -> tuple[int, dict[str, str], str]:
-        async with RawUpstream(answer) as up, proxy(up.url, not_a_directory, retry_s=0.05) as px:
+        async with RawUpstream(answer) as up, proxy(up.url, trace_dir, retry_s=0.05) as px:
+            # After a clean start the directory's place is taken by a file: every write now fails.
+            trace_dir.write_text("a file where the trace directory should be")
             async with aiohttp.ClientSession() as session:
                 for _ in range(100):
                     async with session.post(px.url + "/v1/chat/completions", json={"messages": []}) as resp:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.config import ConfigError
-from replayproxy.proxy.prompt import PromptHasher, render_chat_opening, render_completion
+from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.shape import prefix_block_hashes
 
 KEY = b"q" * 32
@@ -29,7 +29,7 @@ def test_rendering_is_documented_shape() -> None:
             "not a message",
         ],
     }
-    text = render_chat_opening(body)[0]
+    text = render_chat(body)
     assert text.startswith('<|tools|>\n[{"a":2,"b":1}]\n<|system|>\nS\n<|user:ann|>\nT<|image_url:')
     assert text.endswith('<|assistant|>\n<|tool_calls|>[{"id":"1"}]\n<|tool|>\nR<|tool_call_id|>"1"\n')
 
@@ -48,12 +48,6 @@ def test_char_blocks_of_64_by_default() -> None:
     hashes, units = hasher.prefix("x" * 200)
     assert units == 200 and hashes == prefix_block_hashes("x" * 200, 64, KEY)
     assert PromptHasher(KEY, block_size=10).prefix("y" * 25)[0] == prefix_block_hashes("y" * 25, 10, KEY)
-
-
-def test_session_needs_a_user_message() -> None:
-    hasher = PromptHasher(KEY)
-    assert hasher.session_of(render_chat_opening({"messages": [{"role": "system", "content": "s"}]})[1]) == 0
-    assert hasher.session_of(render_chat_opening({"messages": [{"role": "user", "content": "u"}]})[1]) != 0
 
 
 def test_missing_tokenizers_package_is_a_clear_config_error(

@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replayproxy.proxy.links import Reply
 from replayproxy.proxy.stream_scan import StreamScan
 from replayproxy.sse import CONTENT, ERROR, SSEDecoder, classify
 
@@ -51,6 +52,17 @@ def truth(pieces: list[bytes], times: list[int]) -> tuple[list[int], object, boo
     return content, usage, bad
 
 
+def reply_truth(pieces: list[bytes]) -> str:
+    """The reply's text, every event parsed: the `content` of each content chunk's delta."""
+    decoder = SSEDecoder()
+    text = []
+    for piece in pieces:
+        for event in decoder.feed(piece):
+            if classify(event.data).kind == CONTENT:
+                text.append(json.loads(event.data)["choices"][0]["delta"].get("content") or "")
+    return "".join(text)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     events=st.lists(EVENTS, max_size=40),
@@ -73,8 +85,10 @@ def test_scan_equals_decoding_every_event(
             at += size
         reads = [read for read in grouped if read] + reads[at:]
     times = [1000 * (i + 1) for i in range(len(reads))]
-    scan = StreamScan(reads, times)
+    reply = Reply()
+    scan = StreamScan(reads, times, reply)
     assert (scan.content_ns, scan.usage, scan.bad) == truth(reads, times)
+    assert reply.finish() == (reply_truth(reads), [])
 
 
 def test_a_long_plain_stream_is_one_run_and_gaps_are_microseconds() -> None:

@@ -17,6 +17,8 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.replay import command
+from replayproxy.report.document import build_document
+from replayproxy.report.runs import load_runs
 from replayproxy.results import load_results
 from replayproxy.shape import RequestShape
 from tests.replay import traces
@@ -148,3 +150,10 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
     errors = result.column("error").tolist()
     assert 5 <= len(errors) < 60
     assert "client_cancel" in errors and "" in errors
+    assert result.footer["summary"]["partial"] is True and result.footer["summary"]["stopped_after_s"] > 0
+    doc = build_document(load_runs([out]))
+    run = doc["runs"][0]
+    assert run["partial"]["cancelled"] == errors.count("client_cancel")
+    assert "client_cancel" not in run["errors"]["by_class"]  # cut off by us, not failed by the engine
+    assert run["requests"] == len(errors) - errors.count("client_cancel")
+    assert any("partial run, interrupted after" in w for w in doc["warnings"])

@@ -81,3 +81,27 @@ def test_timeouts_are_recorded_and_the_run_continues() -> None:
     results = asyncio.run(replay(silent_for_first, prepared, 3, timeout_s=0.3))
     assert results[0].error == "timeout" and 0.3e9 <= results[0].e2e_ns < 2e9
     assert [r.error for r in results[1:]] == ["", ""]
+
+
+def test_closed_loop_sends_a_later_turn_at_the_previous_end_plus_think_time() -> None:
+    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+            return
+        await asyncio.sleep(0.08)  # longer than the recorded gap between the turns
+        writer.write(sse_answer(2))
+
+    def turn(index: int, offset_ms: int, after: int) -> Prepared:
+        think = 30_000_000 if after >= 0 else -1
+        return Prepared(index, offset_ms * 1_000_000, "chat", "/v1/chat/completions", b"{}", True, 5, 3,
+                        session=7, turn=index, after=after, think_ns=think)  # fmt: skip
+
+    prepared = [turn(0, 0, -1), turn(1, 20, 0), turn(2, 40, 1)]
+    results = asyncio.run(replay(slow, prepared, 3, timeout_s=5, closed_loop=True))
+    assert all(r.error == "" for r in results)
+    for previous, later in zip(results, results[1:], strict=False):
+        think = later.sent_ns - (previous.sent_ns + previous.e2e_ns)
+        assert 30_000_000 <= think < 60_000_000  # after the end, by the think time (generous)
+        assert later.scheduled_ns == previous.sent_ns + previous.e2e_ns + 30_000_000  # the dynamic deadline
+    open_loop = asyncio.run(replay(slow, prepared, 3, timeout_s=5))
+    assert [r.scheduled_ns for r in open_loop] == [0, 20_000_000, 40_000_000]

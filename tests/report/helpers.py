@@ -28,6 +28,7 @@ def result(
     endpoint: str = "chat",
     expected_input: int = -1,
     expected_output: int = -1,
+    stream: bool = True,
 ) -> ReplayResult:
     sent = index * 100.0 if sent_ms is None else sent_ms
     scheduled = sent if scheduled_ms is None else scheduled_ms
@@ -36,6 +37,7 @@ def result(
         scheduled_ns=int(scheduled * MS),
         sent_ns=int(sent * MS),
         endpoint=endpoint,
+        stream=stream,
         ttft_ns=-1 if error else int(ttft_ms * MS),
         e2e_ns=int(e2e_ms * MS),
         chunk_gaps_us=tuple(int(g) for g in gaps_us),

@@ -67,7 +67,8 @@ def test_text_is_side_by_side_and_markdown_is_tables(
     text = capsys.readouterr().out
     header = next(line for line in text.splitlines() if line.startswith("metric"))
     assert header.split() == ["metric", "stat", "engine-a", "engine-b"]
-    rows = [line.split() for line in text.split("\n\n")[0].splitlines()]  # the Latency block
+    latency = next(block for block in text.split("\n\n") if block.startswith("Latency\n"))
+    rows = [line.split() for line in latency.splitlines()]
     for stat in ("p50", "p90", "p95", "p99", "max", "mean", "count"):  # one row per latency figure
         assert sum(1 for r in rows if len(r) >= 3 and r[-3] == stat) == 7
     assert "Paired: engine-b vs engine-a" in text and "B is faster" in text

@@ -72,10 +72,15 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_html_is_self_contained_with_plots_and_tables(report_html: Path) -> None:
     text = report_html.read_text(encoding="utf-8")
-    assert text.count("<svg") == 5  # CDFs, latency over time, in flight, TTFT by input length, sweep
-    for title in ("Latency CDFs", "Latency over time", "In-flight requests", "TTFT by input length", "Sweep"):
+    # CDFs (TTFT, TPOT, E2E, ITL, schedule lag), goodput against the SLO, latency over time, in
+    # flight, TTFT by input length, sweep against offered req/s
+    assert text.count("<svg") == 6
+    titles = ("Latency CDFs", "Goodput against the SLO", "Latency over time", "In-flight requests",
+              "TTFT by input length", "Sweep")  # fmt: skip
+    for title in titles:
         assert f"<h2>{title}</h2>" in text
-    assert "<table>" in text and "Paired: B vs A" in text and "knee at" in text
+    assert "<table>" in text and "Paired: B vs A" in text and "operating point at" in text
+    assert text.index('<div class="verdict">') < text.index("<figure>")
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<(script|link|img|iframe)\b", text)
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", text)

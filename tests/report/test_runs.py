@@ -20,13 +20,20 @@ def test_label_defaults_to_target_and_model(tmp_path: Path) -> None:
     assert [r.label for r in load_runs([a, b, c])] == ["http://x:8000 llama", "http://y qwen", "candidate"]
 
 
-def test_equal_labels_get_speed_or_counter(tmp_path: Path) -> None:
+def test_equal_labels_are_kept_and_headings_name_the_speed_or_the_repetition(tmp_path: Path) -> None:
     paths = [
         write_run(tmp_path / f"s{i}.rpr", [result(0)], options={"speed": s}) for i, s in enumerate((1, 2.5))
     ]
     paths += [write_run(tmp_path / f"t{i}.rpr", [result(0)], target="http://b") for i in range(2)]
-    labels = [r.label for r in load_runs(paths)]
-    assert labels == ["http://a @1x", "http://a @2.5x", "http://b #1", "http://b #2"]
+    runs = load_runs(paths)
+    assert [r.label for r in runs] == ["http://a", "http://a", "http://b", "http://b"]
+    assert [r.name for r in runs] == [
+        "http://a at 1x",
+        "http://a at 2.5x",
+        "http://b (run 1/2)",
+        "http://b (run 2/2)",
+    ]
+    assert [(r.repetition, r.repetitions) for r in runs] == [(1, 1), (1, 1), (1, 2), (2, 2)]
 
 
 def test_shards_merge_into_one_run_on_one_time_line(tmp_path: Path) -> None:

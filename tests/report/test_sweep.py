@@ -1,4 +1,4 @@
-"""The knee rule and the --auto search, on constructed steps."""
+"""The operating-point rule and the --auto search, on constructed steps."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ def step(
     errors: int = 0,
     requests: int = 1000,
     good: Goodput | None = None,
+    offered: float = float("nan"),
 ) -> Step:
     ttft = Summary(requests, 10.0, 20.0, ttft_p95, ttft_p95, ttft_p95, 15.0)
-    return Step(speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, Summary(0), Summary(0), errors, good)
+    duration = requests / rps if rps else float("nan")  # E2E unknown: no latency to discount
+    empty = Summary(0)
+    return Step(
+        speed, f"{speed}x", requests, rps, rps * 100, 1.0, ttft, empty, empty, errors, good, offered,
+        duration_s=duration,
+    )  # fmt: skip
 
 
 def test_knee_where_throughput_stops_growing() -> None:
@@ -26,13 +32,15 @@ def test_knee_where_throughput_stops_growing() -> None:
     knee = find_knee(steps)
     assert (knee.step, knee.broke_at) == (2, 3)  # 4x -> 8x offered doubled but achieved grew 15%
     assert "throughput stopped growing" in knee.reasons[0]
-    assert knee.describe(steps).startswith("knee at 4x: the next step (8x)")
+    assert knee.describe(steps).startswith("operating point at 4x: the next step (8x)")
 
 
 def test_knee_where_p95_jumps_or_failures_appear() -> None:
     jump = [step(1, 10, 40), step(2, 20, 70), step(4, 40, 900)]
-    assert find_knee(jump).step == 1 and "p95 TTFT jumped" in find_knee(jump).reasons[0]
-    small = [step(1, 10, 4), step(2, 20, 12)]  # tripled but by only 8 ms: noise, not a jump
+    assert find_knee(jump).step == 1 and "p95 TTFT bent" in find_knee(jump).reasons[0]
+    # p95 grew 1.75x for 2x the load: it did not bend; then 12.9x for 2x the load: it did.
+    assert "(70 -> 900 ms for 2x the load)" in find_knee(jump).reasons[0]
+    small = [step(1, 10, 4), step(2, 20, 12)]  # tripled but by only 8 ms: noise, not a bend
     assert find_knee(small).broke_at is None
     failing = [step(1, 10), step(2, 20, errors=30)]
     assert find_knee(failing).step == 0 and "failed 3.0%" in find_knee(failing).reasons[0]
@@ -42,10 +50,36 @@ def test_knee_where_p95_jumps_or_failures_appear() -> None:
 def test_no_knee_and_knee_below_lowest_speed() -> None:
     steady = [step(1, 10), step(2, 20)]
     assert find_knee(steady).step == 1 and find_knee(steady).broke_at is None
-    assert "no knee up to 2x" in find_knee(steady).describe(steady)
+    assert "no step bent; try higher loads" in find_knee(steady).describe(steady)
     broken = [step(1, 10, errors=500), step(2, 20)]
     knee = find_knee(broken)
-    assert knee.step is None and "already past the knee" in knee.describe(broken)
+    assert knee.step is None and "already saturated at the lowest step" in knee.describe(broken)
+
+
+def test_saturated_at_the_lowest_step_asks_for_lower_steps() -> None:
+    # The trace already saturated the engine at the lowest step: offered 19.8 req/s, achieved 9.6.
+    steps = [step(1, 9.6, offered=19.8), step(2, 9.7, offered=39.6)]
+    knee = find_knee(steps)
+    assert knee.step is None and knee.broke_at == 0
+    text = knee.describe(steps)
+    assert "already saturated at the lowest step, 1x (19.8 req/s offered)" in text
+    assert "served 9.6 of 19.8 req/s offered" in text and "add lower steps" in text
+
+
+def test_a_short_run_is_not_saturated_by_its_own_tail() -> None:
+    # 30 requests offered at 20 req/s over 1.45 s; the last ends 0.5 s later (E2E p50 0.4 s):
+    # 30 / 1.95 s looks like 15 req/s achieved, but over the arrival time it served 19.4 req/s.
+    e2e = Summary(30, 400.0, 500.0, 500.0, 500.0, 500.0, 400.0)
+    lowest = Step(1, "1x", 30, 30 / 1.95, 100.0, 4.0, e2e, Summary(0), e2e, 0, None, 20.7, duration_s=1.95)
+    assert find_knee([lowest]).broke_at is None
+
+
+def test_a_step_whose_p95_crosses_the_slo_bends() -> None:
+    crossed = step(2, 20)
+    crossed = Step(**{**{f: getattr(crossed, f) for f in Step.__dataclass_fields__},
+                      "slo_crossed": ("ttft p95 900 ms > SLO 500 ms",)})  # fmt: skip
+    knee = find_knee([step(1, 10), crossed])
+    assert knee.step == 0 and "crossed the SLO (ttft p95 900 ms > SLO 500 ms)" in knee.reasons
 
 
 def test_meets_uses_errors_percentiles_and_attainment() -> None:

@@ -62,8 +62,9 @@ def test_sweep_runs_each_speed_and_names_the_knee(
     assert calls[0][:4] == [sys.executable, "-m", "replayproxy", "replay"]
     assert calls[0][-4:] == ["--progress", "log", "--model", "m"]
     assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == [f"speed-{s}.rpr" for s in (1, 2, 4, 8)]
-    assert "knee at 2x: the next step (4x)" in out and "throughput stopped growing" in out
-    assert out.splitlines()[2].split()[:2] == ["speed", "req/s"]
+    assert "operating point at 2x (20.2 req/s offered): the next step (4x (40.4 req/s offered))" in out
+    assert "throughput stopped growing" in out or "crossed the SLO" in out
+    assert out.splitlines()[2].split()[:5] == ["load", "offered", "req/s", "achieved", "req/s"]
     # `report DIR/*.rpr` recognises the same sweep from the speeds in the result headers
     assert main(["report", str(tmp_path / "sw"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -134,6 +135,59 @@ def test_damaged_trace_fails_before_any_replay(
 def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="replay step failed: boom"):
         sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit('boom')"])
+
+
+def test_rates_become_speeds_through_the_traces_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
+    trace = write_baseline_trace(tmp_path / "t.rpt")  # 3 requests over 2 s: 1.5 req/s at 1x
+    argv = ["sweep", str(trace), "--target", "http://engine", "--rates", "3,6", "-o", str(tmp_path / "sw")]
+    assert main(argv) == 0
+    assert [c[c.index("--speed") + 1] for c in calls] == ["2", "4"]
+    assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == ["rate-3.rpr", "rate-6.rpr"]
+
+
+def test_concurrency_steps_are_a_closed_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(sweep_command, "run_replay", fake_replay(25.0, calls))
+    trace = write_baseline_trace(tmp_path / "t.rpt")
+    argv = [
+        "sweep",
+        str(trace),
+        "--target",
+        "http://engine",
+        "--concurrency",
+        "4,1",
+        "-o",
+        str(tmp_path / "c"),
+    ]
+    assert main(argv) == 0
+    assert [c[c.index("--max-concurrency") + 1] for c in calls] == ["1", "4"]
+    assert all(float(c[c.index("--speed") + 1]) >= 1e5 for c in calls)  # every request due at once
+
+
+@pytest.mark.parametrize("given", [["--speed", "3"], ["--speed=3"], ["-o", "x.rpr"]])
+def test_replay_args_that_would_override_the_step_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    trace = write_baseline_trace(tmp_path / "t.rpt")
+    argv = ["sweep", str(trace), "--target", "http://e", "--speeds", "1", "--replay-args", *given]
+    assert main(argv) == 2
+    assert "--replay-args must not set" in capsys.readouterr().err
+
+
+def test_max_concurrency_is_refused_beside_concurrency_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_baseline_trace(tmp_path / "t.rpt")
+    argv = ["sweep", str(trace), "--target", "http://e", "--concurrency", "1,2", "--replay-args",
+            "--max-concurrency", "8"]  # fmt: skip
+    assert main(argv) == 2
+    assert "must not set --max-concurrency" in capsys.readouterr().err
 
 
 def test_a_replay_step_that_exits_1_with_its_result_written_is_a_step(tmp_path: Path) -> None:

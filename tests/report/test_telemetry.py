@@ -14,22 +14,25 @@ from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 HIST = {"buckets": [[0.1, 4.0], [1.0, 9.0], [float("inf"), 10.0]], "count": 10.0, "sum": 3.5}
 
 
-def test_histogram_quantiles_interpolate_like_prometheus() -> None:
+def test_histogram_quantiles_are_buckets_and_the_mean_is_sum_over_count() -> None:
     q = histogram_quantiles(HIST, None, (0.5, 0.9, 0.95))
     assert q is not None
-    # p50: rank 5 falls in (0.1, 1.0] holding observations 5..9 -> 0.1 + 0.9 * (5 - 4) / 5 = 0.28 s.
-    assert q["p50"] == pytest.approx(280.0)
-    assert q["p90"] == pytest.approx(1000.0)
-    assert q["p95"] == pytest.approx(1000.0)  # in +Inf: the highest finite bound, as Prometheus does
+    # p50: rank 5 falls in (0.1, 1.0] holding observations 5..9; no value inside it is made up.
+    assert q["p50_bucket"] == [100.0, 1000.0]
+    assert q["p90_bucket"] == [100.0, 1000.0]
+    assert q["p95_bucket"] == [1000.0, None]  # in +Inf: only the lower bound is known
+    assert "p50" not in q
     assert q["count"] == 10.0
+    assert q["mean"] == pytest.approx(350.0)  # 3.5 s over 10 observations, exact
 
 
 def test_histogram_quantiles_use_only_the_runs_observations() -> None:
     start = {"buckets": [[0.1, 4.0], [1.0, 4.0], [float("inf"), 4.0]], "count": 4.0, "sum": 0.2}
     q = histogram_quantiles(HIST, start, (0.5,))
     assert q is not None and q["count"] == 6.0
-    # 6 new observations: 5 in (0.1, 1.0], 1 in +Inf; rank 3 -> 0.1 + 0.9 * 3 / 5 = 0.64 s.
-    assert q["p50"] == pytest.approx(640.0)
+    # 6 new observations: 5 in (0.1, 1.0], 1 in +Inf, 3.3 s between them.
+    assert q["p50_bucket"] == [100.0, 1000.0]
+    assert q["mean"] == pytest.approx(3300.0 / 6)
     assert histogram_quantiles(HIST, HIST, (0.5,)) is None
 
 
@@ -68,7 +71,7 @@ def test_summary_of_gauges_counters_and_waiting_time() -> None:
     assert summary["preemptions"] == 3.0
     assert summary["preemptions_per_1k_requests"] == pytest.approx(15.0)
     assert summary["prefix_hit_rate"] == pytest.approx(100 / 400)
-    assert summary["engine_ttft_ms"]["p50"] == pytest.approx(280.0)
+    assert summary["engine_ttft_ms"]["p50_bucket"] == [100.0, 1000.0]
     times, values = over_time(record, "kv_usage") or ((), ())
     assert list(times) == [0.0, 1.0, 3.0] and list(values) == [0.2, 0.9, 0.4]
 
@@ -126,8 +129,11 @@ def test_report_shows_engine_telemetry_beside_client_latency(
     doc = json.loads(capsys.readouterr().out)
     assert [r["telemetry"]["kv_usage_peak"] for r in doc["runs"]] == [0.8, 0.4]
     assert doc["runs"][0]["trace_prefix_reuse"] == 0.42
-    assert doc["runs"][0]["telemetry"]["engine_ttft_ms"]["p50"] == pytest.approx(280.0)
+    assert doc["runs"][0]["telemetry"]["engine_ttft_ms"]["mean"] == pytest.approx(350.0)
     assert main(["report", a, b]) == 0
     text = capsys.readouterr().out
     assert "Engine telemetry" in text and "KV cache usage peak" in text and "80.0%" in text
-    assert "TTFT p50 ms: engine / client" in text and "280 / 50" in text.replace(".0 /", " /")
+    assert "TTFT mean ms: engine / client" in text and "350 / 50" in text.replace(".0 /", " /")
+    # The engine's percentile is a bucket range on a row of its own, never "engine / client".
+    assert "TTFT p50 ms: engine bucket" in text and "100..1000" in text
+    assert "p50 ms: engine / client" not in text

@@ -25,3 +25,11 @@ def test_render_has_vllm_names_with_model_label() -> None:
                  "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_count"):
         assert metric(text, name) == 0.0
     assert 'model_name="my-model"' in text
+
+
+def test_cache_config_info_carries_the_cache_settings_as_labels() -> None:
+    metrics = Metrics("m")
+    metrics.engine = Engine(SimConfig(block_size=32, prefix_cache=False, kv_cache_dtype="fp8"), metrics)
+    line = next(x for x in metrics.render().decode().splitlines() if x.startswith("vllm:cache_config_info{"))
+    assert 'block_size="32"' in line and 'cache_dtype="fp8"' in line
+    assert 'enable_prefix_caching="False"' in line and line.endswith(" 1.0")

@@ -86,6 +86,10 @@ def test_tune_finds_the_best_configuration_stops_every_engine_and_resumes(tmp_pa
     winner = outcomes[("sim", winner_key)]
     assert winner_key == "max_num_seqs=16,max_num_batched_tokens=4096"
     best_speed = winner["best_speed"]
+    # Each run's contract records the full command line and the knob values.
+    (header,) = load_runs([winner["probes"][0]["path"]])[0].headers
+    assert header.contract["engine_args"] == winner["command"] and "--max-num-seqs 16" in winner["command"]
+    assert header.contract["note"] == f"tune sim: {winner_key}"
     # The early stop: later configurations started at the best speed and, failing there, cost one run.
     stopped = [o for o in outcomes.values() if o["engine"] == "sim" and o["stopped"]]
     assert stopped and all(len(o["probes"]) == 1 for o in stopped)

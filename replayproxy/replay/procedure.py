@@ -1,0 +1,95 @@
+"""The measurement procedure around a replay: warm up, then reset caches and measure K times.
+
+Benchmarking practice is to warm an engine up (CUDA graphs, allocator, first-request paths) before
+measuring, and to repeat the measured run so that run-to-run noise can be told apart from a real
+difference. `--warmup N|Ss` sends the trace's first N requests (or its first S seconds) at their
+own timing before the measured run and keeps only their counts; `--repeat K` runs the measured
+replay K times, each after the flavor's cache reset, each into its own result file of one label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from replayproxy import clock
+from replayproxy.replay import session, telemetry
+from replayproxy.replay.connection import Target
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.target import pre_run
+
+WARMUP_LEAD_NS = 100_000_000
+_WARMUP = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>s?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """`--warmup 20` (the first 20 requests) or `--warmup 30s` (those in the first 30 s)."""
+
+    requests: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Warmup:
+        match = _WARMUP.match(text.strip().lower())
+        if match is None:
+            raise ValueError(f"--warmup must be a request count or seconds, e.g. 20 or 30s; got {text!r}")
+        if match["unit"]:
+            return cls(seconds=float(match["value"]))
+        if "." in match["value"]:
+            raise ValueError(f"--warmup request count must be a whole number, got {text!r}")
+        return cls(requests=int(match["value"]))
+
+    def select(self, prepared: list[Prepared]) -> list[Prepared]:
+        """The warm-up requests: a prefix of the schedule."""
+        if self.requests is not None:
+            return prepared[: self.requests]
+        assert self.seconds is not None
+        limit_ns = (prepared[0].scheduled_ns if prepared else 0) + self.seconds * 1e9
+        return [p for p in prepared if p.scheduled_ns < limit_ns]
+
+
+def output_for(output: str, repetition: int, repetitions: int) -> str:
+    """RESULT.rpr for one run; RESULT-run2.rpr for the second of several."""
+    if repetitions == 1:
+        return output
+    path = Path(output)
+    return str(path.with_name(f"{path.stem}-run{repetition}{path.suffix or '.rpr'}"))
+
+
+async def warm_up(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, Any]:
+    """Send the warm-up requests at their own timing; what was sent is recorded, not measured."""
+    warmup = Warmup.parse(options.warmup)
+    chosen = warmup.select(plan.prepared)
+    if not chosen:
+        return {"spec": options.warmup, "requests": 0, "errors": 0, "duration_s": 0.0}
+    base = chosen[0].scheduled_ns
+    shifted = [replace(p, scheduled_ns=p.scheduled_ns - base) for p in chosen]
+    started = clock.now_ns()
+    outcome = await session.run_local(
+        options, shifted, min(plan.pool_size, len(shifted)), clock.now_ns() + WARMUP_LEAD_NS
+    )
+    return {
+        "spec": options.warmup,
+        "requests": len(outcome.results),
+        "errors": sum(1 for r in outcome.results if r.error),
+        "duration_s": round((clock.now_ns() - started) / 1e9, 3),
+    }
+
+
+async def reset_target(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, Any]:
+    """The flavor's pre-run actions (e.g. the prefix-cache reset) right before one measured run."""
+    skip = set() if options.reset_prefix_cache else {a.name for a in plan.flavor.pre_run}
+    url = Target.parse(options.target).url
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as http:
+        outcome: dict[str, Any] = dict(await pre_run(http, url, plan.flavor, skip, options.headers))
+    # the engine's block size and prefix-cache counters at the start, beside the reset's outcome
+    outcome["prefix_cache"] = await asyncio.to_thread(
+        telemetry.scrape_cache_state, session.cache_metrics_url(options)
+    )
+    return outcome

@@ -1,0 +1,77 @@
+"""The conditions each candidate was measured under, side by side, and where they differ.
+
+A comparison means "this engine or config is better on our traffic" only when the rest was equal:
+the same model, the same weight precision / quantization and the same KV-cache dtype. The result
+headers carry what the replayer learned (engine version, /v1/models, the engine's published
+configuration, GPUs) and what the user said (--engine-args, --note); differences in the
+like-for-like fields become warnings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replayproxy.report.runs import Run
+
+# Fields whose difference makes a comparison not like for like, by where they are found.
+LIKE_FOR_LIKE_CONFIG = ("cache_dtype", "kv_cache_dtype", "dtype", "quantization")
+RESET_ACTIONS = ("reset_prefix_cache", "flush_cache")
+
+
+def contract_of(run: Run) -> dict[str, Any]:
+    """One candidate's contract, from its first run's header."""
+    header = run.headers[0] if run.headers else None
+    contract = dict(header.contract) if header is not None else {}
+    return {
+        "label": run.label,
+        "engine_version": header.engine_version if header is not None else "",
+        "model": run.model,
+        "max_model_len": contract.get("max_model_len"),
+        "engine_config": contract.get("engine_config") or {},
+        "gpus": contract.get("gpus") or [],
+        "engine_args": contract.get("engine_args", ""),
+        "note": contract.get("note", ""),
+        "warmup": header.warmup if header is not None else {},
+        "runs": run.repetitions,
+        "cache_reset": cache_reset(run),
+    }
+
+
+def cache_reset(run: Run) -> str:
+    """ "ok" when every run's cache reset worked, else the first other outcome ("skipped", "failed:
+    ...", or "no reset action" when the flavor has none)."""
+    outcomes = [h.pre_run.get(name) for h in run.headers for name in RESET_ACTIONS if name in h.pre_run]
+    if not outcomes:
+        return "no reset action"
+    bad = [str(o) for o in outcomes if o != "ok"]
+    return bad[0] if bad else "ok"
+
+
+def differences(contracts: list[dict[str, Any]]) -> list[str]:
+    """'not a like-for-like comparison' warnings: model, precision, KV dtype, context length."""
+    if len(contracts) < 2:
+        return []
+    out = []
+    first = contracts[0]
+    for other in contracts[1:]:
+        for what, a, b in _fields(first, other):
+            if a != b:
+                out.append(
+                    f"not a like-for-like comparison: {first['label']} and {other['label']} differ in "
+                    f"{what} ({a or '?'} vs {b or '?'})"
+                )
+    return out
+
+
+def _fields(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    fields: list[tuple[str, Any, Any]] = [("model", a["model"], b["model"])]
+    if a["max_model_len"] and b["max_model_len"]:
+        fields.append(("max_model_len", a["max_model_len"], b["max_model_len"]))
+    for key in LIKE_FOR_LIKE_CONFIG:
+        if key in a["engine_config"] or key in b["engine_config"]:
+            fields.append((key, a["engine_config"].get(key), b["engine_config"].get(key)))
+    gpus_a = sorted(g.get("name", "") for g in a["gpus"])
+    gpus_b = sorted(g.get("name", "") for g in b["gpus"])
+    if gpus_a and gpus_b:
+        fields.append(("GPUs", ", ".join(gpus_a), ", ".join(gpus_b)))
+    return fields

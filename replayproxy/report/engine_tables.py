@@ -1,0 +1,118 @@
+"""Report sections about the conditions and the engine: the contract, engine telemetry, GPU samples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from replayproxy.report.cells import MISSING, Table, fmt, pct
+
+CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("engine version", lambda c: c["engine_version"]),
+    ("model", lambda c: c["model"]),
+    ("max_model_len", lambda c: fmt(c["max_model_len"])),
+    ("engine config from", lambda c: c["engine_config"].get("source", MISSING)),
+    ("GPUs", lambda c: ", ".join(f"{g['name']} {g['memory_total']}" for g in c["gpus"]) or MISSING),
+    ("GPU driver", lambda c: ", ".join(sorted({g["driver"] for g in c["gpus"]})) or MISSING),
+    ("--engine-args", lambda c: c["engine_args"] or MISSING),
+    ("--note", lambda c: c["note"] or MISSING),
+    ("warm-up requests", lambda c: fmt(c["warmup"].get("requests")) if c["warmup"] else "none"),
+    ("runs", lambda c: fmt(c["runs"])),
+    ("cache reset", lambda c: c["cache_reset"]),
+)
+
+
+# The engine settings shown (all published ones are in the JSON): vLLM CacheConfig, SGLang server args.
+CONTRACT_CONFIG = (
+    "block_size", "cache_dtype", "kv_cache_dtype", "dtype", "quantization", "enable_prefix_caching",
+    "disable_radix_cache", "gpu_memory_utilization", "mem_fraction_static", "num_gpu_blocks",
+    "kv_cache_memory_bytes", "context_length", "tp_size", "dp_size", "page_size", "chunked_prefill_size",
+    "max_running_requests",
+)  # fmt: skip
+
+
+def contract_section(doc: dict[str, Any]) -> list[Table]:
+    """The conditions each candidate was measured under (first run of each), side by side."""
+    cs = doc["contracts"]
+    if not cs:
+        return []
+    rows = [[title, *(str(get(c) or MISSING) for c in cs)] for title, get in CONTRACT_ROWS]
+    present = {k for c in cs for k in c["engine_config"]}
+    rows += [
+        [k, *(str(c["engine_config"].get(k, MISSING)) for c in cs)] for k in CONTRACT_CONFIG if k in present
+    ]
+    notes = [w for w in doc["warnings"] if w.startswith("not a like-for-like")]
+    return [Table("Contract", ["", *(c["label"] for c in cs)], rows, notes, "contract")]
+
+
+TELEMETRY_ROWS = (
+    ("KV cache usage peak", "kv_usage_peak", pct),
+    ("KV cache usage mean", "kv_usage_mean", pct),
+    ("requests waiting, peak", "waiting_peak", fmt),
+    ("time with requests waiting", "waiting_time_share", pct),
+    ("requests running, peak", "running_peak", fmt),
+    ("preemptions per 1k requests", "preemptions_per_1k_requests", fmt),
+    ("engine prefix-cache hit rate", "prefix_hit_rate", pct),
+)
+ENGINE_LATENCY = (
+    ("TTFT", "engine_ttft_ms", "ttft_ms"),
+    ("ITL", "engine_itl_ms", "itl_ms"),
+    ("E2E", "engine_e2e_ms", "e2e_ms"),
+)
+
+
+def telemetry_section(doc: dict[str, Any]) -> list[Table]:
+    """Why a run was slow, in the engine's own words, beside the client's view of the same run."""
+    runs = [r for r in doc["runs"] if r.get("telemetry")]
+    if not runs:
+        return []
+    rows = [[title, *(get(r["telemetry"].get(key)) for r in runs)] for title, key, get in TELEMETRY_ROWS]
+    rows.append(["trace prefix reuse", *(pct(r.get("trace_prefix_reuse")) for r in runs)])
+    for name, engine_key, client_key in ENGINE_LATENCY:
+        engine = [r["telemetry"].get(engine_key) or {} for r in runs]
+        rows.append(
+            [
+                f"{name} mean ms: engine / client",
+                *(
+                    f"{fmt(e.get('mean'))} / {fmt(r[client_key]['mean'])}"
+                    for e, r in zip(engine, runs, strict=True)
+                ),
+            ]
+        )
+        for stat in ("p50", "p90", "p99"):
+            rows.append(
+                [f"{name} {stat} ms: engine bucket", *(_bucket(e.get(f"{stat}_bucket")) for e in engine)]
+            )
+    notes = [
+        f"engine figures come from the target's /metrics, polled during the run; {MISSING} = not exposed",
+        "engine means are exact (_sum / _count); beside the client's mean, the difference is network, "
+        "proxy and client time",
+        "engine percentiles are histogram buckets (the value lies within the bounds): not comparable "
+        "with the client's exact percentiles",
+    ]
+    return [Table("Engine telemetry", ["figure", *(r["name"] for r in runs)], rows, notes, "telemetry")]
+
+
+def _bucket(bounds: list[float | None] | None) -> str:
+    if not bounds:
+        return MISSING
+    low, high = bounds
+    return f"> {fmt(low)}" if high is None else f"{fmt(low)}..{fmt(high)}"
+
+
+def gpu_section(doc: dict[str, Any]) -> list[Table]:
+    """GPU memory and utilization per run, from the replayer's --gpu-sampler lines."""
+    runs = [r for r in doc["runs"] if r.get("gpu")]
+    if not runs:
+        return []
+    rows = [
+        ["GPU memory used, peak MiB", *(fmt(r["gpu"]["memory_used_peak_mib"]) for r in runs)],
+        ["GPU utilization, mean %", *(fmt(r["gpu"]["utilization_mean_pct"]) for r in runs)],
+        ["GPUs", *(fmt(r["gpu"]["gpus"]) for r in runs)],
+        ["samples (unparsed)", *(f"{r['gpu']['samples']} ({r['gpu']['unparsed']})" for r in runs)],
+    ]
+    notes = [
+        "from --gpu-sampler, e.g. "
+        "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -lms 250"
+    ]
+    return [Table("GPU", ["figure", *(r["name"] for r in runs)], rows, notes, "gpu")]

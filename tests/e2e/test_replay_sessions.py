@@ -1,0 +1,114 @@
+"""Multi-turn sessions replayed against a sim slower than production: closed loop keeps every
+session's turns apart with the recorded think times; open loop keeps today's schedule (and overlaps)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayproxy.report.document import build_document
+from replayproxy.report.runs import load_runs
+from replayproxy.report.tables import tables
+from replayproxy.results import ResultFile
+from replayproxy.shape import RequestShape, prefix_block_hashes
+from replayproxy.trace import load
+from tests.e2e.test_replay_sim import replay
+from tests.replay import traces
+from tests.servers import sim
+
+pytestmark = pytest.mark.slow
+
+MS = 1_000_000
+SESSIONS, TURNS = 10, 4
+RECORDED_E2E_MS, THINK_MS = 60, 40  # production answered in 60 ms; the sim at --speed 0.5 takes longer
+
+
+def session_shapes(
+    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS
+) -> list[RequestShape]:
+    """Sessions 250 ms apart; each turn's prompt is the last one, its reply and a new user message
+    (also the trace of benchmarks/session_fidelity.py)."""
+    shapes = []
+    for s in range(sessions):
+        offset, units = s * 250 * MS, list(range(s * 10_000, s * 10_000 + 96))
+        for t in range(turns):
+            shapes.append(
+                RequestShape(
+                    offset_ns=offset,
+                    model=traces.SIM_MODEL,
+                    input_tokens=len(units),
+                    output_tokens=12,
+                    max_tokens=12,
+                    roles="su" + "au" * t,
+                    prefix_hashes=prefix_block_hashes(units, 16, b"k"),
+                    prefix_units=len(units),
+                    status=200,
+                    e2e_ns=RECORDED_E2E_MS * MS,
+                    session=1000 + s,
+                    turn=t,
+                    think_ns=think_ms * MS if t else -1,
+                )
+            )
+            offset += (RECORDED_E2E_MS + think_ms) * MS
+            units += list(range(units[-1] + 1, units[-1] + 1 + 12 + 20))  # the reply, then the new turn
+    return sorted(shapes, key=lambda shape: shape.offset_ns)
+
+
+def think_times_ms(result: ResultFile) -> tuple[np.ndarray, np.ndarray]:
+    """Per later turn: the think time it got (send − end of the previous turn) and the planned one."""
+    index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+    end_of = dict(zip(index.tolist(), (sent + e2e).tolist(), strict=True))
+    after, planned = result.column("after"), result.column("think_ns")
+    later = after >= 0
+    got = sent[later] - np.array([end_of[a] for a in after[later].tolist()])
+    return got / 1e6, planned[later] / 1e6
+
+
+def test_closed_loop_never_overlaps_a_session_and_reproduces_think_times(tmp_path: Path) -> None:
+    trace = traces.write(tmp_path / "sessions.rpt", session_shapes())
+    with sim("--speed", "0.5") as server:
+        closed = replay(trace, server.url, tmp_path / "closed.rpr", "--no-calibrate")
+        open_loop = replay(trace, server.url, tmp_path / "open.rpr", "--no-calibrate", "--sessions", "open")
+    assert closed.header.pre_run["sessions"] == "closed" and open_loop.header.pre_run["sessions"] == "open"
+    assert not any(closed.column("error")) and len(closed) == SESSIONS * TURNS
+
+    got, planned = think_times_ms(closed)
+    assert len(got) == SESSIONS * (TURNS - 1) and np.all(planned == THINK_MS)
+    assert got.min() >= THINK_MS  # no turn before its previous one ended: zero overlaps
+    errors = got - planned
+    # generous on a shared machine: the tight figure is benchmarks/session_fidelity.py's
+    assert np.percentile(errors, 50) < 10.0 and np.percentile(errors, 99) < 100.0
+    lags_ms = (closed.column("sent_ns") - closed.column("scheduled_ns")) / 1e6  # against the dynamic schedule
+    assert lags_ms.min() >= 0 and np.percentile(lags_ms, 50) < 10.0
+
+    # open loop: today's schedule, which on this slower engine overlaps turns of one session
+    cols = load(trace)
+    scheduled = open_loop.column("scheduled_ns")
+    assert np.array_equal(scheduled, cols.offset_ns[open_loop.column("index")] - cols.offset_ns[0])
+    open_got, _ = think_times_ms(open_loop)
+    assert np.sum(open_got < 0) >= SESSIONS  # a turn sent while the previous one still ran
+
+    # the report says the same, per session, beside the per-request figures
+    doc = build_document(load_runs([tmp_path / "closed.rpr", tmp_path / "open.rpr"]))
+    closed_doc, open_doc = (run["sessions"] for run in doc["runs"])
+    assert closed_doc["overlapping_turns"] == 0 and open_doc["overlapping_turns"] == np.sum(open_got < 0)
+    assert closed_doc["turns_per_session"]["p50"] == TURNS and closed_doc["later_turns"] == len(got)
+    assert closed_doc["think_error_ms"]["p50"] == pytest.approx(np.percentile(errors, 50))
+    assert closed_doc["session_s"]["p50"] > (TURNS - 1) * THINK_MS / 1e3
+    assert "Sessions" in [table.title for table in tables(doc)]
+
+
+def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:
+    trace = traces.write(tmp_path / "sessions.rpt", session_shapes())
+    with sim("--speed", "20") as server:
+        limited = replay(trace, server.url, tmp_path / "l.rpr", "--no-calibrate", "--limit", "5")
+        sampled = replay(trace, server.url, tmp_path / "s.rpr", "--no-calibrate", "--sample-sessions", "0.5")
+        again = replay(trace, server.url, tmp_path / "a.rpr", "--no-calibrate", "--sample-sessions", "0.5")
+    for result in (limited, sampled):
+        turns_per_session = np.unique(result.column("session"), return_counts=True)[1]
+        assert np.all(turns_per_session == TURNS)
+    assert len(limited) == 2 * TURNS  # 5 requests need two whole sessions
+    assert 0 < len(sampled) < SESSIONS * TURNS
+    assert np.array_equal(np.sort(sampled.column("index")), np.sort(again.column("index")))  # seeded
