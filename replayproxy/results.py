@@ -59,6 +59,7 @@ class ReplayResult:
     prompt_tokens: int = UNKNOWN  # from the target's usage
     completion_tokens: int = UNKNOWN
     cached_tokens: int = UNKNOWN
+    expected_shared_tokens: int = 0  # prompt prefix an earlier request of the trace had (tokens)
     new_connection: bool = False  # a connection had to be opened on the send path
     worker: int = 0
     session: int = 0  # the trace's session id (0: not in a session)
@@ -93,6 +94,7 @@ RESULT_KINDS: dict[str, str] = {
     "prompt_tokens": "i8",
     "completion_tokens": "i8",
     "cached_tokens": "i8",
+    "expected_shared_tokens": "i8",
     "new_connection": "b1",
     "worker": "i8",
     "session": "u8",

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ from replayproxy import inspect, results, trace
 from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
-from replayproxy.replay import flavors, plan
+from replayproxy.replay import exact, flavors, plan
 
 # Analysis tables keep every request with its status and error; workload formats send only successes.
 KEEPS_EVERY_REQUEST = frozenset({"csv", "parquet"})
@@ -46,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json (or its model directory) of the target: text prompts get exact lengths for it",
     )
     parser.add_argument(
         "--model", help="model name in the printed command lines (default: the trace's, if it has one)"
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         model=model,
         url=args.url,
         inspect=inspect.profile_of(cols) if args.format == "profile" else None,
-        prompts=replayer_prompts,
+        prompts=functools.partial(replayer_prompts, tokenizer=args.tokenizer),
     )
     result = write(cols, args.output, options)
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
@@ -131,13 +138,20 @@ def _export_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def replayer_prompts(cols: trace.Columns) -> list[str]:
+def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> list[str]:
     """Every request's prompt exactly as the replayer sends it to /v1/completions (text, default seed).
 
     The replayer's synthesis (replay.plan + replay.synth) is used, not copied: formats may not
-    import replay, so this glue module hands it to the vllm-custom writer.
+    import replay, so this glue module hands it to the vllm-custom writer. With a tokenizer the
+    prompts are exact for it (words of one token each, its special tokens counted).
     """
     endpoint = np.full(len(cols), "completions", dtype=object)
     completions = dataclasses.replace(cols, scalar={**cols.scalar, "endpoint": endpoint})
-    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), plan.PlanOptions())
+    book = None
+    if tokenizer:
+        from replayproxy.replay.hf_tokenizer import LocalTokenizer
+
+        book = asyncio.run(exact.measure(LocalTokenizer(tokenizer), []))
+    options = plan.PlanOptions(book=book)
+    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), options)
     return [str(orjson.loads(p.body)["prompt"]) for p in prepared]

@@ -169,6 +169,7 @@ class Exchange:
             error=self.error,
             error_message=self.message,
             expected_input_tokens=p.expected_input_tokens,
+            expected_shared_tokens=p.expected_shared_tokens,
             expected_output_tokens=p.expected_output_tokens,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import contract, procedure, progress, session, summary, workers
+from replayproxy.replay import contract, procedure, progress, session, summary, telemetry, workers
 from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
@@ -106,6 +106,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const=False,
         help="skip chat token calibration (lengths then assume the default template)",
+    )
+    add(
+        "--tokenizer",
+        metavar="PATH",
+        help="local Hugging Face tokenizer.json (or its model directory) for exact prompt lengths "
+        "(default: the engine's tokenize endpoint)",
+    )
+    add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
+    add(
+        "--include-failed",
+        action="store_const",
+        const=True,
+        help="also replay requests that failed when recorded (left out by default)",
     )
     add(
         "--pool-size",
@@ -290,4 +303,7 @@ def _finish(
     tracker.start_ns = tracker.start_ns or start_ns
     tracker.close(progress.Reading(len(plan.prepared), len(lags), len(results), errors, lags, ttfts))
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
-    return session.write_results(options, plan, results, start_wall_ns, sidecars.stop(), stopped_s)
+    extras = dict(sidecars.stop())
+    after = telemetry.scrape_cache_state(session.cache_metrics_url(options))
+    extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
+    return session.write_results(options, plan, results, start_wall_ns, extras, stopped_s)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replayproxy.replay import flavors, synth, turns
+from replayproxy.replay import exact, flavors, layout, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.trace import Columns
 
@@ -32,6 +32,7 @@ class PlanOptions:
     default_model: str = ""  # for requests without a recorded model (the target's first model)
     chat_template: synth.Template = field(default_factory=synth.Template)
     text_template: synth.Template = field(default_factory=lambda: synth.Template(fixed_tokens=1))
+    book: exact.Book | None = None  # the target's tokenizer measured: exact lengths and sharing
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,9 @@ class Prepared:
     expected_input_tokens: int
     expected_output_tokens: int
     template_key: str = ""  # chat calibration key ("" for completions)
+    expected_shared_tokens: int = 0  # prefix tokens an earlier request had, as the trace says
+    planned_shared_tokens: int = 0  # prefix tokens the bodies share with the donor's (-1: approximate)
+    exact: bool = False  # built through the target's tokenizer: length and sharing are exact
     session: int = 0  # the trace's session id; 0 outside sessions
     turn: int = 0
     after: int = turns.NONE  # trace index of the session's previous selected turn (closed loop waits for it)
@@ -94,17 +98,38 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
     salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
     owners = synth.first_owners(sub_hashes ^ np.repeat(salts, np.diff(sub_index)), sub_index)
-    words = synth.Words(options.seed, block_tokens(cols))
-    layouts: list[synth.Layout | None] = []
+    block = block_tokens(cols)
+    words = synth.Words(options.seed, block)
+    salted = sub_hashes ^ np.repeat(salts, np.diff(sub_index))
+    spelled = _Spelled(options.book.alphabet, words, rows) if options.book else None
+    size = len(spelled.words) if spelled is not None else 1
+    ranks, rank_index = _branch_words(salted, sub_index, salts, rows, size) if options.book else (None, None)
+    layouts: list[synth.Layout | layout.Layout | None] = []
     prepared = []
     for position, row in enumerate(rows.tolist()):
         hashes = sub_hashes[sub_index[position] : sub_index[position + 1]]
         shared = synth.shared_blocks(owners, sub_index, position)
         donor = layouts[int(owners[sub_index[position] + shared - 1])] if shared else None
-        planned, layout, key, expected_in = _plan_one(
-            cols, row, hashes, shared, donor, words, options, flavor.token_id_prompts
-        )
-        layouts.append(layout if planned.endpoint == "chat" else None)
+        recorded_in = int(cols.input_tokens[row])
+        expected_shared = min(shared * block, max(recorded_in, 0))
+        exact_plan = None
+        if options.book is not None and ranks is not None and rank_index is not None and spelled is not None:
+            exact_plan = _plan_exact(
+                cols, row, salted[sub_index[position] : sub_index[position + 1]], shared * block,
+                donor if isinstance(donor, layout.Layout) else None,
+                ranks[rank_index[position] : rank_index[position + 1]], position, options,
+                options.book, spelled, flavor.token_id_prompts, block,
+            )  # fmt: skip
+        plan_layout: synth.Layout | layout.Layout
+        if exact_plan is not None:
+            planned, plan_layout, key, expected_in, planned_shared = exact_plan
+        else:
+            planned, plan_layout, key, expected_in = _plan_one(
+                cols, row, hashes, shared, donor if isinstance(donor, synth.Layout) else None, words, options,
+                flavor.token_id_prompts,
+            )  # fmt: skip
+            planned_shared = -1
+        layouts.append(plan_layout if planned.endpoint == "chat" or exact_plan is not None else None)
         body = orjson.dumps(flavors.request_body(flavor, planned))
         prepared.append(
             Prepared(
@@ -117,6 +142,9 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
                 expected_input_tokens=expected_in,
                 expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
                 template_key=key,
+                expected_shared_tokens=expected_shared,
+                planned_shared_tokens=planned_shared,
+                exact=exact_plan is not None,
                 session=int(cols.session[row]),
                 turn=int(cols.turn[row]),
                 after=int(links.after[position]),
@@ -125,6 +153,94 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
             )
         )
     return prepared
+
+
+def _branch_words(
+    salted: np.ndarray, sub_index: np.ndarray, salts: np.ndarray, rows: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Branch words of every request's recorded blocks and tail (layout.branch_ranks), flat + index."""
+    counts = np.diff(sub_index) + 1
+    index = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    parents = np.empty(int(index[-1]), np.uint64)
+    children = np.empty(int(index[-1]), np.uint64)
+    lengths = np.diff(sub_index)
+    at = np.arange(len(salted)) - np.repeat(sub_index[:-1], lengths) + np.repeat(index[:-1], lengths)
+    parents[index[:-1]] = salts
+    parents[at + 1] = salted
+    children[at] = salted
+    children[index[1:] - 1] = layout.tail_keys(rows)
+    return layout.branch_words(parents, layout.branch_ranks(parents, children), size), index
+
+
+@dataclass(frozen=True, slots=True)
+class _Spelled:
+    """The alphabet as arrays, and the word seed, made once per preparation."""
+
+    words: np.ndarray  # object: the words
+    ids: np.ndarray  # int64: their ids after a space
+    codes: layout.PositionCodes
+    tails: np.ndarray  # uint64: each planned request's own key
+
+    def __init__(self, letters: exact.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
+        object.__setattr__(self, "words", np.array(letters.words, dtype=object))
+        object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
+        object.__setattr__(self, "codes", layout.PositionCodes(words._seed))
+        object.__setattr__(self, "tails", layout.tail_keys(rows))
+
+
+def _plan_exact(
+    cols: Columns,
+    row: int,
+    salted: np.ndarray,
+    shared_tokens: int,
+    donor: layout.Layout | None,
+    branch: np.ndarray,
+    position: int,
+    options: PlanOptions,
+    book: exact.Book,
+    spelled: _Spelled,
+    token_ids: bool,
+    block: int,
+) -> tuple[flavors.Planned, layout.Layout, str, int, int] | None:
+    """One request built from the measured alphabet and template; None when its template is unknown."""
+    endpoint = str(cols.endpoint[row])
+    recorded_in = int(cols.input_tokens[row])
+    n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
+    tools = bool(cols.has_tools[row])
+    key = ""
+    if endpoint == "chat":
+        roles = synth.chat_roles(str(cols.roles[row]))
+        key = synth.template_key(roles, tools)
+        structure = book.chat.get(key)
+        if structure is None:
+            return None
+    else:
+        roles = ("prompt",)
+        structure = exact.Structure((), (), ()) if token_ids else book.text
+    token_ids = token_ids and endpoint != "chat"
+    n_tokens = max(n_tokens, structure.overhead + len(roles))
+    plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
+    if plan is None:
+        return None
+    chosen = layout.word_indices(
+        plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
+    )
+    contents: list[Any] = []
+    at = 0
+    for length in plan.lengths:
+        picked = chosen[at : at + length]
+        at += length
+        if token_ids:
+            contents.append(spelled.ids[picked].tolist())
+        else:
+            contents.append(" ".join(spelled.words[picked].tolist()))
+    prompt: Any
+    if endpoint == "chat":
+        prompt = [{"role": role, "content": text} for role, text in zip(roles, contents, strict=True)]
+    else:
+        prompt = contents[0]
+    planned = _planned(cols, row, endpoint, prompt, options)
+    return planned, plan, key, plan.total if recorded_in > 0 else -1, shared
 
 
 def _plan_one(
@@ -140,10 +256,6 @@ def _plan_one(
     endpoint = str(cols.endpoint[row])
     recorded_in = int(cols.input_tokens[row])
     n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
-    recorded_out = int(cols.output_tokens[row])
-    if recorded_out < 0:
-        recorded_out = int(cols.max_tokens[row]) if int(cols.max_tokens[row]) > 0 else DEFAULT_OUTPUT_TOKENS
-    sampling: dict[str, Any] = dict(cols.sampling[row] or {})
     shared_tokens = shared * words.block_tokens
     tools = bool(cols.has_tools[row])
     key = ""
@@ -166,17 +278,24 @@ def _plan_one(
             if token_ids
             else _text(words, row, hashes, 0, tokens, options.text_template)
         )
-    planned = flavors.Planned(
+    planned = _planned(cols, row, endpoint, prompt, options)
+    return planned, plan, key, recorded_in if recorded_in > 0 else -1
+
+
+def _planned(cols: Columns, row: int, endpoint: str, prompt: Any, options: PlanOptions) -> flavors.Planned:
+    recorded_out = int(cols.output_tokens[row])
+    if recorded_out < 0:
+        recorded_out = int(cols.max_tokens[row]) if int(cols.max_tokens[row]) > 0 else DEFAULT_OUTPUT_TOKENS
+    return flavors.Planned(
         endpoint=endpoint,
         model=model_for(str(cols.model[row]), options),
         prompt=prompt,
         stream=bool(cols.stream[row]),
         max_tokens=max(1, recorded_out),
-        sampling=sampling,
-        tools=tools,
+        sampling=dict(cols.sampling[row] or {}),
+        tools=bool(cols.has_tools[row]),
         response_format=bool(cols.has_response_format[row]),
     )
-    return planned, plan, key, recorded_in if recorded_in > 0 else -1
 
 
 def _text(

@@ -9,6 +9,7 @@ replay K times, each after the flavor's cache reset, each into its own result fi
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from replayproxy import clock
-from replayproxy.replay import session
+from replayproxy.replay import session, telemetry
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.target import pre_run
@@ -81,9 +82,14 @@ async def warm_up(options: session.ReplayOptions, plan: session.RunPlan) -> dict
     }
 
 
-async def reset_target(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, str]:
+async def reset_target(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, Any]:
     """The flavor's pre-run actions (e.g. the prefix-cache reset) right before one measured run."""
     skip = set() if options.reset_prefix_cache else {a.name for a in plan.flavor.pre_run}
     url = Target.parse(options.target).url
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as http:
-        return await pre_run(http, url, plan.flavor, skip, options.headers)
+        outcome: dict[str, Any] = dict(await pre_run(http, url, plan.flavor, skip, options.headers))
+    # the engine's block size and prefix-cache counters at the start, beside the reset's outcome
+    outcome["prefix_cache"] = await asyncio.to_thread(
+        telemetry.scrape_cache_state, session.cache_metrics_url(options)
+    )
+    return outcome

@@ -22,7 +22,18 @@ import numpy as np
 
 from replayproxy import __version__, clock, trace
 from replayproxy.config import check_finite
-from replayproxy.replay import calibrate, flavors, models, plan, schedule, summary, synth, turns
+from replayproxy.replay import (
+    calibrate,
+    exact,
+    exactness,
+    flavors,
+    models,
+    plan,
+    schedule,
+    summary,
+    synth,
+    turns,
+)
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.progress import MODES, Reading
@@ -30,6 +41,7 @@ from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.tasks import spawn
+from replayproxy.trace.reuse import prefix_reuse
 
 _log = logging.getLogger("replayproxy.replay")
 START_LEAD_NS = 200_000_000  # first send this long after everything is ready
@@ -62,6 +74,9 @@ class ReplayOptions:
     start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
     reset_prefix_cache: bool = True
     calibrate: bool = True
+    tokenizer: str = ""  # local tokenizer.json (or its directory) for exact prompts; "" = the engine's
+    chat_template: str = ""  # Jinja chat template file for the local tokenizer ("" = its own)
+    include_failed: bool = False  # replay requests that failed when recorded (left out by default)
     max_error_rate: float = 0.5  # above this share of failed requests the run exits 1
     api_key: str = ""  # sent as a bearer token; never recorded
     pool_size: int = 0  # connections opened before the run; 0: the trace's peak concurrency
@@ -173,6 +188,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     window = schedule.Window(options.start_offset, options.duration, options.limit)
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
+    rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
     speed = options.speed
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
@@ -196,23 +212,45 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
             default_model=info.default_model,
         )
         record: dict[str, Any] = {}
-        prober = calibrate.Prober(
-            session, target.url, flavor, _probe_model(cols, rows, plan_options), options.headers
+        model = _probe_model(cols, rows, plan_options)
+        prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
+        tokenizer, why = await exactness.find_tokenizer(
+            options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers
         )
-        if options.calibrate:
+        book: exact.Book | None = None
+        exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": why}
+        if tokenizer is not None:
+            book, exact_record = await exactness.measure(tokenizer, cols, rows)
+        if len(rows) and np.any(cols.endpoint[rows] == "completions"):
+            flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
+            exact_record.update(ids_record)
+            prober.flavor = flavor
+        plan_options = replace(plan_options, book=book)
+        if options.calibrate and (book is None or book.failed):
             plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
         prepared = plan.prepare(cols, rows, flavor, plan_options)
-        if options.calibrate and any(p.endpoint == "chat" for p in prepared):
-            record["check"] = await calibrate.verify(prober, [p for p in prepared if p.endpoint == "chat"])
-    if options.shard:  # by session in closed loop, so a session's turns stay in one replayer
+        if tokenizer is not None and book is not None:
+            exact_record["check"] = await exactness.verify(tokenizer, prepared)
+        approximate = [p for p in prepared if p.endpoint == "chat" and not p.exact]
+        if options.calibrate and approximate:
+            record["check"] = await calibrate.verify(prober, approximate)
+    if options.shard:
         index, count = schedule.parse_shard(options.shard)
         prepared = [p for p in prepared if (p.group if mode == "closed" else p.index) % count == index]
     peak = _peak(cols, prepared)
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:
         size = min(size, options.max_concurrency)
-    outcome = {"calibration": record, "probes": prober.probes, "peak_concurrency": peak, "sessions": mode}
-    profile = window_profile(cols, rows)
+    outcome = {
+        "prompts": exact_record,
+        "calibration": record,
+        "probes": prober.probes,
+        "peak_concurrency": peak,
+        "recorded_failures_left_out": failed_left_out,
+        "sessions": mode,
+    }
+    replayed = rows[plan.replayable(cols)[rows]] if len(rows) else rows
+    profile = window_profile(cols, replayed)
     return RunPlan(prepared, flavor, info, outcome, max(1, size), profile, speed, sessions=mode)
 
 
@@ -224,17 +262,24 @@ def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
     return rate * span_s / (len(offsets_ns) - 1)
 
 
+def cache_metrics_url(options: ReplayOptions) -> str:
+    """Where the engine's prefix-cache counters are read before and after the run."""
+    return options.metrics_url or Target.parse(options.target).url + "/metrics"
+
+
+def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> tuple[np.ndarray, int]:
+    """Rows that did not fail when recorded (a client's own cancel is not a failure), unless `include`."""
+    if include or not len(rows):
+        return rows, 0
+    errors = cols.error[rows]
+    keep = (errors == "") | (errors == "client_cancel")
+    return rows[keep], int((~keep).sum())
+
+
 def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
-    """The replayed window's prefix reuse: share of input tokens in blocks an earlier request had."""
-    rows = rows[plan.replayable(cols)[rows]] if len(rows) else rows
-    index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
-    hashes = np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
-    owners = synth.first_owners(hashes, index)
-    block = plan.block_tokens(cols)
-    shared = sum(min(synth.shared_blocks(owners, index, i) * block, max(int(cols.input_tokens[r]), 0))
-                 for i, r in enumerate(rows.tolist()))  # fmt: skip
+    """The replayed window's prefix reuse, by the definition `inspect` uses (trace.reuse)."""
     total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
-    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": shared / total if total else None}
+    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
 
 
 def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:
@@ -407,6 +452,10 @@ def write_results(
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
     facts = summary.summarize(ordered, options.max_concurrency)
+    facts["recorded_failures_left_out"] = run.pre_run.get("recorded_failures_left_out", 0)
+    prompts = run.pre_run.get("prompts", {})
+    facts["lengths"] = prompts.get("lengths", "approximate")
+    facts["tokenizer"] = prompts.get("tokenizer")
     if stopped_s is not None:
         facts.update(partial=True, stopped_after_s=round(stopped_s, 3), planned_requests=len(run.prepared))
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))

@@ -85,6 +85,15 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
         f"exact input length {_pct(summary['input_exact'])}  "
         f"exact output length {_pct(summary['output_exact'])}",
     ]
+    if summary.get("lengths") == "exact":
+        lines.append(f"prompts exact through {summary.get('tokenizer')}")
+    elif "lengths" in summary:
+        lines.append("prompt lengths approximate: no tokenizer (give --tokenizer PATH)")
+    if summary.get("recorded_failures_left_out"):
+        lines.append(
+            f"{summary['recorded_failures_left_out']} requests that failed when recorded were left out "
+            "(--include-failed replays them)"
+        )
     if summary["new_connections"]:
         lines.append(f"{summary['new_connections']} requests needed a new connection on the send path")
     if summary["client_bottleneck"]:

@@ -194,3 +194,30 @@ class TelemetryScraper:
 
 def _histograms_record(snapshot: Snapshot | None) -> dict[str, Any]:
     return {name: h.to_record() for name, h in snapshot.histograms.items()} if snapshot else {}
+
+
+def cache_state(text: str) -> dict[str, Any]:
+    """The engine's KV block size (vLLM `vllm:cache_config_info{block_size=...}`) and its
+    cumulative prefix-cache counters (tokens), from one exposition; keys only for what was found."""
+    state: dict[str, Any] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith("vllm:cache_config_info"):
+                continue
+            size = sample.labels.get("block_size", "")
+            if size.isdigit():
+                state["block_size"] = int(size)
+    snapshot = parse_exposition(text)
+    for name in ("prefix_hits", "prefix_queries"):
+        if name in snapshot.values:
+            state[name] = snapshot.values[name]
+    return state
+
+
+def scrape_cache_state(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """`cache_state` of the metrics at `url`, or {"error": ...} when they cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 — the user's target
+            return cache_state(response.read().decode("utf-8", "replace"))
+    except (OSError, urllib.error.URLError, ValueError) as e:
+        return {"error": f"{type(e).__name__}: {e}"[:200]}

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report import breakdown, contracts, gpu, telemetry, verdict
+from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import Requests, concurrency, exact_share
@@ -52,7 +52,7 @@ def build_document(
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
         "sweeps": sweeps,
         "contracts": [contracts.contract_of(g[0]) for g in candidates(runs)],
-        "warnings": [w for r in columns for w in run_warnings(r)],
+        "warnings": [*cache.header_notes(columns), *(w for r in columns for w in run_warnings(r))],
     }
     doc["warnings"] += [w for w in doc["verdict"]["warnings"] if w.startswith(VERDICT_ONLY_WARNINGS)]
     return doc
@@ -129,6 +129,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
         if run.extras.get("gpu")
         else None,
         "trace_prefix_reuse": _trace_prefix_reuse(run),
+        "prefix_cache": cache.prefix_cache_doc(run),
         "sessions": _sessions_doc(m.requests),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],

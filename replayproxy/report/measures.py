@@ -41,6 +41,8 @@ class Requests:
     output_tokens: np.ndarray  # from usage; -1 unknown
     expected_input_tokens: np.ndarray  # what the trace asked for; -1 unknown
     expected_output_tokens: np.ndarray
+    # prompt prefix an earlier request of the trace had, tokens; empty when the run did not record it
+    expected_shared_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # sessions (report.sessions); empty when the run's file has no session columns
     session: np.ndarray = field(default_factory=_unknown)  # uint64 session id, 0 = none
     after: np.ndarray = field(default_factory=_unknown)  # trace index of the turn it followed, -1 none

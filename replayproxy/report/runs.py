@@ -217,6 +217,9 @@ def _requests(files: list[ResultFile]) -> Requests:
         output_tokens=col("completion_tokens"),
         expected_input_tokens=expected_input,
         expected_output_tokens=col("expected_output_tokens"),
+        expected_shared_tokens=col("expected_shared_tokens")
+        if all("expected_shared_tokens" in f.table.columns for f in files)
+        else np.zeros(0, np.int64),
         session=optional("session"),
         after=optional("after"),
         think_ns=optional("think_ns"),

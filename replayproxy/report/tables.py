@@ -308,6 +308,27 @@ def sessions_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
 
 
+CACHE_ROWS = (
+    ("engine KV block size, tokens", "engine_block_size"),
+    ("prefix-cache hits the trace implies, tokens", "implied_hit_tokens"),
+    ("prefix-cache hits the engine reported, tokens", "engine_hit_tokens"),
+)
+
+
+def prefix_cache_section(doc: dict[str, Any]) -> list[Table]:
+    """The trace's sharing at the engine's block size beside the engine's own hit counter."""
+    runs = [r for r in doc["runs"] if r.get("prefix_cache")]
+    if not runs:
+        return []
+    rows = [[title, *(fmt(r["prefix_cache"].get(key)) for r in runs)] for title, key in CACHE_ROWS]
+    rows.append(["engine / implied", *(pct(r["prefix_cache"].get("engine_over_implied")) for r in runs)])
+    notes = [
+        "implied: each request's prefix shared with an earlier request of the trace, in whole engine blocks "
+        "(the last prompt token is always computed); engine: its prefix-cache hit counter over the run",
+    ]
+    return [Table("Prefix cache", ["figure", *(r["label"] for r in runs)], rows, notes, "prefix_cache")]
+
+
 def warnings_section(doc: dict[str, Any]) -> list[Table]:
     if not doc["warnings"]:
         return []
@@ -325,6 +346,7 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
     breakdown_section,
     sweep_section,
     telemetry_section,
+    prefix_cache_section,
     gpu_section,
     sessions_section,
     warnings_section,

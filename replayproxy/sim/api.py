@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from replayproxy.sim import tokenizer
+from replayproxy.sim.prompts import Prompts, WordPrompts
 from replayproxy.sim.sampler import SamplingParams
 from replayproxy.sim.structured import Structure, StructureError, parse_structure
 
@@ -48,8 +48,11 @@ class GenRequest:
     structure: Structure | None = None  # JSON or a tool call asked for (chat only)
 
 
-def parse(endpoint: str, raw: bytes, model: str, max_model_len: int) -> GenRequest:
-    """Validate one request body for `endpoint`; raises ApiError (400, or 404 for another model)."""
+_WORDS = WordPrompts()
+
+
+def json_body(raw: bytes, model: str) -> dict[str, Any]:
+    """The request's JSON object, for this model; raises ApiError (400, or 404 for another model)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -59,7 +62,13 @@ def parse(endpoint: str, raw: bytes, model: str, max_model_len: int) -> GenReque
     requested = body.get("model")
     if requested is not None and requested != model:
         raise ApiError(404, f"The model `{requested}` does not exist.", "model", "NotFoundError")
-    prompt_ids = _chat_prompt(body) if endpoint == CHAT else _completion_prompt(body)
+    return body
+
+
+def parse(endpoint: str, raw: bytes, model: str, max_model_len: int, prompts: Prompts = _WORDS) -> GenRequest:
+    """Validate one request body for `endpoint`; raises ApiError (400, or 404 for another model)."""
+    body = json_body(raw, model)
+    prompt_ids = chat_prompt(body, prompts) if endpoint == CHAT else _completion_prompt(body, prompts)
     if _integer(body, "n", 1) != 1:
         raise ApiError(400, "n > 1 is not supported by the simulated engine", "n")
     stream = _boolean(body, "stream", False)
@@ -141,7 +150,18 @@ def _sampling(body: dict[str, Any], prompt_len: int, max_model_len: int) -> Samp
     )
 
 
-def _chat_prompt(body: dict[str, Any]) -> list[int]:
+def tokenize(raw: bytes, model: str, prompts: Prompts) -> list[int]:
+    """vLLM's `POST /tokenize`: `messages` with the chat template and generation prompt, or `prompt`."""
+    body = json_body(raw, model)
+    if "messages" in body:
+        return chat_prompt(body, prompts)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError(400, "prompt must be a string, or give messages", "prompt")
+    return prompts.text(prompt, _boolean(body, "add_special_tokens", True))
+
+
+def chat_prompt(body: dict[str, Any], prompts: Prompts) -> list[int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", "messages")
@@ -150,10 +170,10 @@ def _chat_prompt(body: dict[str, Any]) -> list[int]:
         if not isinstance(message, dict):
             raise ApiError(400, f"messages[{i}] must be an object", "messages")
         role = message.get("role")
-        if role not in tokenizer.ROLES:
-            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(tokenizer.ROLES)}", "messages")
+        if role not in prompts.roles:
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(prompts.roles)}", "messages")
         rendered.append((role, _content_text(message.get("content"), i)))
-    return tokenizer.render_chat(rendered)
+    return prompts.chat(rendered)
 
 
 def _content_text(content: Any, i: int) -> str:
@@ -167,7 +187,7 @@ def _content_text(content: Any, i: int) -> str:
     raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", "messages")
 
 
-def _completion_prompt(body: dict[str, Any]) -> list[int]:
+def _completion_prompt(body: dict[str, Any], prompts: Prompts) -> list[int]:
     """`prompt` as a string, token ids, or a one-element list of either (the sim serves no batches)."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
@@ -177,19 +197,15 @@ def _completion_prompt(body: dict[str, Any]) -> list[int]:
             )
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
-        return [tokenizer.BOS_ID, *tokenizer.encode(prompt)]
-    if (
-        isinstance(prompt, list)
-        and prompt
-        and all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < tokenizer.VOCAB_SIZE for t in prompt
-        )
-    ):
+        return prompts.text(prompt)
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        outside = next((t for t in prompt if not 0 <= t < prompts.vocab_size), None)
+        if outside is not None:  # vLLM's wording
+            raise ApiError(400, f"Token id {outside} is out of vocabulary", "prompt")
         return prompt
     raise ApiError(
         400,
-        "prompt must be a non-empty string, a list of token ids below "
-        f"{tokenizer.VOCAB_SIZE}, or a one-element list of either",
+        "prompt must be a non-empty string, a list of token ids, or a one-element list of either",
         "prompt",
     )
 

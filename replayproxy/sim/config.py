@@ -42,6 +42,8 @@ class SimConfig:
     reasoning_tokens: int = _opt(0, "first N generated tokens of a chat reply stream as reasoning_content")
     split_writes: bool = _opt(False, "write every SSE event in two pieces (separate TCP writes)")
     truth_log: str | None = _opt(None, "append one JSON line of ground truth per request to this file")
+    tokenizer: str | None = _opt(None, "Hugging Face tokenizer.json to count prompt tokens with")
+    chat_template: str | None = _opt(None, "with --tokenizer: chatml or llama3 (default: detected)")
     fail_rate: float = _opt(0.0, "fraction of requests answered 500")
     throttle_rate: float = _opt(0.0, "fraction of requests answered 429")
     reset_rate: float = _opt(0.0, "fraction of requests whose connection is reset mid-response")
@@ -97,12 +99,13 @@ class SimConfig:
 
 
 _FIELDS = {f.name: f for f in fields(SimConfig)}
+_OPTIONAL_STRINGS = ("truth_log", "tokenizer", "chat_template")
 
 
 def _coerce(name: str, value: Any) -> Any:
     """Check a TOML value against the field's type (TOML ints are fine where floats are expected)."""
     default: Any = _FIELDS[name].default
-    if name == "truth_log":
+    if name in _OPTIONAL_STRINGS:
         expected: tuple[type, ...] = (str,)
     elif isinstance(default, bool):
         expected = (bool,)
@@ -150,7 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            kind = str if f.name == "truth_log" else type(f.default)
+            kind = str if f.name in _OPTIONAL_STRINGS else type(f.default)
             parser.add_argument(flag, type=kind, default=None, metavar=f.name.upper(), help=text)
 
 

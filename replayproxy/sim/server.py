@@ -26,6 +26,7 @@ from replayproxy.sim.config import SimConfig
 from replayproxy.sim.engine import Engine, Seq
 from replayproxy.sim.faults import FaultDrawer, Faults
 from replayproxy.sim.metrics import CONTENT_TYPE, Metrics
+from replayproxy.sim.prompts import Prompts, load
 from replayproxy.sim.sampler import OutputPlan, Sampler
 from replayproxy.sim.tasks import spawn
 from replayproxy.sim.truth import TruthLog, TruthRecord
@@ -45,6 +46,7 @@ class Sim:
     metrics: Metrics
     sampler: Sampler
     faults: FaultDrawer
+    prompts: Prompts
     truth: TruthLog | None = None
     variance: random.Random = field(default_factory=random.Random)  # batch_variance draws
 
@@ -61,7 +63,10 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     middlewares = [_require_api_key(config.api_key)] if config.api_key else []
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     sampler = Sampler(config.mean_output_tokens, config.seed, config.output_seed)
-    app[SIM] = Sim(config, engine, metrics, sampler, FaultDrawer(config), variance=random.Random(config.seed))
+    prompts = load(config.tokenizer, config.chat_template or "")
+    app[SIM] = Sim(
+        config, engine, metrics, sampler, FaultDrawer(config), prompts, variance=random.Random(config.seed)
+    )
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
@@ -70,6 +75,7 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/tokenize", _tokenize)
     return app
 
 
@@ -144,6 +150,17 @@ async def _reset_prefix_cache(request: web.Request) -> web.Response:
     return web.Response()
 
 
+async def _tokenize(request: web.Request) -> web.Response:
+    """vLLM's `POST /tokenize` answer: count, max_model_len and the token ids."""
+    sim = request.app[SIM]
+    try:
+        ids = api.tokenize(await request.read(), sim.config.model, sim.prompts)
+    except api.ApiError as e:
+        return web.Response(status=e.status, body=e.body(), content_type=JSON)
+    answer = {"count": len(ids), "max_model_len": sim.config.max_model_len, "tokens": ids, "token_strs": None}
+    return web.Response(body=orjson.dumps(answer), content_type=JSON)
+
+
 async def _chat(request: web.Request) -> web.StreamResponse:
     return await _generate(request, api.CHAT)
 
@@ -158,7 +175,7 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
     record = TruthRecord(endpoint=endpoint, arrival_ns=wall_ns())
     try:
         try:
-            req = api.parse(endpoint, await request.read(), config.model, config.max_model_len)
+            req = api.parse(endpoint, await request.read(), config.model, config.max_model_len, sim.prompts)
         except api.ApiError as e:
             return await _send_error(request, record, e)
         plan, prompt_ids = variants.answer_plan(sim.sampler, config, req, sim.engine.busy, sim.variance)

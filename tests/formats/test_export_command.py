@@ -50,6 +50,23 @@ def test_vllm_custom_prompts_are_the_replayers(tmp_path: Path, capsys: pytest.Ca
     assert "--custom-output-len 30 " in capsys.readouterr().out  # median of 40, 10, 60, 7, 300, 20
 
 
+def test_vllm_custom_prompts_are_exact_for_a_given_tokenizer(tmp_path: Path, bpe_tokenizer: Path) -> None:
+    from replayproxy.replay.hf_tokenizer import LocalTokenizer
+    from replayproxy.trace import load
+
+    trace = conversation_trace(tmp_path / "t.rpt")
+    out = tmp_path / "custom.jsonl"
+    assert (
+        cli.main(
+            ["export", str(trace), "-f", "vllm-custom", "-o", str(out), "--tokenizer", str(bpe_tokenizer)]
+        )
+        == 0
+    )
+    prompts = [json.loads(line)["prompt"] for line in out.read_text().splitlines()]
+    counts = [len(ids) for ids in LocalTokenizer(bpe_tokenizer).encode_text_now(prompts)]
+    assert counts == load(trace).input_tokens.tolist()
+
+
 def test_empty_or_missing_traces_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["export", str(tmp_path / "none.rpt"), "-f", "csv", "-o", str(tmp_path / "x.csv")]) == 2
     assert capsys.readouterr().err.count("\n") == 1

@@ -35,3 +35,18 @@ def write_synthetic(path: Path, **spec: Any) -> Path:
 
 def rebased(shapes: Iterable[RequestShape], **changes: Any) -> list[RequestShape]:
     return [s._replace(**changes) for s in shapes]
+
+
+def prefix_heavy(path: Path, endpoint: str, **spec: Any) -> Path:
+    """Shared system prompts of `prefix_groups` groups; chat has 2-3-turn sessions too."""
+    values: dict[str, Any] = {
+        "prefix_groups": 3,
+        "prefix_len_tokens": 400,
+        "sessions_share": 0.4 if endpoint == "chat" else 0.0,
+        "turns": "uniform:2,3",
+        "input_len": "uniform:420,700",
+        "output_len": "uniform:2,6",
+        "endpoint": endpoint,
+    }
+    values.update(spec)
+    return write(path, synthetic_shapes(**values))

@@ -1,0 +1,135 @@
+"""Before the clock: find the target's tokenizer, measure what exact prompts need, and check the result.
+
+The tokenizer is the local one given with `--tokenizer`, else the engine's tokenize endpoint
+(replay.tokenizer); without either, prompts fall back to calibrated words and the run records
+that its lengths are approximate. Token-id prompts are checked against the target too: ids come
+from the measured alphabet (so they are in the vocabulary), and a target that refuses them gets
+text prompts instead, said in one line. Everything found goes into the result header.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+
+from replayproxy import trace
+from replayproxy.replay import exact, flavors, synth
+from replayproxy.replay.calibrate import Prober
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, engine_tokenizer
+
+_log = logging.getLogger("replayproxy.replay")
+VERIFY_MAX = 32  # prepared requests re-counted by the tokenizer after planning (exact by construction)
+VERIFY_TOKENS = 200_000  # ...and at most this many prompt tokens among them
+
+
+def chat_keys(cols: trace.Columns, rows: np.ndarray) -> list[tuple[tuple[str, ...], bool]]:
+    """The (roles, tools) template keys of the chat requests at `rows`, most common first."""
+    chat_rows = rows[cols.endpoint[rows] == "chat"] if len(rows) else rows
+    keys = Counter(
+        (synth.chat_roles(str(cols.roles[r])), bool(cols.has_tools[r])) for r in chat_rows.tolist()
+    )
+    return [key for key, _ in keys.most_common()]
+
+
+async def find_tokenizer(
+    path: str,
+    chat_template: str,
+    flavor: flavors.Flavor,
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    headers: Mapping[str, str],
+) -> tuple[Tokenizer | None, str]:
+    """The local tokenizer at `path`, or the engine's endpoint; (None, why) when there is neither."""
+    if path:
+        from replayproxy.replay.hf_tokenizer import LocalTokenizer
+
+        return LocalTokenizer(path, chat_template or None), ""
+    return await engine_tokenizer(flavor.name, session, url, model, headers)
+
+
+async def measure(
+    tokenizer: Tokenizer, cols: trace.Columns, rows: np.ndarray
+) -> tuple[exact.Book | None, dict[str, Any]]:
+    """The book for exact planning, and what the result header says about it."""
+    try:
+        book = await exact.measure(tokenizer, chat_keys(cols, rows))
+    except TokenizerError as e:
+        _log.warning("exact prompts unavailable (%s); input lengths will be approximate", e)
+        return None, {"tokenizer": tokenizer.name, "lengths": "approximate", "reason": str(e)}
+    record: dict[str, Any] = {
+        "tokenizer": tokenizer.name,
+        "lengths": "exact",
+        "alphabet_words": len(book.alphabet),
+        "templates": len(book.chat),
+    }
+    if book.failed:
+        record["templates_approximate"] = dict(book.failed)
+        _log.warning("%d chat templates could not be measured exactly: %s", len(book.failed), book.failed)
+    return book, record
+
+
+async def token_ids_accepted(prober: Prober, ids: Sequence[int]) -> bool:
+    """Does the target take `prompt: [ids]` on /v1/completions? (one token generated)"""
+    body = {"model": prober.model, "prompt": list(ids), "max_tokens": 1, "stream": False}
+    status, _ = await prober._post("/v1/completions", body)
+    return status == 200
+
+
+async def check_token_ids(
+    prober: Prober, flavor: flavors.Flavor, book: exact.Book | None
+) -> tuple[flavors.Flavor, dict[str, Any]]:
+    """Keep token-id prompts only where the target takes ids from the vocabulary in use."""
+    if not flavor.token_id_prompts:
+        return flavor, {}
+    ids = list(book.alphabet.ids[:4]) if book is not None else [synth.TOKEN_ID_LOW]
+    highest = [max(book.alphabet.ids)] if book is not None else [synth.TOKEN_ID_HIGH - 1]
+    if await token_ids_accepted(prober, ids) and await token_ids_accepted(prober, highest):
+        return flavor, {"token_id_prompts": "accepted"}
+    where = "exact text through the tokenizer" if book is not None else "calibrated text"
+    _log.warning("the target refuses token-id prompts; completions are sent as %s", where)
+    return replace(flavor, token_id_prompts=False), {"token_id_prompts": "refused: sent as text"}
+
+
+def _chat_of(body: dict[str, Any]) -> Chat:
+    return Chat(body["messages"], body.get("tools"))
+
+
+async def verify(tokenizer: Tokenizer, prepared: Sequence[Prepared]) -> dict[str, Any]:
+    """Re-count a spread of the prepared text prompts with the tokenizer: how many are exact."""
+    candidates = [p for p in prepared if p.exact and p.expected_input_tokens > 0]
+    if not candidates:
+        return {"checked": 0, "exact": 0}
+    picks = np.linspace(0, len(candidates) - 1, min(VERIFY_MAX, len(candidates))).round().astype(int)
+    chosen, tokens = [], 0
+    for i in sorted(set(picks.tolist())):
+        if tokens > VERIFY_TOKENS:
+            break
+        chosen.append(candidates[i])
+        tokens += candidates[i].expected_input_tokens
+    bodies = [orjson.loads(p.body) for p in chosen]
+    chats = [(p, _chat_of(b)) for p, b in zip(chosen, bodies, strict=True) if p.endpoint == "chat"]
+    texts = [
+        (p, b["prompt"])
+        for p, b in zip(chosen, bodies, strict=True)
+        if p.endpoint == "completions" and isinstance(b["prompt"], str)
+    ]
+    counts = [len(ids) for ids in await tokenizer.encode_chat([c for _, c in chats])]
+    counts += [len(ids) for ids in await tokenizer.encode_text([t for _, t in texts])]
+    ids_exact = [p for p, b in zip(chosen, bodies, strict=True) if isinstance(b.get("prompt"), list)]
+    expected = [p.expected_input_tokens for p, _ in chats] + [p.expected_input_tokens for p, _ in texts]
+    exact_count = sum(c == e for c, e in zip(counts, expected, strict=True))
+    off = [c - e for c, e in zip(counts, expected, strict=True) if c != e]
+    if off:
+        _log.warning(
+            "exact prompts: %d of %d re-counted prompts are off (by %s)", len(off), len(counts), off[:5]
+        )
+    return {"checked": len(counts) + len(ids_exact), "exact": exact_count + len(ids_exact)}

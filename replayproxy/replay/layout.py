@@ -1,0 +1,217 @@
+"""Exact prompts in token positions: where each message's content sits, and which word is at each position.
+
+A templated prompt is the structure's template tokens with content between them (replay.exact);
+every content word is one token, so a layout of content lengths fixes the total and every
+position. A request that shares `S` tokens with its donor copies the donor's layout up to `S` and
+puts its own content at `S`; message ends are put on block boundaries where they fit, so a later
+request's divergence point falls on content, not inside template tokens. Words are chosen by
+position: inside recorded block b from (h_b, position in block), past the recorded blocks from the
+request's own key, and the first content position of each block takes a *branch word*: the i-th
+distinct continuation of a prefix gets the i-th word after a base drawn from that prefix, so
+siblings differ from their first token on (for up to the alphabet's size of siblings). All pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from replayproxy.replay.exact import Structure
+from replayproxy.replay.synth import _GOLDEN, _M1, _M2, _mix
+
+_TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Content lengths of one prompt and the absolute position where each content starts."""
+
+    roles: tuple[str, ...]
+    lengths: tuple[int, ...]
+    starts: tuple[int, ...]
+    total: int
+    structure: Structure
+
+    def end(self, m: int) -> int:
+        return self.starts[m] + self.lengths[m]
+
+    def positions(self) -> np.ndarray:
+        """Every content position, in order."""
+        if not self.lengths:
+            return np.zeros(0, np.int64)
+        return np.concatenate(
+            [np.arange(s, s + n, dtype=np.int64) for s, n in zip(self.starts, self.lengths, strict=True)]
+        )
+
+
+def _starts(structure: Structure, lengths: Sequence[int]) -> tuple[int, ...]:
+    out, at = [], len(structure.head)
+    for m, length in enumerate(lengths):
+        out.append(at)
+        at += length + (len(structure.between[m]) if m < len(structure.between) else 0)
+    return tuple(out)
+
+
+def _make(roles: Sequence[str], structure: Structure, lengths: Sequence[int]) -> Layout:
+    starts = _starts(structure, lengths)
+    total = structure.overhead + sum(lengths)
+    return Layout(tuple(roles), tuple(lengths), starts, total, structure)
+
+
+def _fill(
+    roles: Sequence[str], structure: Structure, fixed: Sequence[int], first_min: int, total: int, block: int
+) -> Layout | None:
+    """Lengths for messages after `fixed` (the first at least `first_min`), ends on block boundaries."""
+    n = len(roles)
+    budget = total - structure.overhead - sum(fixed)
+    free = n - len(fixed)
+    if free <= 0 or budget < first_min + free - 1:
+        return None
+    lengths = list(fixed)
+    start = _starts(structure, [*fixed, 0])[len(fixed)]
+    for idx in range(free):
+        m = len(fixed) + idx
+        after = free - idx - 1
+        low = first_min if idx == 0 else 1
+        if after == 0:
+            size = budget
+        else:
+            size = max(low, budget // (after + 1))
+            if block > 1:
+                aligned = round((start + size) / block) * block - start
+                if low <= aligned <= budget - after:
+                    size = aligned
+            size = min(size, budget - after)
+        lengths.append(size)
+        budget -= size
+        start += size + (len(structure.between[m]) if m < len(structure.between) else 0)
+    return _make(roles, structure, lengths)
+
+
+def fresh(roles: Sequence[str], structure: Structure, total: int, block: int) -> Layout | None:
+    return _fill(roles, structure, (), 1, total, block)
+
+
+def shared_layout(
+    roles: Sequence[str], structure: Structure, total: int, block: int, shared: int, donor: Layout | None
+) -> tuple[Layout | None, int]:
+    """A layout sharing `shared` tokens with `donor` where the template allows; (layout, tokens shared).
+
+    Sharing that would end inside the donor's template tokens ends at the next content instead
+    when this request has the same template tokens there (a later turn after the generation
+    prompt), else at the donor's content end. None when the length cannot hold the prompt at all.
+    """
+    if donor is None or shared <= 0:
+        return fresh(roles, structure, total, block), 0
+    shared = min(shared, donor.total, total - len(structure.closing) - 1)
+    n = len(donor.lengths)
+    m = next((i for i in range(n) if shared <= donor.end(i)), n - 1)
+    # (fixed lengths, the next message's minimum length, tokens shared, donor messages in the span)
+    plan: tuple[list[int], int, int, int]
+    if donor.starts[m] <= shared <= donor.end(m):
+        plan = (list(donor.lengths[:m]), shared - donor.starts[m] + 1, shared, m + 1)
+    else:
+        if shared > donor.end(m):  # past the last content: inside the donor's generation prompt
+            gap, next_start = donor.structure.closing, donor.total
+        else:  # inside the template tokens before message m: those after message m - 1
+            if m == 0:
+                return fresh(roles, structure, total, block), 0
+            m -= 1
+            gap, next_start = donor.structure.between[m], donor.starts[m + 1]
+        if len(roles) > m + 1 and m < len(structure.between) and structure.between[m] == gap:
+            plan = (list(donor.lengths[: m + 1]), 1, next_start, m + 1)
+        else:
+            plan = (list(donor.lengths[:m]), donor.lengths[m] + 1, donor.end(m), m + 1)
+    fixed, first_min, realized, copied = plan
+    same_template = (
+        tuple(roles[:copied]) == donor.roles[:copied]
+        and structure.head == donor.structure.head
+        and structure.between[: copied - 1] == donor.structure.between[: copied - 1]
+    )
+    layout = _fill(roles, structure, fixed, first_min, total, block) if same_template else None
+    if layout is None:
+        return fresh(roles, structure, total, block), 0
+    return layout, realized
+
+
+def branch_ranks(parents: np.ndarray, children: np.ndarray) -> np.ndarray:
+    """For each (parent, child) pair in planning order, the rank of the child among its parent's
+    distinct children by first appearance: equal pairs get equal ranks, siblings distinct ones."""
+    if not len(parents):
+        return np.zeros(0, np.int64)
+    pair = _mix(parents ^ _mix(children))
+    unique, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    order = np.lexsort((first, parents[first]))
+    group = parents[first][order]
+    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    ranks_sorted = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    ranks = np.empty(len(unique), np.int64)
+    ranks[order] = ranks_sorted
+    out: np.ndarray = ranks[inverse.reshape(-1)]
+    return out
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """synth's splitmix64 finalizer for arrays, without its error-state guard (arrays wrap silently)."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
+
+
+def tail_keys(rows: np.ndarray) -> np.ndarray:
+    """Each request's own key, for the positions past its recorded blocks."""
+    return _mix64(rows.astype(np.uint64) ^ _TAIL_SALT)
+
+
+def branch_words(parents: np.ndarray, ranks: np.ndarray, size: int) -> np.ndarray:
+    """The branch word of each (parent, rank): a base drawn from the parent, plus the rank."""
+    out: np.ndarray = ((_mix64(parents.astype(np.uint64)) % np.uint64(size)).astype(np.int64) + ranks) % size
+    return out
+
+
+class PositionCodes:
+    """mix(position ^ seed) for positions 0..n, grown on demand: the seed's part of every word code."""
+
+    def __init__(self, seed: np.uint64) -> None:
+        self._seed = seed
+        self._table = np.zeros(0, np.uint64)
+
+    def __call__(self, within: np.ndarray) -> np.ndarray:
+        need = int(within.max()) + 1 if len(within) else 0
+        if need > len(self._table):
+            size = max(need, 2 * len(self._table), 4096)
+            self._table = _mix64(np.arange(size, dtype=np.uint64) ^ self._seed)
+        out: np.ndarray = self._table[within]
+        return out
+
+
+def word_indices(
+    positions: np.ndarray,
+    hashes: np.ndarray,
+    own_key: np.uint64,
+    branch: np.ndarray,
+    block: int,
+    codes: PositionCodes,
+    size: int,
+) -> np.ndarray:
+    """Alphabet index of the word at each content position (sorted) of one request.
+
+    `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
+    """
+    blocks = positions // block
+    in_chain = blocks < len(hashes)
+    keys = np.full(len(positions), own_key, np.uint64)
+    keys[in_chain] = hashes[blocks[in_chain]]
+    within = np.where(in_chain, positions % block, positions)
+    chosen = (_mix64(keys ^ codes(within)) % np.uint64(size)).astype(np.int64)
+    starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
+    at = np.searchsorted(positions, starts)
+    inside = at < len(positions)
+    first = np.where(inside, positions[np.minimum(at, len(positions) - 1)], -1)
+    ok = inside & ((first < starts + block) | (np.arange(len(starts)) == len(hashes)))
+    chosen[at[ok]] = branch[ok]
+    return chosen
