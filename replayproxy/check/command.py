@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--prompts", metavar="FILE.jsonl", help="JSON lines of chat or completion request bodies"
+        "--prompts",
+        metavar="FILE.jsonl",
+        help="JSON lines of chat or completion request bodies (default: none; or --builtin)",
     )
     source.add_argument("--builtin", action="store_true", help="a small generic prompt set for a smoke check")
     add("-o", "--output", required=True, metavar="CHECK.rpc", help="check result file to write")
@@ -84,11 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engine dialect (default: guessed from /v1/models)",
     )
     add("--timeout", type=float, default=300.0, metavar="S", help="per-request timeout in seconds")
-    add("--keep-outputs", action="store_true", help="store answer texts in the result (default: hashes only)")
+    add("--keep-outputs", action="store_true", help="store answer texts in the result, not only their hashes")
     add(
         "--score",
         metavar="CMD",
-        help='user scorer: reads {"id","prompt","output","reference"}, prints a number',
+        help='user scorer: reads {"id","prompt","output","reference"}, prints a number (default: none)',
     )
     add("--quiet", action="store_true", help="no progress lines")
 

@@ -57,7 +57,14 @@ def _parquet(rows: list[dict[str, Any]], kinds: Mapping[str, str], path: Path) -
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError as e:
         raise LookupError("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
-    scalar = {"i8": pa.int64(), "f8": pa.float64(), "b1": pa.bool_(), "str": pa.string(), "u4": pa.uint32()}
+    scalar = {
+        "i8": pa.int64(),
+        "f8": pa.float64(),
+        "b1": pa.bool_(),
+        "str": pa.string(),
+        "u4": pa.uint32(),
+        "u8": pa.uint64(),
+    }
 
     def arrow_type(kind: str) -> Any:
         return pa.list_(scalar[kind.split(":", 1)[1]]) if kind.startswith("ragged:") else scalar[kind]

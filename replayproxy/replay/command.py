@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sessions",
         choices=["auto", "closed", "open"],
         help="closed: a session's next turn goes at the previous turn's end plus its think time; "
-        "open: every request at its recorded offset (default auto: closed if any session has 2+ turns)",
+        "open: every request at its recorded offset (default: auto, closed if any session has 2+ turns)",
     )
     add(
         "--sample-sessions",

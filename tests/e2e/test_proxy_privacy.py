@@ -71,6 +71,7 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
                         "user": user_id,
                         "stop": [stop],
                         "tools": [{"type": "function", "function": {"name": tool}}],
+                        "tool_choice": "none",  # a text reply, which the second turn quotes as content
                         "messages": [
                             {"role": "system", "content": system},
                             {"role": "user", "content": prompt},

@@ -131,7 +131,9 @@ def test_commands_name_the_traces_model_and_warn_about_a_mix(
 
 
 def test_printed_commands_keep_the_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = conversation_trace(tmp_path / "t.rpt")
+    # Single-turn requests: AIPerf's Bailian loader would append linked turns again (see the next test).
+    single = [shape(0, tokens(("a", 300)), 40), shape(250, tokens(("a", 300), ("b", 77)), 10)]
+    trace = write(tmp_path / "t.rpt", single)
     for fmt in ("mooncake", "bailian"):
         assert cli.main(["export", str(trace), "-f", fmt, "-o", str(tmp_path / f"{fmt}.jsonl")]) == 0
         printed = capsys.readouterr().out
@@ -140,3 +142,12 @@ def test_printed_commands_keep_the_workload(tmp_path: Path, capsys: pytest.Captu
         assert "--extra-inputs ignore_eos:true" in aiperf  # else requests stop at EOS, output shrinks
         # timed_trace sends token-id prompts, which only a completions backend takes.
         assert "--backend openai --endpoint /v1/completions" in vllm and "openai-chat" not in vllm
+
+
+def test_a_multi_turn_bailian_export_prints_no_aiperf_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = conversation_trace(tmp_path / "t.rpt")
+    assert cli.main(["export", str(trace), "-f", "bailian", "-o", str(tmp_path / "b.jsonl")]) == 0
+    aiperf = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("AIPerf:"))
+    assert "not for this file (multi-turn)" in aiperf and "--sessions" in aiperf
