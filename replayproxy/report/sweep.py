@@ -185,6 +185,16 @@ def check_share(option: str, value: float) -> None:
         raise ValueError(f"{option} must be in (0, 1], got {value:g}")
 
 
+def check_search_options(max_runs: int, start_speed: float, max_error_rate: float, attainment: float) -> None:
+    """The rate search's own options (sweep --auto and tune share them), refused before any work."""
+    if max_runs < 1:
+        raise ValueError(f"--max-runs must be at least 1, got {max_runs}")
+    if not 0 < start_speed < math.inf:
+        raise ValueError(f"--start-speed must be a positive number, got {start_speed:g}")
+    check_share("--max-error-rate", max_error_rate)
+    check_share("--attainment", attainment)
+
+
 def meets(step: Step, max_error_rate: float, attainment: float) -> bool:
     """--auto's pass rule: few errors, percentile SLOs met, and enough requests meeting per-request SLOs."""
     if step.error_rate >= max_error_rate:

@@ -22,7 +22,7 @@ from replayproxy.report.goodput import Slo, parse_slo
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import format_markdown, format_text
 from replayproxy.report.runs import Run, load_runs
-from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_share, meets, step_of
+from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
 from replayproxy.report.tables import sweep_section
 from replayproxy.trace import load, read_tables
 
@@ -182,12 +182,7 @@ def run(args: argparse.Namespace) -> int:
     slos: tuple[Slo, ...] = parse_slo(args.slo) if args.slo else ()
     if args.auto and not slos:
         raise ValueError("--auto needs --slo (the target the search must meet)")
-    if args.max_runs < 1:
-        raise ValueError(f"--max-runs must be at least 1, got {args.max_runs}")
-    if not 0 < args.start_speed < math.inf:
-        raise ValueError(f"--start-speed must be a positive number, got {args.start_speed:g}")
-    check_share("--max-error-rate", args.max_error_rate)
-    check_share("--attainment", args.attainment)
+    check_search_options(args.max_runs, args.start_speed, args.max_error_rate, args.attainment)
     refuse_conflicts(args)
     steps_asked: list[tuple[float, str, float, tuple[str, ...]]] = []  # (speed, kind, value, extra args)
     rates = parse_speeds(args.rates, "--rates") if args.rates else []

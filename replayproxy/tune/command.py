@@ -22,7 +22,7 @@ from types import FrameType
 
 from replayproxy.clock import now_ns
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
+from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
 from replayproxy.tune.candidates import Config, Engine, load_candidates
 from replayproxy.tune.engine import EngineFailed, running
 from replayproxy.tune.fit import trace_facts
@@ -126,16 +126,11 @@ def run(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
-    if args.max_runs < 1:
-        raise ValueError(f"--max-runs must be at least 1, got {args.max_runs}")
     if not 0 < args.precision < 1:
         raise ValueError(f"--precision must be in (0, 1), got {args.precision:g}")
-    if not 0 < args.start_speed < math.inf:
-        raise ValueError(f"--start-speed must be a positive number, got {args.start_speed:g}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must not be negative, got {args.warmup}")
-    check_share("--max-error-rate", args.max_error_rate)
-    check_share("--attainment", args.attainment)
+    check_search_options(args.max_runs, args.start_speed, args.max_error_rate, args.attainment)
     return Settings(
         traces=tuple(args.traces),
         slos=parse_slo(args.slo),
