@@ -92,6 +92,22 @@ def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list
         first += len(counts)
 
 
+def repeated_ids(cols: Columns, block_tokens: int) -> np.ndarray:
+    """The sorted ids that `iter_block_ids` gives to more than one block (a first pass over the trace).
+
+    Fresh ids are used once, so an id repeats when it occurs twice in one chunk or comes back in a
+    later chunk (numbered before that chunk starts): both sets are bounded by the shared blocks.
+    """
+    parts: list[np.ndarray] = []
+    numbered = 0  # ids below this were handed out in earlier chunks
+    for ids, _ in iter_block_ids(cols, block_tokens):
+        unique, counts = np.unique(ids, return_counts=True)
+        parts.append(unique[(counts > 1) | (unique < numbered)])
+        if len(unique):
+            numbered = max(numbered, int(unique[-1]) + 1)
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
 def _recurring(hashes: np.ndarray) -> np.ndarray:
     """Sorted recorded hashes that occur at least twice (the only ones behind a shared id)."""
     ordered = np.sort(hashes)
