@@ -47,6 +47,9 @@ class ImportOptions:
     time_unit: str | None = None  # "ms" | "s" for numeric timestamps
     model: str = ""  # model name for formats that carry none
     drop_failed: bool = False  # leave out requests the source marks as failed
+    seed: int = 0  # for sources that are distributions to sample (ServeGen)
+    start_s: float = 0.0  # sampled span of such sources: its start and length (None: the format's)
+    duration_s: float | None = None
 
 
 @dataclass(slots=True)

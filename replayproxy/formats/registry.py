@@ -16,6 +16,7 @@ from replayproxy.formats import (
     mooncake,
     parquet_format,
     profile,
+    servegen,
     trace_csv,
     tracelab,
     vllm_custom,
@@ -56,6 +57,10 @@ FORMATS: dict[str, Format] = {
     "aiperf": Format(
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
+    ),
+    "servegen": Format(
+        "ServeGen client distributions (a model directory of chunk-<id>-trace.csv/-dataset.json), sampled",
+        servegen.read,
     ),
     "tracelab": Format(
         "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
