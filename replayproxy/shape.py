@@ -17,6 +17,9 @@ from typing import Any, NamedTuple, NoReturn, overload
 
 # Endpoint classes (the path prefix before /v1/... is not kept).
 ENDPOINTS = ("chat", "completions", "embeddings", "other")
+# A source's request class where it publishes one (Qwen-Bailian's `type`); "" = not recorded. A
+# closed set, so that no text a file puts in that field can reach a trace.
+REQUEST_TYPES = ("", "text", "search", "image", "file", "other")
 
 # Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
 ROLE_LETTERS = {"system": "s", "user": "u", "assistant": "a", "tool": "t", "developer": "d", "function": "f"}
@@ -112,6 +115,7 @@ class RequestShape(NamedTuple):
     chat_id: int = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
     parent_id: int = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
+    request_type: str = ""  # the source's request class, one of REQUEST_TYPES (imports only)
 
     @property
     def message_count(self) -> int:
@@ -154,6 +158,7 @@ class RequestShape(NamedTuple):
             self.chat_id,
             self.parent_id,
             self.tool_chars,
+            self.request_type,
         )
 
     @classmethod
@@ -200,6 +205,7 @@ FIELD_KINDS: dict[str, str] = {
     "chat_id": "u8",
     "parent_id": "u8",
     "tool_chars": "i8",
+    "request_type": "str",
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
 _FIELD_SET = frozenset(FIELDS)
