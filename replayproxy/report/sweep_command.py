@@ -22,8 +22,8 @@ from replayproxy.report.goodput import Slo, parse_slo
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import format_markdown, format_text
 from replayproxy.report.runs import Run, load_runs
+from replayproxy.report.sections import sweep_section
 from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
-from replayproxy.report.tables import sweep_section
 from replayproxy.trace import load, read_trace_files
 
 EXAMPLES = (
