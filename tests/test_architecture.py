@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
     "sim": set(),
     "synthetic": {"shape", "trace"},
-    "inspect": {"shape", "trace"},
+    "workload_stats": {"shape", "trace"},
 }
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
