@@ -12,10 +12,10 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.report import gpu
+from replayproxy.report.baseline import baseline_run
 from replayproxy.report.cells import MISSING
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.profile import baseline_run
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sections import report_tables
 from replayproxy.results import ResultWriter, RunHeader
