@@ -42,7 +42,7 @@ COMMANDS: dict[str, Command] = {
     "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),
     "import": Command("replayproxy.formats.import_command", "convert public traces into a replayproxy trace"),
     "capacity": Command(
-        "replayproxy.report.capacity_command", "KV-cache / GPU-memory fit of a model and a trace"
+        "replayproxy.capacity.command", "KV-cache / GPU-memory fit of a model and a trace"
     ),
     "demo": Command("replayproxy.demo", "record, replay against two candidates and compare, all locally"),
 }

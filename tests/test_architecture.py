@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
     "report": {"shape", "trace", "results", "config"},
     "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
+    "capacity": {"trace", "results"},
     "sim": set(),
     "synthetic": {"shape", "trace"},
     "workload_stats": {"shape", "trace"},
