@@ -47,6 +47,7 @@ from replayproxy.formats.importing import (
 from replayproxy.trace import Columns
 
 DEFAULT_BLOCK = 512
+SGLANG_CHUNK = 128  # tokens SGLang's Mooncake reader writes per hash id ("hi" × 128)
 UNIT_NS = {"ms": 1_000_000, "s": 1_000_000_000}
 _NUMBER = (int, float)
 # timestamps, input lengths, output lengths, flat hash ids, ids per row
@@ -300,13 +301,32 @@ def consumer_commands(path: Path, block: int, rows: int, options: ExportOptions)
         f"--data kind=mooncake,source.kind=json_file,source.path={path},"
         f"hash_id_block_size={block},time_scale=0.001",
     ]
-    sglang = [
-        f"python -m sglang.bench_serving --backend sglang --dataset-name mooncake --dataset-path {path}",
-        f"--num-prompts {rows} --use-trace-timestamps --mooncake-slowdown-factor 1",
-    ]
     return [
         aiperf_command(path, "mooncake_trace", block, options),
         "guidellm: " + " ".join(guidellm),
         vllm_timed_trace_command(path, rows, block, 0.001, options),
-        "SGLang:   " + " ".join(sglang) + "  (prompts from hash_ids alone: input_length is ignored)",
+        sglang_command(path, block, rows, options),
     ]
+
+
+def sglang_command(path: Path, block: int, rows: int, options: ExportOptions) -> str:
+    """SGLang's reader (python/sglang/benchmark/datasets/mooncake.py) ignores `input_length` and
+    writes each hash id as the id followed by 128 × "hi": prompts have the recorded length only when
+    the ids stand for 128-token blocks, so other block sizes get the export command instead."""
+    if block != SGLANG_CHUNK:
+        return (
+            f"SGLang:   needs --block-size {SGLANG_CHUNK} (its reader makes every hash id {SGLANG_CHUNK} "
+            f"tokens and ignores input_length; with {block}-token ids prompts would be "
+            f"{SGLANG_CHUNK / block:g}x the recorded length): replayproxy export TRACE --format mooncake "
+            f"--block-size {SGLANG_CHUNK} -o FILE"
+        )
+    args = [
+        f"python -m sglang.bench_serving --backend sglang --base-url {options.url} --model {options.model}",
+        f"--dataset-name mooncake --dataset-path {path} --num-prompts {rows} --use-trace-timestamps",
+        "--mooncake-slowdown-factor 1 --mooncake-num-rounds 1",
+    ]
+    return (
+        "SGLang:   "
+        + " ".join(args)
+        + f"  (prompts: {SGLANG_CHUNK} tokens and the id's digits per hash id, in the chat template)"
+    )
