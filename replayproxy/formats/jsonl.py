@@ -185,7 +185,9 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
         first += len(counts)
         seconds = ((cols.offset_ns[rows] - origin) / 1e9).round(6).tolist()
         inputs = np.maximum(cols.input_tokens[rows], 0)
-        full = np.minimum(_leading_run(np.isin(flat, repeated), counts), inputs // block).tolist()
+        at = np.minimum(np.searchsorted(repeated, flat), max(len(repeated) - 1, 0))
+        is_repeated = repeated[at] == flat if len(repeated) else np.zeros(len(flat), bool)
+        full = np.minimum(_leading_run(is_repeated, counts), inputs // block).tolist()
         starts = (np.cumsum(counts) - counts).tolist()
         columns = (
             cols.scalar["output_tokens"][rows].tolist(),
