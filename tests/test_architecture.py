@@ -8,25 +8,26 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "replayproxy"
-CORE = {"shape", "sse", "clock", "tasks", "config"}
+CORE = {"shape", "sse", "clock", "tasks", "config", "errors"}
 
 # module (or package) -> project modules it may import; DESIGN.md "Allowed imports".
 ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
     "shape": set(),
     "sse": set(),
     "clock": set(),
     "tasks": set(),
-    "config": set(),
-    "trace": {"shape"},
-    "results": {"trace"},
-    "formats": {"shape", "trace"},
-    "proxy": {"shape", "sse", "trace", "clock", "tasks", "config"},
-    "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
-    "report": {"shape", "trace", "results", "config"},
-    "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
+    "config": {"errors"},
+    "trace": {"shape", "errors"},
+    "results": {"trace", "errors"},
+    "formats": {"shape", "trace", "errors"},
+    "proxy": {"shape", "sse", "trace", "clock", "tasks", "config", "errors"},
+    "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config", "errors"},
+    "report": {"shape", "trace", "results", "config", "errors"},
+    "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config", "errors"},
     "sim": set(),
-    "synthetic": {"shape", "trace"},
-    "inspect": {"shape", "trace"},
+    "synthetic": {"shape", "trace", "errors"},
+    "inspect": {"shape", "trace", "errors"},
 }
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
