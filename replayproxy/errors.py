@@ -8,6 +8,10 @@ that already catches those keeps working.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
 
 class UserError(Exception):
     """A failure the user can act on: printed as one line, exit status 2."""
@@ -25,9 +29,28 @@ class FileAccessError(UserError, OSError):
     """A file the user named cannot be opened, read or written (missing, a directory, no permission)."""
 
 
-class TargetUnreachable(UserError, OSError):
-    """The engine or upstream the user pointed at does not answer as one."""
+class TargetUnreachable(UserError, ConnectionError):
+    """The engine the user pointed at cannot be reached."""
+
+
+class TargetRefused(UserError, PermissionError):
+    """The engine answers but refuses us: no or a wrong API key."""
 
 
 class RunAborted(UserError, RuntimeError):
     """A run stopped before its end by something outside its code (a sender process died)."""
+
+
+class MissingFile(FileAccessError, FileNotFoundError):
+    """A path the user named matches no file."""
+
+
+@contextlib.contextmanager
+def user_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Around opening, reading or writing a file the user named: an OSError becomes one line."""
+    try:
+        yield
+    except UserError:
+        raise
+    except OSError as e:
+        raise FileAccessError(f"{path}: {e.strerror or e}") from e

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from replayproxy.errors import BadOption, TargetUnreachable
+
 Clock = Callable[[], int]
 
 
@@ -50,7 +52,7 @@ class Target:
     def parse(cls, url: str) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"target must be an http:// or https:// URL, got {url!r}")
+            raise BadOption(f"target must be an http:// or https:// URL, got {url!r}")
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         base = parts.path.rstrip("/")
@@ -222,8 +224,12 @@ class Pool:
 
     async def fill(self, count: int) -> None:
         """Open `count` connections and push one small request through each, all before the run."""
-        connections = await asyncio.gather(*(self.open() for _ in range(count)))
-        await asyncio.gather(*(self._warm(c) for c in connections))
+        try:
+            connections = await asyncio.gather(*(self.open() for _ in range(count)))
+            await asyncio.gather(*(self._warm(c) for c in connections))
+        except OSError as e:  # TimeoutError included
+            where = f"{self.target.host}:{self.target.port}"
+            raise TargetUnreachable(f"cannot open connections to {where}: {type(e).__name__}: {e}") from e
 
     async def refresh(self, idle_for_ns: int, limit: int = 50) -> None:
         """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET;

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.report import telemetry
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.measures import in_flight_series
@@ -28,7 +29,7 @@ SCATTER_POINTS = 3000
 MAX_TIME_PANELS = 8
 
 
-class MissingDependency(ValueError):
+class MissingDependency(BadOption):
     """An optional dependency the asked-for output needs is not installed."""
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from replayproxy.errors import BadOption
+
 GATE_METRICS = ("goodput", "goodput_fraction", "requests_per_s", "error_rate", "ttft", "tpot", "itl", "e2e")
 LATENCY = ("ttft", "tpot", "itl", "e2e")
 UNITS = {"goodput": " req/s", "requests_per_s": " req/s", "goodput_fraction": "", "error_rate": ""}
@@ -41,16 +43,16 @@ def parse_gate(spec: str) -> tuple[GateClause, ...]:
         text = raw.strip().replace(" ", "").lower()
         match = _CLAUSE.match(text)
         if match is None:
-            raise ValueError(
+            raise BadOption(
                 f"bad --gate clause {raw.strip()!r}; write e.g. 'goodput>=0.95*BASE,ttft:p95<=1.1*BASE'"
             )
         metric, stat = match["metric"], match["stat"] or ""
         if metric not in GATE_METRICS:
-            raise ValueError(f"unknown --gate metric {metric!r}; valid: {', '.join(GATE_METRICS)}")
+            raise BadOption(f"unknown --gate metric {metric!r}; valid: {', '.join(GATE_METRICS)}")
         if metric in LATENCY and stat not in STATS:
-            raise ValueError(f"--gate clause {raw.strip()!r} needs a statistic, one of {', '.join(STATS)}")
+            raise BadOption(f"--gate clause {raw.strip()!r} needs a statistic, one of {', '.join(STATS)}")
         if metric not in LATENCY and stat:
-            raise ValueError(f"--gate metric {metric!r} takes no statistic (got {stat!r})")
+            raise BadOption(f"--gate metric {metric!r} takes no statistic (got {stat!r})")
         clauses.append(GateClause(metric, stat, match["op"], float(match["factor"])))
     return tuple(clauses)
 
@@ -80,11 +82,9 @@ def evaluate(doc: dict[str, Any], clauses: tuple[GateClause, ...], base: str) ->
     """One line per broken clause per candidate; empty when the gate passes."""
     labels = [c["label"] for c in doc["verdict"]["candidates"]]
     if base not in labels:
-        raise ValueError(
-            f"--gate-base {base!r} is not a candidate; candidates: {', '.join(labels) or 'none'}"
-        )
+        raise BadOption(f"--gate-base {base!r} is not a candidate; candidates: {', '.join(labels) or 'none'}")
     if any(c.metric.startswith("goodput") for c in clauses) and doc["slo"] is None:
-        raise ValueError("--gate on goodput needs --slo")
+        raise BadOption("--gate on goodput needs --slo")
     failures = []
     for label in labels:
         if label == base:
