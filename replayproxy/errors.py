@@ -29,6 +29,10 @@ class FileAccessError(UserError, OSError):
     """A file the user named cannot be opened, read or written (missing, a directory, no permission)."""
 
 
+class CannotListen(UserError, OSError):
+    """An address to listen on is taken or not ours (a `--listen` / `--port` to change)."""
+
+
 class TargetUnreachable(UserError, ConnectionError):
     """The engine the user pointed at cannot be reached."""
 
