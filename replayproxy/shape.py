@@ -13,17 +13,27 @@ import hashlib
 import struct
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, NoReturn, overload
+from typing import Any, Literal, NamedTuple, NoReturn, get_args, overload
 
 # Endpoint classes (the path prefix before /v1/... is not kept).
-ENDPOINTS = ("chat", "completions", "embeddings", "other")
+Endpoint = Literal["chat", "completions", "embeddings", "other"]
+ENDPOINTS: tuple[Endpoint, ...] = get_args(Endpoint)
+# The OpenAI path of each class but "other": the proxy classifies a request by its path's tail,
+# so any prefix before /v1 is accepted; the replayer sends each class to this path.
+ENDPOINT_PATHS: dict[Endpoint, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+
 
 # Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
 ROLE_LETTERS = {"system": "s", "user": "u", "assistant": "a", "tool": "t", "developer": "d", "function": "f"}
 OTHER_ROLE = "o"
 
-# Error classes shared by the proxy, the replayer and the reports ("" means success).
-ERROR_CLASSES = (
+# Error classes shared by the proxy, the replayer and the reports ("" means success); stored in
+# traces and results as these strings. Every site that sets one is checked against this set by mypy.
+ErrorClass = Literal[
     "",
     "http_4xx",
     "http_5xx",
@@ -33,7 +43,8 @@ ERROR_CLASSES = (
     "bad_stream",
     "client_cancel",
     "other",
-)
+]
+ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
 # Sampling parameters whose *values* may be kept: numbers and booleans only.
 SAMPLING_VALUE_KEYS = (
@@ -63,6 +74,14 @@ HASH_SCHEME = "blake2b64-chain-v1"
 UNKNOWN = -1
 
 
+def endpoint_named(name: str) -> Endpoint:
+    """The endpoint class called `name` (read from a file or an option); ValueError for others."""
+    for endpoint in ENDPOINTS:
+        if endpoint == name:
+            return endpoint
+    raise ValueError(f"unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
+
+
 class _ReadOnlyMap(dict[str, float | int | bool]):
     """The one empty sampling map shared by every shape made without one, so it refuses changes."""
 
@@ -84,7 +103,7 @@ class RequestShape(NamedTuple):
     """
 
     offset_ns: int  # arrival, relative to the trace file's start
-    endpoint: str = "chat"  # one of ENDPOINTS
+    endpoint: Endpoint = "chat"
     model: str = ""
     stream: bool = True
     input_tokens: int = UNKNOWN
@@ -98,7 +117,7 @@ class RequestShape(NamedTuple):
     prefix_hashes: Sequence[int] = ()  # chained keyed 64-bit hashes of full blocks
     prefix_units: int = UNKNOWN  # length of the hashed prompt in the header's block unit
     status: int = 0  # HTTP status; 0 when no response came
-    error: str = ""  # one of ERROR_CLASSES
+    error: ErrorClass = ""
     ttft_ns: int = UNKNOWN  # production time to first content chunk, as the proxy saw it
     e2e_ns: int = UNKNOWN  # production time to end of body (or to the client's cancel)
     chunk_gaps_us: tuple[int, ...] = ()  # gaps between content chunks after the first, microseconds

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replayproxy.errors import BadOption
-from replayproxy.shape import BlockHashes, RequestShape, key_fingerprint, prefix_block_hashes
+from replayproxy.shape import BlockHashes, RequestShape, endpoint_named, key_fingerprint, prefix_block_hashes
 from replayproxy.trace import TraceHeader
 
 _CHUNK = 65_536  # draws per batch: bounds memory, and fixes the random streams' layout
@@ -251,6 +251,7 @@ class _Generator:
 
     def run(self) -> Iterator[RequestShape]:
         spec = self.spec
+        endpoint = endpoint_named(spec.endpoint)
         for offsets in self.arrivals():
             n = len(offsets)
             inputs = spec.input_len.sample(self.rng[1], n)
@@ -274,7 +275,7 @@ class _Generator:
                     roles, ident, turn = self.first_roles(group), 0, 0
                 yield RequestShape(
                     offset_ns=offset,
-                    endpoint=spec.endpoint,
+                    endpoint=endpoint,
                     model=spec.model,
                     stream=bool(streams[i]),
                     input_tokens=len(tokens),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": set(),
     "config": {"errors"},
     "trace": {"shape", "errors"},
-    "results": {"trace", "errors"},
+    "results": {"shape", "trace", "errors"},
     "formats": {"shape", "trace", "errors"},
     "proxy": {"shape", "sse", "trace", "clock", "tasks", "config", "errors"},
     "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config", "errors"},
@@ -107,3 +108,20 @@ def test_only_clock_reads_clocks_and_tasks_are_spawned(path: Path) -> None:
 def test_the_table_sees_every_package() -> None:
     owners = {_owner(p) for p in SOURCES if not _is_glue(p)}
     assert owners <= set(ALLOWED), owners - set(ALLOWED)
+
+
+ROOT = PACKAGE.parent
+PROSE = [*SOURCES, *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
+PROSE += [ROOT / "README.md", ROOT / "BENCHMARKS.md"]
+
+
+def test_no_issue_numbers_in_code_or_docs() -> None:
+    """A newcomer cannot look up "issue 4": code and docs state the rule itself instead."""
+    cited = re.compile(r"\bissues? #?\d+|\(#\d+\)", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in PROSE
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if cited.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -21,7 +21,7 @@ import orjson
 
 from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.profile import FORMAT, VERSION
-from replayproxy.shape import RequestShape
+from replayproxy.shape import RequestShape, endpoint_named
 from replayproxy.trace import TraceHeader
 
 _MASK = (1 << 64) - 1
@@ -68,12 +68,16 @@ def shapes_from_profile(
     sessions = _Sessions(profile.get("sessions", {}), rate_scale, rng)
     models, endpoints = (_choices(profile["mix"][k], len(times), rng) for k in ("model", "endpoint"))
     streams = rng.random(len(times)) < profile["mix"].get("stream", 1.0)
+    try:
+        endpoint_of = {name: endpoint_named(name) for name in set(map(str, endpoints))}
+    except ValueError as e:
+        raise BadInputFile(f"profile mix: {e}") from e
     for i, t in enumerate(times.tolist()):
         session, turn = sessions.next()
         hashes = prefixes.next(int(inputs[i]), session if turn else 0)
         yield RequestShape(
             offset_ns=round(t * 1e9),
-            endpoint=str(endpoints[i]),
+            endpoint=endpoint_of[str(endpoints[i])],
             model=str(models[i]),
             stream=bool(streams[i]),
             input_tokens=int(inputs[i]),

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from replayproxy.config import ConfigError, build, read_toml
 from replayproxy.errors import BadOption
+from replayproxy.shape import ENDPOINTS
 
-ENDPOINT_CLASSES = ("chat", "completions", "embeddings", "other")
 FORWARDED_MODES = ("none", "x-forwarded-for", "forwarded", "both")
 
 
@@ -89,9 +89,9 @@ class ProxySettings:
         if not 0.0 <= self.sample_rate <= 1.0:
             raise BadOption(f"sample_rate must be within [0, 1], got {self.sample_rate}")
         for name in ("include_endpoints", "exclude_endpoints"):
-            unknown = set(getattr(self, name)) - set(ENDPOINT_CLASSES)
+            unknown = set(getattr(self, name)) - set(ENDPOINTS)
             if unknown:
-                raise BadOption(f"{name}: unknown {sorted(unknown)}; valid: {', '.join(ENDPOINT_CLASSES)}")
+                raise BadOption(f"{name}: unknown {sorted(unknown)}; valid: {', '.join(ENDPOINTS)}")
         if self.forwarded_headers not in FORWARDED_MODES:
             raise BadOption(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
         parse_hostport(self.listen, "listen")

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from replayproxy.errors import BadOption, TargetUnreachable
+from replayproxy.shape import ErrorClass
 
 Clock = Callable[[], int]
 
@@ -35,7 +36,7 @@ class Receiver(Protocol):
 
     def on_complete(self, at_ns: int) -> None: ...
 
-    def fail(self, at_ns: int, error: str, message: str) -> None: ...
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ class Connection(asyncio.Protocol):
         self.transport.write(wire)
         return self.clock()
 
-    def abort(self, error: str, message: str) -> None:
+    def abort(self, error: ErrorClass, message: str) -> None:
         """Give up on the request in flight (timeout): report it and drop the connection."""
         self._fail(error, message)
 
@@ -161,7 +162,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _fail(self, error: str, message: str) -> None:
+    def _fail(self, error: ErrorClass, message: str) -> None:
         receiver = self.receiver
         self.receiver = self.parser = None
         self.close()
@@ -185,7 +186,7 @@ class _Probe:
     def on_complete(self, at_ns: int) -> None:
         pass
 
-    def fail(self, at_ns: int, error: str, message: str) -> None:
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None:
         if not self.done.done():
             self.done.set_exception(ConnectionError(message))
 
