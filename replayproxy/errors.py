@@ -26,7 +26,17 @@ class BadInputFile(UserError, ValueError):
 
 
 class FileAccessError(UserError, OSError):
-    """A file the user named cannot be opened, read or written (missing, a directory, no permission)."""
+    """A file the user named cannot be opened, read or written (missing, a directory, no permission).
+
+    Keeps the cause's errno, so callers that sort failures by it (a full disk, no permission) still
+    can, while the message stays one plain line."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class CannotListen(UserError, OSError):
@@ -57,4 +67,4 @@ def user_file(path: str | os.PathLike[str]) -> Iterator[None]:
     except UserError:
         raise
     except OSError as e:
-        raise FileAccessError(f"{path}: {e.strerror or e}") from e
+        raise FileAccessError(f"{path}: {e.strerror or e}", e.errno) from e
