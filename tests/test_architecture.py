@@ -26,9 +26,10 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config", "errors"},
     "report": {"shape", "trace", "results", "config", "errors"},
     "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config", "errors"},
+    "capacity": {"trace", "results", "errors"},
     "sim": set(),
     "synthetic": {"shape", "trace", "errors"},
-    "inspect": {"shape", "trace", "errors"},
+    "workload_stats": {"shape", "trace", "errors"},
 }
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.

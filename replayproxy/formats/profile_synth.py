@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from replayproxy.errors import BadInputFile, BadOption, user_file
-from replayproxy.formats.profile import FORMAT, VERSION
+from replayproxy.formats.profile_fit import FORMAT, VERSION
 from replayproxy.shape import RequestShape, endpoint_named
 from replayproxy.trace import TraceHeader
 
