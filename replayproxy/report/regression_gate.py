@@ -9,9 +9,9 @@ Rules are read by the one `--gate` grammar (report/gate.py) that output-check ga
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from replayproxy.errors import BadOption
+from replayproxy.report.document_types import Document, stat, summary_of
 from replayproxy.report.gate import OPERATORS, GateRule
 from replayproxy.report.gate import parse_gate as parse_rules
 
@@ -38,7 +38,7 @@ def parse_gate(spec: str) -> tuple[GateRule, ...]:
     return rules
 
 
-def value(doc: dict[str, Any], label: str, clause: GateRule) -> float:
+def value(doc: Document, label: str, clause: GateRule) -> float:
     """The candidate's figure: the mean over its replay runs at the verdict's load (goodput pooled)."""
     if clause.metric in ("goodput", "goodput_fraction"):
         entry = next((c for c in doc["verdict"]["candidates"] if c["label"] == label), None)
@@ -53,13 +53,13 @@ def value(doc: dict[str, Any], label: str, clause: GateRule) -> float:
         elif clause.metric == "requests_per_s":
             figure = run["requests_per_s"]
         else:
-            figure = run[f"{clause.metric}_ms"][clause.stat]
+            figure = stat(summary_of(run, f"{clause.metric}_ms"), clause.stat)
         if figure is not None:
             values.append(float(figure))
     return sum(values) / len(values) if values else math.nan
 
 
-def evaluate(doc: dict[str, Any], clauses: tuple[GateRule, ...], base: str) -> list[str]:
+def evaluate(doc: Document, clauses: tuple[GateRule, ...], base: str) -> list[str]:
     """One line per broken clause per candidate; empty when the gate passes."""
     labels = [c["label"] for c in doc["verdict"]["candidates"]]
     if base not in labels:
