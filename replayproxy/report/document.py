@@ -14,7 +14,7 @@ import numpy as np
 
 from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
-from replayproxy.report.document_types import Document, GoodputDoc, RunDoc, SloClause
+from replayproxy.report.document_types import Document, GoodputDoc, RunDoc, SloClause, StepDoc, SweepDoc
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import Requests, concurrency, exact_share
 from replayproxy.report.runs import Run, candidates
@@ -263,7 +263,7 @@ def sweep_doc(
     max_error_rate: float,
     best_speed: float | None = None,
     attainment: float = ATTAINMENT,
-) -> dict[str, Any]:
+) -> SweepDoc:
     steps = [step_of(r, slos) for r in group]
     knee = find_knee(steps, max_error_rate)
     point = steps[knee.step] if knee.step is not None else None
@@ -287,7 +287,7 @@ def sweep_doc(
     }
 
 
-def step_doc(s: Step) -> dict[str, Any]:
+def step_doc(s: Step) -> StepDoc:
     return {
         "speed": s.speed,
         "concurrency_limit": s.concurrency_limit or None,

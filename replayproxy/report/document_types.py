@@ -128,6 +128,47 @@ class SloSection(TypedDict):
     clauses: list[SloClause]
 
 
+class StepDoc(TypedDict):
+    """One load of a sweep."""
+
+    speed: float
+    concurrency_limit: int | None
+    offered_requests_per_s: float | None
+    load: str
+    slo_crossed: list[str]
+    label: str
+    requests: int
+    requests_per_s: float | None
+    output_tokens_per_s: float | None
+    mean_concurrency: float | None
+    ttft_ms: Summary
+    tpot_ms: Summary
+    e2e_ms: Summary
+    errors: int
+    error_rate: float | None
+    goodput: GoodputDoc | None
+
+
+class SweepDoc(TypedDict):
+    """Runs of one candidate at rising loads, and where it bent."""
+
+    label: str
+    target: str
+    model: str
+    trace_digest: str
+    closed_loop: bool
+    steps: list[StepDoc]
+    knee_speed: float | None
+    broke_at_speed: float | None
+    operating_point: StepDoc | None
+    saturated_at_lowest_step: bool
+    break_reasons: list[str]
+    knee: str
+    max_rate_under_slo: float | None
+    best_speed_meeting_slo: float | None
+    max_error_rate: float
+
+
 class Document(TypedDict):
     """The whole report, in the order `--json` writes it (schema in docs/report.md)."""
 
@@ -136,7 +177,7 @@ class Document(TypedDict):
     slo: SloSection | None
     runs: list[RunDoc]
     comparisons: list[dict[str, Any]]
-    sweeps: list[dict[str, Any]]
+    sweeps: list[SweepDoc]
     contracts: list[dict[str, Any]]
     warnings: list[str]
 

@@ -208,13 +208,13 @@ def sweep_curves(doc: Document, runs: list[Run]) -> Figure | None:
     grid = fig.subplots(len(sweeps), 2, squeeze=False)
     for (left, right), sweep in zip(grid, sweeps, strict=True):
         closed = sweep["closed_loop"]
-        key = "concurrency_limit" if closed else "offered_requests_per_s"
-        speeds = [np.nan if s[key] is None else s[key] for s in sweep["steps"]]
+        loads = [s["concurrency_limit"] if closed else s["offered_requests_per_s"] for s in sweep["steps"]]
+        speeds = [np.nan if load is None else load for load in loads]
         left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
         if any(s["goodput"] for s in sweep["steps"]):
             left.plot(
                 speeds,
-                [s["goodput"]["requests_per_s"] for s in sweep["steps"]],
+                [g["requests_per_s"] if (g := s["goodput"]) else None for s in sweep["steps"]],
                 marker="s",
                 label="goodput req/s",
             )

@@ -256,7 +256,7 @@ def sweep_section(doc: Document) -> list[Table]:
                     fmt(s["requests_per_s"]),
                     fmt(s["output_tokens_per_s"]),
                     fmt(s["mean_concurrency"]),
-                    *(fmt(s[f"{m}_ms"][q]) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p95")),
+                    *(fmt(d[q]) for d in (s["ttft_ms"], s["tpot_ms"], s["e2e_ms"]) for q in ("p50", "p95")),
                     f"{pct(s['error_rate'])} ({s['errors']})",
                     MISSING if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
                 ]
