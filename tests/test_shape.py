@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replayproxy import trace
 from replayproxy.shape import (
     FIELD_KINDS,
     FIELDS,
@@ -21,6 +24,7 @@ from replayproxy.shape import (
     role_letters,
     unpack_u32,
 )
+from tests.replay import traces
 
 KEY = b"0123456789abcdef"
 keys = st.binary(min_size=8, max_size=64)
@@ -172,6 +176,39 @@ def test_documented_test_vectors() -> None:
 def test_field_kinds_declare_every_field_in_record_order() -> None:
     """Writers zip shapes into columns by position, so the kinds must follow the tuple's order."""
     assert tuple(FIELD_KINDS) == FIELDS == RequestShape._fields
+
+
+def test_each_field_kind_fits_the_field_default_and_the_record() -> None:
+    """Kinds are read off the annotations; check them against what the fields hold and what
+    `to_record` writes, so a wrong annotation cannot pass as a layout."""
+    fits = {
+        "i8": lambda v: type(v) is int,
+        "u8": lambda v: type(v) is int and v >= 0,
+        "b1": lambda v: type(v) is bool,
+        "str": lambda v: type(v) is str,
+        "obj": lambda v: isinstance(v, dict),
+        "ragged:u8": lambda v: isinstance(v, bytes) and len(v) % 8 == 0,
+        "ragged:u4": lambda v: isinstance(v, bytes) and len(v) % 4 == 0,
+    }
+    shape = RequestShape(1, prefix_hashes=(2**64 - 1, 3), chunk_gaps_us=(5, 6), session=2**64 - 1)
+    record = shape.to_record()
+    assert len(record) == len(FIELDS)
+    for (name, kind), value in zip(FIELD_KINDS.items(), record, strict=True):
+        assert fits[kind](value), (name, kind, value)
+    assert RequestShape.from_record(record) == shape
+    assert {"session": "u8", "chat_id": "u8", "parent_id": "u8"}.items() <= FIELD_KINDS.items()
+
+
+def test_trace_columns_have_one_typed_attribute_per_scalar_field(tmp_path: Path) -> None:
+    from replayproxy.trace.columns import RAGGED, Columns
+
+    declared = [f.name for f in dataclasses.fields(Columns) if not f.init]
+    assert declared == [name for name in FIELDS if name not in RAGGED]
+    path = traces.write(tmp_path / "t.rpt", [RequestShape(i * 10, input_tokens=i + 3) for i in range(4)])
+    cols = trace.load(path)
+    assert cols.input_tokens.tolist() == [3, 4, 5, 6] and cols.input_tokens is cols.scalar["input_tokens"]
+    shifted = dataclasses.replace(cols, scalar={**cols.scalar, "input_tokens": cols.input_tokens + 1})
+    assert shifted.input_tokens.tolist() == [4, 5, 6, 7] and len(shifted) == 4
 
 
 def test_block_hashes_keep_bytes_and_compare_like_their_ints() -> None:

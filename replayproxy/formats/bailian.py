@@ -68,7 +68,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
     )
 
 
-_TYPES = {name: name for name in REQUEST_TYPES if name}
+_TYPES: dict[str, str] = {name: name for name in REQUEST_TYPES if name}
 
 
 def _request_type(value: Any) -> str:
