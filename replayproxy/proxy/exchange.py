@@ -36,6 +36,9 @@ class State(enum.Enum):
     TUNNEL = "tunnel"  # after 101 Switching Protocols: bytes pass both ways untouched; timer: idle
     DONE = "done"
 
+    # Identity hashing in C: Enum's own __hash__ is a Python call, and each transition hashes twice.
+    __hash__ = object.__hash__
+
 
 # Every legal move; anything else is a bug in this module and raises. AWAITING -> CONNECTING is the one
 # resend on a fresh connection when a kept-alive one turned out closed before answering.
