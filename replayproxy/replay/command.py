@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
-from replayproxy.replay import contract, procedure, progress, session, summary, telemetry, workers
+from replayproxy.replay import contract, procedure, progress, replies, session, summary, telemetry, workers
 from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
 from replayproxy.replay.sidecars import Sidecars
@@ -61,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "closed", "open"],
         help="closed: a session's next turn goes at the previous turn's end plus its think time; "
         "open: every request at its recorded offset (default: auto, closed if any session has 2+ turns)",
+    )
+    add(
+        "--replies",
+        choices=list(replies.MODES),
+        help="live: in closed loop a later turn carries the candidate's reply to the turn before it, "
+        "its new part sized to the recorded input length (needs exact prompts); planned: synthetic "
+        "words where the reply stood (default: live)",
     )
     add(
         "--sample-sessions",
@@ -270,6 +277,7 @@ async def _measure(
                 progress=show,
                 outcome=outcome,
                 closed_loop=plan.closed_loop,
+                live=plan.live,
             )
         except asyncio.CancelledError:
             if outcome.start_ns:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
-from replayproxy.replay import session
+from replayproxy.replay import replies, session
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
@@ -30,6 +30,7 @@ def _worker_main(
     worker: int,
     pipe: Pipe,
     closed_loop: bool = False,
+    live: replies.Setup | None = None,
 ) -> None:
     """Entry point of a worker process."""
     try:
@@ -40,7 +41,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe, closed_loop))
+            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe, closed_loop, live))
         pipe.send(("done", outcome.results))
     except Exception as e:  # reported to the parent, which stops the run with one line
         pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
@@ -55,6 +56,7 @@ async def _work(
     worker: int,
     pipe: Pipe,
     closed_loop: bool,
+    live: replies.Setup | None,
 ) -> session.Outcome:
     def wait_for_start() -> int:
         pipe.send(("ready", None))
@@ -76,6 +78,7 @@ async def _work(
         worker=worker,
         progress=progress,
         closed_loop=closed_loop,
+        live=live,
     )
 
 
@@ -108,7 +111,7 @@ async def run_workers(
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, share, size, worker, child, plan.closed_loop),
+            args=(options, share, size, worker, child, plan.closed_loop, plan.live),
             name=f"replay-worker-{worker}",
             daemon=True,
         )

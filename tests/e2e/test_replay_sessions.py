@@ -26,7 +26,7 @@ RECORDED_E2E_MS, THINK_MS = 60, 40  # production answered in 60 ms; the sim at -
 
 
 def session_shapes(
-    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS
+    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS, output_tokens: int = 12
 ) -> list[RequestShape]:
     """Sessions 250 ms apart; each turn's prompt is the last one, its reply and a new user message
     (also the trace of benchmarks/session_fidelity.py)."""
@@ -39,8 +39,8 @@ def session_shapes(
                     offset_ns=offset,
                     model=traces.SIM_MODEL,
                     input_tokens=len(units),
-                    output_tokens=12,
-                    max_tokens=12,
+                    output_tokens=output_tokens,
+                    max_tokens=output_tokens,
                     roles="su" + "au" * t,
                     prefix_hashes=prefix_block_hashes(units, 16, b"k"),
                     prefix_units=len(units),
@@ -52,7 +52,7 @@ def session_shapes(
                 )
             )
             offset += (RECORDED_E2E_MS + think_ms) * MS
-            units += list(range(units[-1] + 1, units[-1] + 1 + 12 + 20))  # the reply, then the new turn
+            units += list(range(units[-1] + 1, units[-1] + 1 + output_tokens + 20))  # the reply, the new turn
     return sorted(shapes, key=lambda shape: shape.offset_ns)
 
 
