@@ -28,6 +28,7 @@ from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.tokenizer import Chat, Tokenizer
+from replayproxy.trace import Columns
 
 _log = logging.getLogger("replayproxy.replay")
 MODES = ("live", "planned")
@@ -89,6 +90,7 @@ class Setup:
     url: str
     model: str
     headers: dict[str, str] = field(default_factory=dict)
+    followers: frozenset[int] = frozenset()  # trace indexes of edited continuations (link_edits)
 
 
 def ask_for_token_ids(prepared: Sequence[Prepared], flavor: flavors.Flavor) -> list[Prepared]:
@@ -119,6 +121,55 @@ def expect_live_sharing(prepared: Sequence[Prepared]) -> list[Prepared]:
             p = replace(p, expected_shared_tokens=shared)
         out.append(p)
     return out
+
+
+def link_edits(
+    cols: Columns, prepared: Sequence[Prepared], speed: float
+) -> tuple[list[Prepared], frozenset[int]]:
+    """Chat requests that extend a live turn's conversation with an edited reply (the client sent
+    something else back, so the proxy could not link them) continue that turn: same messages before
+    its last one, the same opening of that one, then an assistant message. They wait for its end
+    plus the recorded gap, are built on the messages it actually sent keeping their own edited
+    reply, and share its whole prompt. Returns the requests and those followers' indexes."""
+    rebuilt = {p.index: p for p in prepared if p.after >= 0 and p.endpoint == "chat"}
+    leaders: dict[tuple[int, bytes, str], int] = {}
+    for p in rebuilt.values():
+        if (key := _opening(orjson.loads(p.body).get("messages"), None)) is not None:
+            leaders.setdefault(key, p.index)
+    lengths = sorted({n for n, _, _ in leaders}, reverse=True)
+    out, followers = [], set()
+    for p in prepared:
+        if leaders and p.endpoint == "chat" and p.after < 0 and p.expected_shared_tokens > 0:
+            messages = orjson.loads(p.body).get("messages")
+            found = (leaders.get(key) for n in lengths if (key := _opening(messages, n)) is not None)
+            leader = next((i for i in found if i is not None and i < p.index), None)
+            if leader is not None:
+                p = _follow(cols, p, rebuilt[leader], speed)
+                followers.add(p.index)
+        out.append(p)
+    return out, frozenset(followers)
+
+
+def _opening(messages: Any, n: int | None) -> tuple[int, bytes, str] | None:
+    """The first `n` messages (all when None) as a key: the ones before the last whole, the last
+    by its first word; for a follower (`n` given), message n must be an assistant message."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    n = len(messages) if n is None else n
+    if not 0 < n <= len(messages) or not all(isinstance(m, dict) for m in messages[: n + 1]):
+        return None
+    if n < len(messages) and messages[n].get("role") != "assistant":
+        return None
+    last = str(messages[n - 1].get("content") or "").split()
+    return n, orjson.dumps(messages[: n - 1]), last[0] if last else ""
+
+
+def _follow(cols: Columns, p: Prepared, leader: Prepared, speed: float) -> Prepared:
+    end = int(cols.offset_ns[leader.index]) + max(int(cols.e2e_ns[leader.index]), 0)
+    think = round(max(int(cols.offset_ns[p.index]) - end, 0) / speed)
+    shared = max(p.expected_shared_tokens, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
+    first = leader.first if leader.first >= 0 else leader.index
+    return replace(p, after=leader.index, think_ns=think, first=first, expected_shared_tokens=shared)
 
 
 @dataclass(slots=True)
@@ -176,7 +227,8 @@ class Threader:
             self.counts.keep("the reply was a tool call")
             return None
         if turn.endpoint == "chat":
-            built = await self._chat(prompt, reply, body, turn.expected_input_tokens)
+            edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
+            built = await self._chat(prompt, None if edited else reply, body, turn.expected_input_tokens)
         elif isinstance(prompt, list) and isinstance(body.get("prompt"), list):
             built = await self._ids(prompt, reply, body["prompt"], turn.expected_input_tokens)
         elif isinstance(prompt, str) and isinstance(body.get("prompt"), str):
@@ -197,16 +249,22 @@ class Threader:
             self.counts.short += 1
         return max(need, parts)
 
-    async def _chat(self, before: Any, reply: Reply, body: dict[str, Any], target: int) -> list[Any] | None:
+    async def _chat(
+        self, before: Any, reply: Reply | None, body: dict[str, Any], target: int
+    ) -> list[Any] | None:
+        """`before`, the reply as the assistant message (unless None: the turn keeps its own), then
+        the planned new messages sized to `target` tokens."""
         messages = body.get("messages")
         if not isinstance(before, list) or not isinstance(messages, list):
             return None
         n = len(before)
         if len(messages) < n + 2 or messages[n].get("role") != "assistant":
             return None
-        new = messages[n + 1 :]
         pool = _words(messages[n:], self.setup.words)
-        head = [*before, {"role": "assistant", "content": reply.text}]
+        if reply is None:
+            head, new = list(before), messages[n:]
+        else:
+            head, new = [*before, {"role": "assistant", "content": reply.text}], messages[n + 1 :]
         if target <= 0:
             return [*head, *new]
         probe = [*head, *({"role": m["role"], "content": pool[i]} for i, m in enumerate(new))]
