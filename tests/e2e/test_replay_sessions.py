@@ -3,11 +3,13 @@ session's turns apart with the recorded think times; open loop keeps today's sch
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from replayproxy.cli import main
 from replayproxy.report.document import build_document
 from replayproxy.report.runs import load_runs
 from replayproxy.report.tables import tables
@@ -112,3 +114,27 @@ def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:
     assert len(limited) == 2 * TURNS  # 5 requests need two whole sessions
     assert 0 < len(sampled) < SESSIONS * TURNS
     assert np.array_equal(np.sort(sampled.column("index")), np.sort(again.column("index")))  # seeded
+
+
+def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
+    tmp_path: Path, bpe_tokenizer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each later turn carries the sim's own 40-token reply, sized to the recorded length through
+    the sim's BPE: every prompt is exact, and the sim's cache hits the reply's blocks too."""
+    sessions, turns_per, reply = 3, 3, 40
+    trace = traces.write(tmp_path / "live.rpt", session_shapes(sessions, turns_per, THINK_MS, reply))
+    with sim("--tokenizer", str(bpe_tokenizer), "--speed", "0.5") as server:
+        run = replay(trace, server.url, tmp_path / "live.rpr", "--no-calibrate")
+    assert run.header.pre_run["prompts"]["replies"].startswith("live")
+    summary = run.footer["summary"]
+    assert summary["errors"] == 0 and summary["input_exact"] == 1.0 and summary["output_exact"] == 1.0
+    got, planned = think_times_ms(run)
+    assert len(got) == sessions * (turns_per - 1) and got.min() >= planned.min()  # no overlaps
+    inputs = dict(zip(run.column("index").tolist(), run.column("prompt_tokens").tolist(), strict=True))
+    for after, cached in zip(run.column("after").tolist(), run.column("cached_tokens").tolist(), strict=True):
+        if after >= 0:  # the previous prompt and the reply but its last token, in whole 16-token blocks
+            assert cached == (inputs[after] + reply - 1) // 16 * 16 > inputs[after] // 16 * 16
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "live.rpr"), "--json"]) == 0
+    cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
+    assert abs(cache["engine_over_implied"] - 1) <= 0.01, cache
