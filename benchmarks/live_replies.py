@@ -9,8 +9,10 @@ and a new user message (`--new` tokens), for chat and for token-id completions, 
 loop twice in one run: with live replies (the engine's own reply threaded into the next turn) and
 with planned ones (synthetic words where the reply stood). Printed per run: requests, errors, the
 share with the exact recorded input length, the hits the trace implies at the engine's block size,
-the engine's hit counter and their ratio, and the hits of later turns beyond the previous prompt
-(what only the reply's cached blocks can give). The cache is reset before each run.
+the engine's hit counter and their ratio, the hits of later turns beyond the previous prompt
+(what only the reply's cached blocks can give; where the engine reports cached tokens per request)
+and how many generated token ids the next prompts held as generated (a reply text that
+re-tokenizes otherwise ends the cache hit there). The cache is reset before each run.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def replay(trace: Path, url: str, out: Path, replies: str) -> dict[str, object]:
     later = after >= 0
     pairs = zip(after[later].tolist(), cached[later].tolist(), strict=True)
     beyond = [max(0, c - inputs[a] // block * block) for a, c in pairs]
+    reported = bool(np.any(cached > 0))  # vLLM reports cached_tokens only with --enable-prompt-tokens-details
+    live = (run.extras.get("live_replies") or [{}])[0]
+    trip = f"{live['reply_tokens_as_generated']}/{live['reply_tokens']}" if live.get("reply_tokens") else "-"
     summary = run.footer["summary"]
     return {
         "requests": summary["requests"],
@@ -85,7 +90,8 @@ def replay(trace: Path, url: str, out: Path, replies: str) -> dict[str, object]:
         "block": block,
         "implied": cache["implied_hit_tokens"],
         "engine": cache["engine_hit_tokens"],
-        "beyond": int(np.sum(beyond)),
+        "beyond": int(np.sum(beyond)) if reported else "-",
+        "round_trip": trip,
         "replies": run.header.pre_run["prompts"].get("replies", ""),
     }
 
@@ -127,12 +133,12 @@ def main_(argv: list[str] | None = None) -> int:
               f"+{args.new} new per turn")  # fmt: skip
         print(f"{'trace':12} {'replies':8} {'requests':>8} {'errors':>6} {'input exact':>11} {'block':>5} "
               f"{'implied hits':>12} {'engine hits':>11} {'engine/implied':>14} "
-              f"{'hits past prev prompt':>21}")  # fmt: skip
+              f"{'hits past prev prompt':>21} {'reply ids sent back as generated':>32}")  # fmt: skip
         for endpoint, replies, r in rows:
             ratio = f"{r['engine'] / r['implied']:.4f}" if r["implied"] and r["engine"] is not None else "-"
             print(f"{endpoint:12} {replies:8} {r['requests']:>8} {r['errors']:>6} {r['input_exact']:>11} "
                   f"{r['block']:>5} {r['implied']:>12} {r['engine']:>11} {ratio:>14} "
-                  f"{r['beyond']:>21}")  # fmt: skip
+                  f"{r['beyond']:>21} {r['round_trip']:>32}")  # fmt: skip
     return 0
 
 

@@ -282,13 +282,17 @@ async def _measure(
         except asyncio.CancelledError:
             if outcome.start_ns:
                 stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
-                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
+                _finish(
+                    options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s,
+                    outcome.live_replies,
+                )  # fmt: skip
                 print(
                     f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
                     file=sys.stderr,
                 )
             raise
-        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
+        live = outcome.live_replies
+        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, live_replies=live)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
         if tracker is not None:
@@ -303,6 +307,7 @@ def _finish(
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
+    live_replies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
@@ -314,4 +319,6 @@ def _finish(
     extras = dict(sidecars.stop())
     after = telemetry.scrape_cache_state(session.cache_metrics_url(options))
     extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
+    if live_replies:
+        extras["live_replies"] = live_replies
     return session.write_results(options, plan, results, start_wall_ns, extras, stopped_s)

@@ -94,16 +94,15 @@ class Setup:
 
 
 def ask_for_token_ids(prepared: Sequence[Prepared], flavor: flavors.Flavor) -> list[Prepared]:
-    """Token-id completions that a later turn continues ask the target for their generated ids."""
-    if flavor.name not in TOKEN_ID_FLAVORS or not flavor.token_id_prompts:
+    """Turns that a later turn continues ask the target for their generated ids: token-id
+    completions send them back; chat counts how many of them its reply text re-tokenizes to."""
+    if flavor.name not in TOKEN_ID_FLAVORS:
         return list(prepared)
     continued = {p.after for p in prepared if p.after >= 0}
     out = []
     for p in prepared:
-        if p.endpoint == "completions" and p.index in continued:
-            body = orjson.loads(p.body)
-            if isinstance(body.get("prompt"), list):
-                p = replace(p, body=orjson.dumps({**body, "return_token_ids": True}))
+        if p.index in continued:
+            p = replace(p, body=orjson.dumps({**orjson.loads(p.body), "return_token_ids": True}))
         out.append(p)
     return out
 
@@ -179,11 +178,32 @@ class Counts:
     built: int = 0
     short: int = 0  # the reply left less room than one word per new message
     planned: dict[str, int] = field(default_factory=dict)  # why a turn kept its planned body
+    reply_tokens: int = 0  # generated tokens of the replies threaded, where the target gave their ids
+    as_generated: int = 0  # ...of which the next prompt holds the same ids (before the first change)
 
     def keep(self, why: str) -> None:
         if why not in self.planned:
             _log.warning("live replies: a turn keeps its planned prompt (%s)", why)
         self.planned[why] = self.planned.get(why, 0) + 1
+
+    def record(self) -> dict[str, Any]:
+        """The run's `live_replies` side record (counts only)."""
+        return {
+            "built": self.built,
+            "short": self.short,
+            "planned": dict(self.planned),
+            "reply_tokens": self.reply_tokens,
+            "reply_tokens_as_generated": self.as_generated,
+        }
+
+    def round_trip(self, generated: Sequence[int] | None, sent: Sequence[int]) -> None:
+        """Count how far the ids sent back follow the ids generated: a prefix cache hits the reply
+        only that far (a reply text that re-tokenizes otherwise, e.g. split UTF-8, stops it)."""
+        if generated is None:
+            return
+        same = next((i for i, (a, b) in enumerate(zip(generated, sent, strict=False)) if a != b), None)
+        self.reply_tokens += len(generated)
+        self.as_generated += min(len(generated), len(sent)) if same is None else same
 
 
 class Threader:
@@ -228,7 +248,10 @@ class Threader:
             return None
         if turn.endpoint == "chat":
             edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
-            built = await self._chat(prompt, None if edited else reply, body, turn.expected_input_tokens)
+            sent_reply = None if edited else reply
+            built = await self._chat(
+                prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens
+            )
         elif isinstance(prompt, list) and isinstance(body.get("prompt"), list):
             built = await self._ids(prompt, reply, body["prompt"], turn.expected_input_tokens)
         elif isinstance(prompt, str) and isinstance(body.get("prompt"), str):
@@ -250,7 +273,7 @@ class Threader:
         return max(need, parts)
 
     async def _chat(
-        self, before: Any, reply: Reply | None, body: dict[str, Any], target: int
+        self, before: Any, reply: Reply | None, body: dict[str, Any], target: int, before_tokens: int
     ) -> list[Any] | None:
         """`before`, the reply as the assistant message (unless None: the turn keeps its own), then
         the planned new messages sized to `target` tokens."""
@@ -269,6 +292,8 @@ class Threader:
             return [*head, *new]
         probe = [*head, *({"role": m["role"], "content": pool[i]} for i, m in enumerate(new))]
         [ids] = await self.tokenizer.encode_chat([Chat(probe, body.get("tools"))])
+        if reply is not None and before_tokens > 0:
+            self.counts.round_trip(reply.ids, ids[before_tokens:])
         need = self._room(target - (len(ids) - len(new)), len(new))
         lengths = _split(need, [len(str(m.get("content") or "").split()) for m in new])
         contents, at = [], 0
@@ -285,6 +310,7 @@ class Threader:
             t for t in planned if isinstance(t, int)
         ]
         head = [*before, *reply_ids]
+        self.counts.round_trip(reply.ids, reply_ids)
         need = self._room(target - len(head), 1) if target > 0 else len(pool)
         return head + [pool[i % len(pool)] for i in range(need)]
 

@@ -370,6 +370,7 @@ class Outcome:
 
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
+    live_replies: dict[str, Any] = field(default_factory=dict)  # replies.Counts.record(), if live
 
 
 async def run_local(
@@ -420,6 +421,8 @@ async def run_local(
         finally:
             pool.close()
             restore_memory()
+            if threader is not None:
+                outcome.live_replies = threader.counts.record()
     return outcome
 
 

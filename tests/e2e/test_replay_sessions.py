@@ -126,6 +126,9 @@ def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     with sim("--tokenizer", str(bpe_tokenizer), "--speed", "0.5") as server:
         run = replay(trace, server.url, tmp_path / "live.rpr", "--no-calibrate")
     assert run.header.pre_run["prompts"]["replies"].startswith("live")
+    [live] = run.extras["live_replies"]  # counts only; the sim's replies re-tokenize to their own ids
+    assert live["built"] == sessions * (turns_per - 1) and live["short"] == 0 and not live["planned"]
+    assert live["reply_tokens_as_generated"] == live["reply_tokens"] == sessions * (turns_per - 1) * reply
     summary = run.footer["summary"]
     assert summary["errors"] == 0 and summary["input_exact"] == 1.0 and summary["output_exact"] == 1.0
     got, planned = think_times_ms(run)
