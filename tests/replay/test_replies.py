@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,9 @@ from replayproxy.replay import exact, replies
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.tokenizer import Chat
+from replayproxy.shape import RequestShape
+from replayproxy.trace import load
+from tests.replay import traces
 
 
 def _event(choice: dict[str, Any]) -> bytes:
@@ -109,3 +113,25 @@ def test_implied_sharing_counts_the_reply_but_its_last_token() -> None:
     lone = _prepared(2, "chat", [], 50)
     shared = [p.expected_shared_tokens for p in replies.expect_live_sharing([first, second, lone])]
     assert shared == [0, 129, 0]
+
+
+def test_a_request_extending_a_live_turn_with_an_edited_reply_follows_that_turn(tmp_path: Path) -> None:
+    """The proxy links by the reply sent back, so a client that edits it starts a new session; its
+    messages still extend the live turn's conversation, so it waits for that turn and shares it."""
+    s = 1_000_000_000
+    shapes = [RequestShape(offset_ns=i * s, e2e_ns=s // 2) for i in range(4)]  # each ended 0.5 s later
+    cols = load(traces.write(tmp_path / "t.rpt", shapes))
+    system, user = {"role": "system", "content": "alpha beta"}, {"role": "user", "content": "gamma delta"}
+    first = _prepared(0, "chat", [system, user], 20)
+    reply = {"role": "assistant", "content": "x"}
+    live = replace(_prepared(1, "chat", [system, user, reply, user], 40, after=0), first=0)
+    edited = [system, user, {"role": "assistant", "content": "x"}, {"role": "user", "content": "gamma"},
+              {"role": "assistant", "content": "edited"}, user]  # fmt: skip
+    follower = replace(_prepared(2, "chat", edited, 60), expected_shared_tokens=30)
+    stranger = replace(_prepared(3, "chat", [system, {"role": "user", "content": "other"}, *edited[2:]], 60),
+                       expected_shared_tokens=4)  # fmt: skip
+    out, followers = replies.link_edits(cols, [first, live, follower, stranger], speed=2.0)
+    assert followers == {2}
+    # waits for turn 1 (the recorded gap at speed 2), stays with its session, shares its whole prompt
+    assert (out[2].after, out[2].think_ns, out[2].first, out[2].expected_shared_tokens) == (1, s // 4, 0, 40)
+    assert out[3] == stranger and out[:2] == [first, live]
