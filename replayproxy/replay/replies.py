@@ -123,13 +123,15 @@ def expect_live_sharing(prepared: Sequence[Prepared]) -> list[Prepared]:
 
 
 def link_edits(
-    cols: Columns, prepared: Sequence[Prepared], speed: float
+    cols: Columns, prepared: Sequence[Prepared], speed: float, whole: bool = True
 ) -> tuple[list[Prepared], frozenset[int]]:
-    """Chat requests that extend a live turn's conversation with an edited reply (the client sent
+    """Chat requests that extend a later turn's conversation with an edited reply (the client sent
     something else back, so the proxy could not link them) continue that turn: same messages before
     its last one, the same opening of that one, then an assistant message. They wait for its end
-    plus the recorded gap, are built on the messages it actually sent keeping their own edited
-    reply, and share its whole prompt. Returns the requests and those followers' indexes."""
+    plus the recorded gap (in production they came after it; sent at their offset they could find
+    it still prefilling and miss the cache). With live replies (`whole`) they are built on the
+    messages it actually sent, keeping their own edited reply, and share its whole prompt. Returns
+    the requests and those followers' indexes."""
     rebuilt = {p.index: p for p in prepared if p.after >= 0 and p.endpoint == "chat"}
     leaders: dict[tuple[int, bytes, str], int] = {}
     for p in rebuilt.values():
@@ -143,7 +145,7 @@ def link_edits(
             found = (leaders.get(key) for n in lengths if (key := _opening(messages, n)) is not None)
             leader = next((i for i in found if i is not None and i < p.index), None)
             if leader is not None:
-                p = _follow(cols, p, rebuilt[leader], speed)
+                p = _follow(cols, p, rebuilt[leader], speed, whole)
                 followers.add(p.index)
         out.append(p)
     return out, frozenset(followers)
@@ -163,10 +165,12 @@ def _opening(messages: Any, n: int | None) -> tuple[int, bytes, str] | None:
     return n, orjson.dumps(messages[: n - 1]), last[0] if last else ""
 
 
-def _follow(cols: Columns, p: Prepared, leader: Prepared, speed: float) -> Prepared:
+def _follow(cols: Columns, p: Prepared, leader: Prepared, speed: float, whole: bool) -> Prepared:
     end = int(cols.offset_ns[leader.index]) + max(int(cols.e2e_ns[leader.index]), 0)
     think = round(max(int(cols.offset_ns[p.index]) - end, 0) / speed)
-    shared = max(p.expected_shared_tokens, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
+    shared = p.expected_shared_tokens
+    if whole:
+        shared = max(shared, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
     first = leader.first if leader.first >= 0 else leader.index
     return replace(p, after=leader.index, think_ns=think, first=first, expected_shared_tokens=shared)
 

@@ -240,8 +240,9 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
         if live is not None:
             prepared = replies.expect_live_sharing(replies.ask_for_token_ids(prepared, flavor))
-            prepared, followers = replies.link_edits(cols, prepared, speed)
-            live = replace(live, followers=followers)
+        if mode == "closed":
+            prepared, followers = replies.link_edits(cols, prepared, speed, whole=live is not None)
+            live = replace(live, followers=followers) if live is not None else None
         approximate = [p for p in prepared if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
