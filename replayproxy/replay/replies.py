@@ -24,9 +24,9 @@ import orjson
 
 from replayproxy import sse
 from replayproxy.replay import exact, exactness, flavors
-from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.tokenizer import Chat, Tokenizer
 from replayproxy.trace import Columns
 
@@ -229,8 +229,8 @@ class Threader:
         self._continued = continued  # trace indexes of the turns a later turn continues
         self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
 
-    async def wire_after(self, previous: Exchange, turn: Prepared) -> bytes | None:
-        """The request bytes of `turn` after the exchange of its previous turn ended (None: as planned)."""
+    async def wire_after(self, previous: RequestTimeline, turn: Prepared) -> bytes | None:
+        """The request bytes of `turn` after its previous turn ended (None: as planned)."""
         if previous.error or previous.status != 200:
             self.counts.keep("the previous turn failed")
             return None
