@@ -129,6 +129,10 @@ def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     [live] = run.extras["live_replies"]  # counts only; the sim's replies re-tokenize to their own ids
     assert live["built"] == sessions * (turns_per - 1) and live["short"] == 0 and not live["planned"]
     assert live["reply_tokens_as_generated"] == live["reply_tokens"] == sessions * (turns_per - 1) * reply
+    assert {k: type(v) for k, v in live.items()} == {  # no text of any reply is kept
+        "type": str, "built": int, "short": int, "planned": dict, "reply_tokens": int,
+        "reply_tokens_as_generated": int,
+    }  # fmt: skip
     summary = run.footer["summary"]
     assert summary["errors"] == 0 and summary["input_exact"] == 1.0 and summary["output_exact"] == 1.0
     got, planned = think_times_ms(run)
