@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -219,14 +220,14 @@ class Threader:
         tokenizer: Tokenizer,
         target: Target | None = None,
         headers: Mapping[str, str] | None = None,
-        continued: frozenset[int] = frozenset(),
+        continued: Mapping[int, int] | None = None,
     ) -> None:
         self.setup = setup
         self.tokenizer = tokenizer
         self.counts = Counts()
         self._target = target
         self._headers = {"Accept": "text/event-stream", **(headers or {})}
-        self._continued = continued  # trace indexes of the turns a later turn continues
+        self._continued = Counter(continued or {})  # trace index -> later turns still to build on it
         self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
 
     async def wire_after(self, previous: RequestTimeline, turn: Prepared) -> bytes | None:
@@ -242,16 +243,19 @@ class Threader:
 
     async def body_after(self, previous: Prepared, reply: Reply, turn: Prepared) -> bytes | None:
         """The body of `turn` continuing `previous` with `reply`; None keeps the planned body."""
-        prompt = self._sent.pop(previous.index, None)
+        prompt = self._sent.get(previous.index)
+        self._continued[previous.index] -= 1
+        if self._continued[previous.index] <= 0:  # its last follower: forget what it sent
+            self._sent.pop(previous.index, None)
         if prompt is None:
             prompt = orjson.loads(previous.body).get("messages" if previous.endpoint == "chat" else "prompt")
         body = orjson.loads(turn.body)
         built: list[Any] | str | None
-        if reply.tool_call:
+        edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
+        if reply.tool_call and not edited:
             self.counts.keep("the reply was a tool call")
             return None
         if turn.endpoint == "chat":
-            edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
             sent_reply = None if edited else reply
             built = await self._chat(
                 prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens
@@ -265,7 +269,7 @@ class Threader:
         if built is None:
             self.counts.keep("the planned turn does not continue the previous prompt")
             return None
-        if turn.index in self._continued:
+        if self._continued[turn.index] > 0:
             self._sent[turn.index] = built
         self.counts.built += 1
         return orjson.dumps({**body, ("messages" if turn.endpoint == "chat" else "prompt"): built})
@@ -373,5 +377,5 @@ async def opened(
         )  # fmt: skip
         if tokenizer is None:
             raise ValueError(f"live replies: no tokenizer for the run ({why})")
-        continued = frozenset(p.after for p in prepared if p.after >= 0)
+        continued = Counter(p.after for p in prepared if p.after >= 0)
         yield Threader(setup, tokenizer, target, headers, continued)

@@ -61,7 +61,7 @@ def local(bpe_tokenizer: Path) -> tuple[LocalTokenizer, exact.Alphabet]:
 def _threader(local: tuple[LocalTokenizer, exact.Alphabet]) -> replies.Threader:
     tokenizer, letters = local
     setup = replies.Setup(letters.words, "", "", "vllm", "http://127.0.0.1:1", "m")
-    return replies.Threader(setup, tokenizer, continued=frozenset({1}))
+    return replies.Threader(setup, tokenizer, continued={0: 2, 1: 2})
 
 
 def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
@@ -89,6 +89,9 @@ def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
         threader.body_after(turn, replies.Reply("ok", None, False), _prepared(2, "chat", later, 170, 1))
     )
     assert orjson.loads(again or b"{}")["messages"][:4] == messages
+    second = _prepared(3, "chat", later, 170, after=1)
+    other = asyncio.run(threader.body_after(turn, replies.Reply("no", None, False), second))
+    assert orjson.loads(other or b"{}")["messages"][:4] == messages  # a second turn after it: the same
     # a reply longer than production's leaves too little room: one word, and counted
     short = asyncio.run(threader.body_after(previous, replies.Reply("word " * 200, None, False), turn))
     assert (
