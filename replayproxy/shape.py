@@ -122,52 +122,6 @@ class RequestShape(NamedTuple):
         """Content chunks seen: the first one plus one per recorded gap."""
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
 
-    def to_record(self) -> tuple[Any, ...]:
-        hashes, gaps = self.prefix_hashes, self.chunk_gaps_us
-        return (
-            self.offset_ns,
-            self.endpoint,
-            self.model,
-            self.stream,
-            self.input_tokens,
-            self.output_tokens,
-            self.output_estimated,
-            self.max_tokens,
-            self.sampling,
-            self.roles,
-            self.has_tools,
-            self.has_response_format,
-            hashes.packed if type(hashes) is BlockHashes else pack_u64(hashes),
-            self.prefix_units,
-            self.status,
-            self.error,
-            self.ttft_ns,
-            self.e2e_ns,
-            pack_u32(gaps) if gaps else b"",
-            self.cached_tokens,
-            self.session,
-            self.turn,
-            self.method,
-            self.request_bytes,
-            self.response_bytes,
-            self.think_ns,
-            self.chat_id,
-            self.parent_id,
-            self.tool_chars,
-        )
-
-    @classmethod
-    def from_record(cls, values: Sequence[Any], fields: Sequence[str] | None = None) -> RequestShape:
-        """Build from a positional record; `fields` (from the file's header) maps older layouts."""
-        if fields is None or tuple(fields) == FIELDS:
-            named = dict(zip(FIELDS, values, strict=False))
-        else:
-            named = {name: value for name, value in zip(fields, values, strict=False) if name in _FIELD_SET}
-        named["prefix_hashes"] = unpack_u64(named.get("prefix_hashes", b""))
-        named["chunk_gaps_us"] = unpack_u32(named.get("chunk_gaps_us", b""))
-        named["sampling"] = dict(named.get("sampling") or {})
-        return cls(**named)
-
 
 # Record layout: field name -> column kind (see docs/trace-format.md). Order is the row order.
 FIELD_KINDS: dict[str, str] = {
@@ -202,7 +156,6 @@ FIELD_KINDS: dict[str, str] = {
     "tool_chars": "i8",
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
-_FIELD_SET = frozenset(FIELDS)
 
 
 _U32 = "I" if array.array("I").itemsize == 4 else "L"
@@ -282,10 +235,6 @@ def pack_u32(values: Sequence[int]) -> bytes:
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tobytes()
-
-
-def unpack_u32(data: bytes) -> tuple[int, ...]:
-    return _array_struct("I", len(data) // 4).unpack(data)
 
 
 def key_fingerprint(key: bytes) -> str:
