@@ -29,7 +29,7 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None, stdin: str = "") -> CliResult:
+def run_cli(*args: str, env: Mapping[str, str | None] | None = None, stdin: str = "") -> CliResult:
     """`replayproxy ARGS...` in this interpreter; an exception that escapes main is printed as the
     interpreter would (a traceback, exit 1), so tests that forbid tracebacks still see them."""
     if args and args[0] == "sim":
@@ -59,10 +59,14 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, stdin: str = "") -
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
-    """The given variables set (not added to: a fresh process would inherit the rest too)."""
+def _environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
+    """The given variables set (None: unset) over the inherited ones, as for a child process."""
     saved = dict(os.environ)
-    os.environ.update(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
