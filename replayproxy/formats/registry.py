@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from replayproxy.errors import BadOption
 from replayproxy.formats import (
     aiperf_single_turn,
     azure,
@@ -16,6 +17,7 @@ from replayproxy.formats import (
     mooncake,
     parquet_format,
     profile_fit,
+    servegen,
     trace_csv,
     tracelab,
     vllm_custom,
@@ -56,6 +58,10 @@ FORMATS: dict[str, Format] = {
     "aiperf": Format(
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
+    ),
+    "servegen": Format(
+        "ServeGen client distributions (a model directory of chunk-<id>-trace.csv/-dataset.json), sampled",
+        servegen.read,
     ),
     "tracelab": Format(
         "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
@@ -99,8 +105,8 @@ def writer(name: str) -> Writer:
     return write
 
 
-def _unknown(name: str, formats: dict[str, Format]) -> ValueError:
-    return ValueError(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
+def _unknown(name: str, formats: dict[str, Format]) -> BadOption:
+    return BadOption(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
 
 
 def listing(formats: dict[str, Format]) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 
 from replayproxy import __version__, clock, trace
 from replayproxy.config import check_finite
+from replayproxy.errors import BadOption
 from replayproxy.replay import (
     calibrate,
     exact,
@@ -93,27 +94,27 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         check_finite(self)
         if self.speed <= 0:
-            raise ValueError(f"speed must be > 0, got {self.speed}")
+            raise BadOption(f"speed must be > 0, got {self.speed}")
         if self.request_rate < 0:
-            raise ValueError(f"request rate must be > 0, got {self.request_rate}")
+            raise BadOption(f"request rate must be > 0, got {self.request_rate}")
         if not 0 <= self.max_error_rate <= 1:
-            raise ValueError(f"max error rate must be between 0 and 1, got {self.max_error_rate}")
+            raise BadOption(f"max error rate must be between 0 and 1, got {self.max_error_rate}")
         if self.workers < 1 or self.max_concurrency < 0 or self.timeout <= 0:
-            raise ValueError("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
+            raise BadOption("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
         if self.limit is not None and self.limit < 0:
-            raise ValueError(f"limit must be >= 0, got {self.limit}")
+            raise BadOption(f"limit must be >= 0, got {self.limit}")
         if self.shard:
             schedule.parse_shard(self.shard)
         if self.progress not in MODES:
-            raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
+            raise BadOption(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
-            raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
+            raise BadOption(f"scrape interval must be > 0, got {self.scrape_interval}")
         if self.repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+            raise BadOption(f"repeat must be >= 1, got {self.repeat}")
         if self.sessions not in turns.MODES:
-            raise ValueError(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+            raise BadOption(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
         if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
-            raise ValueError(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
+            raise BadOption(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -142,7 +143,7 @@ def parse_start_at(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as e:
-        raise ValueError(f"--start-at must be unix seconds or an ISO 8601 time, got {text!r}") from e
+        raise BadOption(f"--start-at must be unix seconds or an ISO 8601 time, got {text!r}") from e
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1e9)
@@ -258,7 +259,7 @@ def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
     """The time scale that replays these arrivals at `rate` requests/s on average."""
     span_s = (int(offsets_ns.max()) - int(offsets_ns.min())) / 1e9 if len(offsets_ns) else 0.0
     if len(offsets_ns) < 2 or span_s <= 0:
-        raise ValueError("--request-rate needs two requests at different times in the replayed window")
+        raise BadOption("--request-rate needs two requests at different times in the replayed window")
     return rate * span_s / (len(offsets_ns) - 1)
 
 
@@ -325,7 +326,7 @@ def start_ns_for(options: ReplayOptions) -> int:
         return anchor.mono_ns + START_LEAD_NS
     start = anchor.mono_ns + (parse_start_at(options.start_at) - anchor.wall_ns)
     if start < anchor.mono_ns:
-        raise ValueError(f"--start-at {options.start_at} is in the past")
+        raise BadOption(f"--start-at {options.start_at} is in the past")
     return start
 
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
+from replayproxy.errors import MissingFile, user_file
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
@@ -112,10 +113,11 @@ class ColumnFileWriter:
     """
 
     def __init__(self, path: Path, header: dict[str, Any], level: int, exclusive: bool) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._kinds = [header["kinds"][name] for name in header["fields"]]
-        self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
+        with user_file(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
         self._frames = FrameWriter(self._stream, level)
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
@@ -433,7 +435,7 @@ def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
 
 def _read_bytes(path: Path) -> bytes | mmap.mmap:
     """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
-    with open(path, "rb") as f:
+    with user_file(path), open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 1 << 20:
             return f.read()
@@ -594,8 +596,8 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) 
         else:
             matches = sorted(Path(m) for m in glob.glob(str(raw)))
             if not matches:
-                raise FileNotFoundError(f"no such file: {raw}")
+                raise MissingFile(f"no such file: {raw}")
             found.extend(matches)
     if not found:
-        raise FileNotFoundError(f"no {suffix} files in {', '.join(map(str, paths))}")
+        raise MissingFile(f"no {suffix} files in {', '.join(map(str, paths))}")
     return found

@@ -4,6 +4,7 @@ with the file named."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
+from replayproxy.errors import FileAccessError
 from replayproxy.shape import RequestShape
 from replayproxy.trace import (
     ColumnFileWriter,
@@ -114,8 +116,9 @@ def test_a_field_of_another_kind_than_the_reader_expects_is_refused(tmp_path: Pa
 
 def test_an_exclusive_writer_does_not_overwrite(tmp_path: Path) -> None:
     ColumnFileWriter(tmp_path / "f.demo", header(), level=3, exclusive=True).close({})
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileAccessError, match="File exists") as refused:
         ColumnFileWriter(tmp_path / "f.demo", header(), level=3, exclusive=True)
+    assert refused.value.errno == errno.EEXIST
 
 
 def test_abandoning_removes_a_file_without_records_and_keeps_one_with_records(tmp_path: Path) -> None:
