@@ -18,15 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.shape import ErrorClass
 from replayproxy.trace import (
+    ColumnFileData,
+    ColumnFileWriter,
     ReadReport,
-    Table,
-    TableFile,
     TraceFormatError,
     checked_fields,
     expand_paths,
+    read_column_file,
     read_each,
-    read_table,
     with_defaults,
 )
 
@@ -52,7 +53,7 @@ class ReplayResult:
     chunk_tokens: tuple[int, ...] = ()  # tokens per content chunk, when the server reported them
     content_chunks: int = 0
     status: int = 0
-    error: str = ""  # shape.ERROR_CLASSES
+    error: ErrorClass = ""
     error_message: str = ""  # truncated; never request text
     expected_input_tokens: int = UNKNOWN  # from the trace
     expected_output_tokens: int = UNKNOWN
@@ -160,7 +161,7 @@ class ResultWriter:
     """Appends results to one .rpr file; one frame per `frame_records` so a crash loses little."""
 
     def __init__(self, path: str | os.PathLike[str], header: RunHeader, frame_records: int = 2048) -> None:
-        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
         self._frame_records = frame_records
 
     @property
@@ -192,7 +193,7 @@ class ResultFile:
 
     path: Path
     header: RunHeader
-    table: Table
+    table: ColumnFileData
     extras: dict[str, list[dict[str, Any]]]
     footer: dict[str, Any]
 
@@ -220,7 +221,7 @@ def load_results(
 def _read_result(path: Path, report: ReadReport) -> ResultFile:
     extras: dict[str, list[dict[str, Any]]] = {}
     footer: dict[str, Any] = {}
-    table = read_table(
+    table = read_column_file(
         path, FORMAT_NAME, FORMAT_VERSION, report, expected=RESULT_KINDS, extras=extras, footer=footer
     )
     try:
@@ -295,7 +296,7 @@ class CheckRow:
     structure: str = ""  # "", "json_object", "json_schema" or "tools": what the request asks for
     has_reference: bool = False
     status: int = 0  # HTTP status; 0 when no response came
-    error: str = ""  # error class (`shape.ERROR_CLASSES`), "" on success
+    error: ErrorClass = ""  # "" on success
     error_message: str = ""  # short; never request or answer text
     e2e_ns: int = UNKNOWN
     prompt_tokens: int = UNKNOWN  # from the target's usage
@@ -405,7 +406,7 @@ class CheckWriter:
     """Writes one .rpc file: rows as they are scored, then a footer with the run's counts."""
 
     def __init__(self, path: str | os.PathLike[str], header: CheckHeader) -> None:
-        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
 
     @property
     def path(self) -> Path:
@@ -424,7 +425,7 @@ class CheckFile:
 
     path: Path
     header: CheckHeader
-    table: Table
+    table: ColumnFileData
     footer: dict[str, Any]
 
     def __len__(self) -> int:
@@ -440,6 +441,6 @@ def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | No
     loaded = []
     for path in expand_paths(paths, CHECK_SUFFIX):
         footer: dict[str, Any] = {}
-        table = read_table(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
+        table = read_column_file(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
         loaded.append(CheckFile(path, CheckHeader.from_record(table.header), table, footer))
     return loaded

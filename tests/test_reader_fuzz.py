@@ -2,7 +2,7 @@
 
 Bit flips, truncations, duplicated, swapped and dropped frames, huge declared lengths and counts,
 and frames re-encoded with a valid checksum after their counts, kinds, lengths and values were
-changed. Every read must end in a profile or report (damage skipped and reported) or in the
+changed. Every read must end in workload statistics or a report (damage skipped and reported) or in the
 project's own one-line error: no traceback, no MemoryError, no hang. The mutations run in one
 subprocess (imports once) whose address space is limited to what it used before plus twice the
 files' decompressed size plus 100 MB.
@@ -192,7 +192,7 @@ def rechecksummed(frames: list[tuple[bytes, bytes]], rng: random.Random) -> list
 
 def mutate(data: bytes, rng: random.Random) -> tuple[bytes, bool]:
     """A damaged copy of `data`, and whether its frames may still decode to changed values (worth
-    a full profile or report, not just a read)."""
+    full statistics or a report, not just a read)."""
     how = rng.randrange(10)
     return _mutated(data, rng, how), how >= 7 or rng.random() < 0.2
 
@@ -284,18 +284,19 @@ def make_sources(directory: Path) -> dict[str, Path]:
 
 
 def readers() -> dict[str, Callable[[Path, bool], object]]:
-    from replayproxy.inspect import profile_of
-    from replayproxy.inspect_command import render_text as render_profile
+    from replayproxy.inspect_command import render_text as render_stats
     from replayproxy.report.document import build_document
     from replayproxy.report.render_text import render_text
     from replayproxy.report.runs import load_runs
-    from replayproxy.trace import iter_shapes, load
+    from replayproxy.trace import load
+    from replayproxy.workload_stats import workload_stats
+    from tests.trace.helpers import shapes_in
 
     def trace(path: Path, consume: bool) -> object:
         columns = load([path])
         if consume:
-            render_profile(profile_of(columns))
-            return sum(1 for _ in iter_shapes([path]))
+            render_stats(workload_stats(columns))
+            return len(shapes_in(columns))  # every value of every record, as a shape
         return columns
 
     def result(path: Path, consume: bool) -> object:
@@ -451,7 +452,7 @@ def test_consistent_but_odd_headers_are_refused_or_read_never_a_crash(tmp_path: 
     and start times so far apart that shifting offsets between files would overflow."""
     from replayproxy.clock import now_ns, wall_ns
     from replayproxy.shape import RequestShape
-    from replayproxy.trace import ReadReport, TraceFormatError, TraceHeader, iter_shapes, load, write_trace
+    from replayproxy.trace import TraceFormatError, TraceHeader, load, write_trace
 
     def write(name: str, header: TraceHeader) -> Path:
         shapes = [RequestShape(offset_ns=i, input_tokens=i) for i in range(3)]
@@ -459,13 +460,12 @@ def test_consistent_but_odd_headers_are_refused_or_read_never_a_crash(tmp_path: 
         return tmp_path / name
 
     no_offsets = write("a.rpt", TraceHeader(start_wall_ns=0, fields=("input_tokens", "model")))
-    for read in (load, lambda paths: list(iter_shapes(paths))):
-        try:
-            read([no_offsets])
-        except TraceFormatError as e:
-            assert "lacks the required field 'offset_ns'" in str(e)
-        else:
-            raise AssertionError("a trace without arrival offsets was read")
+    try:
+        load([no_offsets])
+    except TraceFormatError as e:
+        assert "lacks the required field 'offset_ns'" in str(e)
+    else:
+        raise AssertionError("a trace without arrival offsets was read")
     write("b.rpt", TraceHeader(start_wall_ns=0))
     assert len(load([tmp_path])) == 3  # a.rpt skipped and reported, b.rpt read
     far = tmp_path / "far"
@@ -480,9 +480,8 @@ def test_consistent_but_odd_headers_are_refused_or_read_never_a_crash(tmp_path: 
         record["start_wall_ns"] = start
         frames[0] = frame_of(msgpack.packb(record), 0)
         (far / f"c{i}.rpt").write_bytes(join(frames))
-    report = ReadReport()
     try:
-        list(iter_shapes([far], report))
+        load([far])
     except TraceFormatError as e:
         assert "start_wall_ns" in str(e)
 

@@ -8,10 +8,11 @@ int | float milliseconds and `output_length` > 0; `--fixed-schedule` sends at th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -25,7 +26,7 @@ from replayproxy.trace import Columns
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     if options.prompts is None:
-        raise LookupError("aiperf needs the replayer's prompt synthesis; run it via `replayproxy export`")
+        raise BadOption("aiperf needs the replayer's prompt synthesis; run it via `replayproxy export`")
     rows = write_json_lines(path, _rows(cols, options.prompts(cols)))
     command = (
         f"AIPerf:   aiperf profile --model {options.model} --url {options.url} --endpoint-type chat "
@@ -39,7 +40,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     return ExportResult(rows, [command, note])
 
 
-def _rows(cols: Columns, prompts: list[str]) -> Iterator[dict[str, Any]]:
+def _rows(cols: Columns, prompts: Iterable[str]) -> Iterator[dict[str, Any]]:
     stamps = plain_numbers(relative_ms(cols))
     outputs = output_lengths(cols)[0].tolist()
     for prompt, timestamp, output in zip(prompts, stamps, outputs, strict=True):

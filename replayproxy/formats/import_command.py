@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from replayproxy import clock
+from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.importing import ImportOptions, paused_gc, span_warning, write_imported
 from replayproxy.formats.registry import importers, listing, reader
 from replayproxy.replay import progress
@@ -14,6 +15,7 @@ from replayproxy.replay import progress
 EXAMPLES = (
     "replayproxy import mooncake_trace.jsonl --format mooncake -o mooncake.rpt",
     "replayproxy import AzureLLMInferenceTrace_conv.csv --format azure -o azure.rpt --skip-bad",
+    "replayproxy import ServeGen/data/language/m-small --format servegen --duration 600 --seed 1 -o sg.rpt",
 )
 
 
@@ -38,6 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines and count them")
     parser.add_argument(
+        "--seed", type=int, default=0, help="servegen: seed of the sampled workload (default: 0)"
+    )
+    parser.add_argument(
+        "--start", type=float, default=0.0, metavar="S", help="servegen: first second sampled (default: 0)"
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="servegen: seconds sampled (default: 600, one window)"
+    )
+    parser.add_argument(
         "--drop-failed", action="store_true", help="leave out requests the source marks failed"
     )
     parser.add_argument(
@@ -52,23 +63,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     read = reader(args.format)
     if args.block_size is not None and args.block_size <= 0:
-        raise ValueError(f"--block-size must be positive, got {args.block_size}")
+        raise BadOption(f"--block-size must be positive, got {args.block_size}")
     options = ImportOptions(
         skip_bad=args.skip_bad,
         block_size=args.block_size,
         time_unit=args.time_unit,
         model=args.model,
         drop_failed=args.drop_failed,
+        seed=args.seed,
+        start_s=args.start,
+        duration_s=args.duration,
     )
+    if args.start < 0 or (args.duration is not None and args.duration <= 0):
+        raise ValueError("--start must be >= 0 and --duration positive")
     mode = progress.resolve(args.progress, args.quiet, sys.stderr)
     size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():
         with progress.stage(mode, "import", f"reading {args.file} ({size_mib:.1f} MiB, {args.format})"):
-            imported = read(args.file, options)
+            with user_file(args.file):
+                imported = read(args.file, options)
         if not len(imported):
-            raise ValueError(f"{args.file}: no requests to import")
+            raise BadInputFile(f"{args.file}: no requests to import")
         with progress.stage(mode, "import", f"writing {len(imported)} requests to {args.output}"):
-            written = write_imported(imported, args.output, clock.wall_ns)
+            with user_file(args.output):
+                written = write_imported(imported, args.output, clock.wall_ns)
     print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
     if imported.bad.count:
         print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")

@@ -1,6 +1,7 @@
 """Sampling a workload profile into request shapes: `synth --profile` ("what if traffic doubles?").
 
-Arrivals: a gamma renewal process with the profile's shape, run in the profile's time-changed
+Arrivals: the profile's runs of rate-normalized gaps resampled (older profiles: a gamma renewal
+process with the profile's shape), run in the profile's time-changed
 clock (its rate series, tiled to the duration asked for, times --rate-scale), so both the rate
 over time and the burstiness around it carry over. Lengths: the rank grid picks a cell, the
 quantile tables map it to tokens (times --length-scale). Prefixes: a request joins a big group
@@ -19,8 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replayproxy.formats.profile import FORMAT, VERSION
-from replayproxy.shape import RequestShape
+from replayproxy.errors import BadInputFile, BadOption, user_file
+from replayproxy.formats.profile_fit import FORMAT, VERSION
+from replayproxy.shape import RequestShape, endpoint_named
 from replayproxy.trace import TraceHeader
 
 _MASK = (1 << 64) - 1
@@ -32,15 +34,16 @@ FIT_TRIES = 8  # open small groups looked at for one with a prompt long enough f
 def load_profile(path: str | Path) -> dict[str, Any]:
     """Read and check a profile file (ValueError with the reason when it is not one)."""
     try:
-        profile = orjson.loads(Path(path).read_bytes())
+        with user_file(path):
+            profile = orjson.loads(Path(path).read_bytes())
     except orjson.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON profile ({e})") from e
+        raise BadInputFile(f"{path}: not a JSON profile ({e})") from e
     if not isinstance(profile, dict) or profile.get("format") != FORMAT:
-        raise ValueError(
+        raise BadInputFile(
             f"{path}: not a replayproxy profile (export one with `replayproxy export --format profile`)"
         )
     if int(profile.get("version", 0)) > VERSION:
-        raise ValueError(
+        raise BadInputFile(
             f"{path}: profile version {profile['version']} is newer than this replayproxy ({VERSION})"
         )
     return profile
@@ -56,7 +59,7 @@ def shapes_from_profile(
 ) -> Iterator[RequestShape]:
     """Request shapes in arrival order with the profile's statistics, scaled as asked."""
     if rate_scale <= 0 or length_scale <= 0:
-        raise ValueError("--rate-scale and --length-scale must be positive")
+        raise BadOption("--rate-scale and --length-scale must be positive")
     rng = np.random.default_rng(seed)
     times = arrival_times(profile["arrivals"], rate_scale, duration_s or profile["duration_s"], rng)
     inputs, outputs = sample_lengths(profile["lengths"], len(times), rng)
@@ -66,12 +69,16 @@ def shapes_from_profile(
     sessions = _Sessions(profile.get("sessions", {}), rate_scale, rng)
     models, endpoints = (_choices(profile["mix"][k], len(times), rng) for k in ("model", "endpoint"))
     streams = rng.random(len(times)) < profile["mix"].get("stream", 1.0)
+    try:
+        endpoint_of = {name: endpoint_named(name) for name in set(map(str, endpoints))}
+    except ValueError as e:
+        raise BadInputFile(f"profile mix: {e}") from e
     for i, t in enumerate(times.tolist()):
         session, turn = sessions.next()
         hashes = prefixes.next(int(inputs[i]), session if turn else 0)
         yield RequestShape(
             offset_ns=round(t * 1e9),
-            endpoint=str(endpoints[i]),
+            endpoint=endpoint_of[str(endpoints[i])],
             model=str(models[i]),
             stream=bool(streams[i]),
             input_tokens=int(inputs[i]),
@@ -105,7 +112,8 @@ def block_size_of(profile: dict[str, Any]) -> int:
 def arrival_times(
     arrivals: dict[str, Any], rate_scale: float, duration_s: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """Arrival offsets (s) over [0, duration_s): gamma gaps in the rate series' time-changed clock."""
+    """Arrival offsets (s) over [0, duration_s): the source's gap runs (or gamma gaps) in the rate
+    series' time-changed clock."""
     rates = np.asarray(arrivals["rate_per_s"], np.float64) * rate_scale
     window = float(arrivals["window_s"])
     if not len(rates) or rates.sum() <= 0 or duration_s <= 0:
@@ -116,7 +124,16 @@ def arrival_times(
     expected = np.concatenate([[0.0], np.cumsum(tiled * np.diff(edges))])
     shape = float(arrivals["gamma_shape"])
     total = expected[-1]
-    draws = rng.gamma(shape, 1 / shape, int(total * 1.2 + 10 * np.sqrt(total) / min(shape, 1.0) + 16))
+    wanted = int(total * 1.2 + 10 * np.sqrt(total) / min(shape, 1.0) + 16)
+    runs = [np.asarray(run, np.float64) for run in arrivals.get("gap_runs", []) if len(run)]
+    if runs and sum(float(run.sum()) for run in runs) > 0:  # the source's gaps in their own order
+        picked: list[np.ndarray] = []
+        while sum(map(len, picked)) < wanted:
+            picked += [runs[i] for i in rng.integers(len(runs), size=max(1, wanted // len(runs[0])))]
+        draws = np.concatenate(picked)
+        draws /= draws.mean()
+    else:  # profiles without runs: a gamma renewal process with the fitted shape
+        draws = rng.gamma(shape, 1 / shape, wanted)
     clock = np.cumsum(draws) - draws[0] * rng.random()  # a random phase, so t=0 is not always an arrival
     clock = clock[(clock >= 0) & (clock < total)]
     return np.interp(clock, expected, edges)  # type: ignore[no-any-return]

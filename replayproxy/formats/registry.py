@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from replayproxy.errors import BadOption
 from replayproxy.formats import (
     aiperf_single_turn,
     azure,
@@ -15,7 +16,8 @@ from replayproxy.formats import (
     jsonl,
     mooncake,
     parquet_format,
-    profile,
+    profile_fit,
+    servegen,
     trace_csv,
     tracelab,
     vllm_custom,
@@ -57,6 +59,10 @@ FORMATS: dict[str, Format] = {
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
     ),
+    "servegen": Format(
+        "ServeGen client distributions (a model directory of chunk-<id>-trace.csv/-dataset.json), sampled",
+        servegen.read,
+    ),
     "tracelab": Format(
         "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
         tracelab.read,
@@ -67,7 +73,7 @@ FORMATS: dict[str, Format] = {
     "csv": Format("one row per request with every shape field", write=csv_format.write),
     "parquet": Format("like csv, as Parquet with list columns (needs pyarrow)", write=parquet_format.write),
     "profile": Format(
-        "JSON workload profile with fitted distributions (input of synth --profile)", write=profile.write
+        "JSON workload profile with fitted distributions (input of synth --profile)", write=profile_fit.write
     ),
     "vllm-custom": Format(
         '{"prompt": ...} JSON lines for `vllm bench serve --dataset-name custom`', write=vllm_custom.write
@@ -99,8 +105,8 @@ def writer(name: str) -> Writer:
     return write
 
 
-def _unknown(name: str, formats: dict[str, Format]) -> ValueError:
-    return ValueError(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
+def _unknown(name: str, formats: dict[str, Format]) -> BadOption:
+    return BadOption(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
 
 
 def listing(formats: dict[str, Format]) -> str:

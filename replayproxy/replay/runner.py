@@ -8,7 +8,9 @@ kept; a digester turns finished requests into results in the gaps between sends,
 connections and feeds the progress line. Open loop: a request is sent at its time whether or not
 earlier ones finished, unless `max_concurrency` caps requests in flight. Closed loop across the
 turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
-end plus its think time, and its schedule lag is measured against that deadline.
+end plus its think time, and its schedule lag is measured against that deadline. With live
+replies (`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build
+that takes longer than the think time makes the turn late, and its lag says so.
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import heapq
+import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Connection, Pool
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.schedule import Waiter
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn
+
+_log = logging.getLogger("replayproxy.replay")
+# A later turn's bytes, built once the turn before it ended (None: its planned bytes)
+Rebuild = Callable[[RequestTimeline, Prepared], Awaitable[bytes | None]]
 
 HOUSEKEEPING_S = 0.1
 REFRESH_EVERY = 10  # housekeeping rounds between keep-alive refreshes
@@ -82,6 +89,7 @@ class Runner:
         spin_ns: int = 1_000_000,
         results: list[ReplayResult] | None = None,
         closed_loop: bool = False,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.prepared = prepared
         self.wires = wires
@@ -94,16 +102,18 @@ class Runner:
         self.counters = Counters(total=len(prepared))
         self.results: list[ReplayResult] = results if results is not None else []
         self.start_ns = 0
-        self._flying: set[Exchange] = set()
+        self._flying: set[RequestTimeline] = set()
         self._slot = asyncio.Event()
         self._idle = asyncio.Event()
-        self._undigested: deque[Exchange] = deque()
+        self._undigested: deque[RequestTimeline] = deque()
         self._finished_one = asyncio.Event()
         self._next_deadline = 0  # the sender's next deadline; 0 when it has nothing left to send
         self.closed_loop = closed_loop
         self._waiting: dict[int, list[int]] = {}  # trace index of a turn -> positions due after its end
         self._due: list[tuple[int, int]] = []  # heap of (absolute deadline, position) of released turns
         self._released = asyncio.Event()
+        self.rebuild = rebuild
+        self._rebuilt: dict[int, bytes] = {}  # position -> bytes built from the previous turn's reply
 
     @property
     def next_deadline_ns(self) -> int:
@@ -124,8 +134,8 @@ class Runner:
             for helper in helpers:
                 helper.cancel()
             now = self.clock()
-            for exchange in list(self._flying):
-                exchange.fail(now, "client_cancel", "replay stopped before the response ended")
+            for timeline in list(self._flying):
+                timeline.fail(now, "client_cancel", "replay stopped before the response ended")
             while self._undigested:
                 self._digest(self._undigested.popleft())
         return self.results
@@ -137,15 +147,16 @@ class Runner:
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            prepared, wire = self.prepared[position], self.wires[position]
-            exchange = Exchange(prepared, deadline, self._finished)
-            self._flying.add(exchange)
+            prepared = self.prepared[position]
+            wire = self._rebuilt.pop(position, None) or self.wires[position]
+            timeline = RequestTimeline(prepared, deadline, self._finished)
+            self._flying.add(timeline)
             self.counters.sent += 1
             connection = self.pool.acquire()
             if connection is None:
-                spawn(self._send_on_new(exchange, wire), name="replay-connect")
+                spawn(self._send_on_new(timeline, wire), name="replay-connect")
             else:
-                self._send(exchange, connection, wire)
+                self._send(timeline, connection, wire)
         self._next_deadline = 0
 
     def _timed_positions(self) -> deque[int]:
@@ -179,41 +190,58 @@ class Runner:
                 return heapq.heappop(self._due)[1], deadline
             return timed.popleft(), deadline
 
-    def _send(self, exchange: Exchange, connection: Connection, wire: bytes) -> None:
-        exchange.connection = connection
-        sent = connection.send(exchange, wire)
-        exchange.sent(sent)
-        self.counters.lags_ns.append(sent - exchange.scheduled_at)
+    def _send(self, timeline: RequestTimeline, connection: Connection, wire: bytes) -> None:
+        timeline.connection = connection
+        sent = connection.send(timeline, wire)
+        timeline.sent(sent)
+        self.counters.lags_ns.append(sent - timeline.scheduled_at)
 
-    async def _send_on_new(self, exchange: Exchange, wire: bytes) -> None:
+    async def _send_on_new(self, timeline: RequestTimeline, wire: bytes) -> None:
         """No idle connection: open one now and say so in the result (its lag includes the connect)."""
-        exchange.new_connection = True
+        timeline.new_connection = True
         self.counters.new_connections += 1
         try:
             connection = await self.pool.open()
         except (OSError, TimeoutError) as e:
-            exchange.fail(self.clock(), "connect", f"{type(e).__name__}: {e}")
+            timeline.fail(self.clock(), "connect", f"{type(e).__name__}: {e}")
             return
-        if exchange.done:  # timed out or cancelled while connecting
+        if timeline.done:  # timed out or cancelled while connecting
             connection.close()
             return
-        self._send(exchange, connection, wire)
+        self._send(timeline, connection, wire)
 
-    def _finished(self, exchange: Exchange) -> None:
-        for position in self._waiting.pop(exchange.prepared.index, ()):
-            think = max(self.prepared[position].think_ns, 0)
-            heapq.heappush(self._due, (exchange.end_at + think, position))
-            self._released.set()
-        self._flying.discard(exchange)
+    def _finished(self, timeline: RequestTimeline) -> None:
+        for position in self._waiting.pop(timeline.prepared.index, ()):
+            if self.rebuild is None:
+                self._release(timeline, position)
+            else:
+                spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
+        self._flying.discard(timeline)
         self.counters.done += 1
-        self._undigested.append(exchange)
+        self._undigested.append(timeline)
         self._finished_one.set()
         self._slot.set()
         if not self._flying:
             self._idle.set()
 
-    def _digest(self, exchange: Exchange) -> None:
-        result = exchange.result(self.start_ns, self.worker)
+    def _release(self, timeline: RequestTimeline, position: int) -> None:
+        think = max(self.prepared[position].think_ns, 0)
+        heapq.heappush(self._due, (timeline.end_at + think, position))
+        self._released.set()
+
+    async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
+        assert self.rebuild is not None
+        try:
+            wire = await self.rebuild(timeline, self.prepared[position])
+        except Exception as e:  # noqa: BLE001 — a failed build costs that turn its live reply, nothing more
+            _log.warning("live reply not built (%s: %s); the turn stays as planned", type(e).__name__, e)
+            wire = None
+        if wire is not None:
+            self._rebuilt[position] = wire
+        self._release(timeline, position)
+
+    def _digest(self, timeline: RequestTimeline) -> None:
+        result = timeline.result(self.start_ns, self.worker)
         if result.error:
             self.counters.errors += 1
         self.results.append(result)
@@ -224,9 +252,9 @@ class Runner:
             if not self._undigested:
                 self._finished_one.clear()
                 await self._finished_one.wait()
-            exchange = self._undigested[0]
+            timeline = self._undigested[0]
             room = self._next_deadline - self.clock() if self._next_deadline else 1 << 62
-            if room > DIGEST_GUARD_NS + DIGEST_NS_PER_READ * len(exchange.reads) or (
+            if room > DIGEST_GUARD_NS + DIGEST_NS_PER_READ * len(timeline.reads) or (
                 len(self._undigested) > MAX_UNDIGESTED
             ):
                 self._digest(self._undigested.popleft())
@@ -241,12 +269,12 @@ class Runner:
             await asyncio.sleep(HOUSEKEEPING_S)
             rounds += 1
             now = self.clock()
-            for exchange in [e for e in self._flying if e.sent_at >= 0 and now - e.sent_at > self.timeout_ns]:
-                connection = exchange.connection
+            for timeline in [e for e in self._flying if e.sent_at >= 0 and now - e.sent_at > self.timeout_ns]:
+                connection = timeline.connection
                 if isinstance(connection, Connection):
                     connection.abort("timeout", f"no complete response within {self.timeout_ns / 1e9:g} s")
                 else:
-                    exchange.fail(now, "timeout", "timed out")
+                    timeline.fail(now, "timeout", "timed out")
             if rounds % REFRESH_EVERY == 0:
                 spawn(self.pool.refresh(REFRESH_IDLE_NS), name="replay-refresh")
             if rounds >= collect_due and (

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from replayproxy.report.cells import Table
-from replayproxy.report.tables import tables
+from replayproxy.report.document_types import Document
+from replayproxy.report.sections import report_tables
 
 
 def _aligned(table: Table) -> list[str]:
@@ -24,8 +23,8 @@ def format_text(ts: list[Table]) -> str:
     return "\n\n".join("\n".join(_aligned(t)) for t in ts) + "\n"
 
 
-def render_text(doc: dict[str, Any]) -> str:
-    return format_text(tables(doc))
+def render_text(doc: Document) -> str:
+    return format_text(report_tables(doc))
 
 
 def _escape(cell: str) -> str:
@@ -48,5 +47,5 @@ def format_markdown(ts: list[Table]) -> str:
     return "\n".join(line for t in ts for line in [*_markdown(t), ""])
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
-    return format_markdown(tables(doc))
+def render_markdown(doc: Document) -> str:
+    return format_markdown(report_tables(doc))

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
+from replayproxy.trace.column_file import (
+    ColumnFileData,
+    expand_paths,
+    read_column_file,
+    read_each,
+    with_defaults,
+)
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
-from replayproxy.trace.table import Table, expand_paths, read_each, read_table, with_defaults
 
 
-def read_tables(
+def read_trace_files(
     paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> list[tuple[TraceHeader, Table]]:
+) -> list[tuple[TraceHeader, ColumnFileData]]:
     """Every trace file's header and rows, oldest start first."""
     report = report if report is not None else ReadReport()
     pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report), report)
@@ -25,8 +31,8 @@ def read_tables(
     return pairs
 
 
-def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, Table]:
-    table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
+def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFileData]:
+    table = read_column_file(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
     if "offset_ns" not in table.header["fields"]:
         raise TraceFormatError(f"{path}: lacks the required field 'offset_ns'")
     try:
@@ -35,26 +41,8 @@ def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, Table]:
         raise TraceFormatError(f"{path}: {e}") from e
 
 
-def iter_shapes(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> Iterator[RequestShape]:
-    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
-
-    Recorders write a record when its response ends, so records are sorted here.
-    """
-    pairs = read_tables(paths, report)
-    base = pairs[0][0].start_wall_ns
-    shapes: list[RequestShape] = []
-    for header, table in pairs:
-        shift = header.start_wall_ns - base
-        for values in table.rows():
-            shape = RequestShape.from_record(values, header.fields)
-            shapes.append(shape._replace(offset_ns=shape.offset_ns + shift) if shift else shape)
-    shapes.sort(key=lambda s: s.offset_ns)
-    return iter(shapes)
-
-
 RAGGED = ("prefix_hashes", "chunk_gaps_us")
+SCALAR_FIELDS = tuple(name for name in FIELDS if name not in RAGGED)
 
 
 @dataclass(slots=True)
@@ -62,7 +50,8 @@ class Columns:
     """A whole trace as numpy arrays, sorted by arrival; ragged fields are flat + index arrays.
 
     Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
-    Scalar columns are reached by field name: `columns.input_tokens`, `columns.model`, ...
+    `scalar` holds the other fields by name; each is also an attribute (`columns.input_tokens`),
+    set from `scalar` on construction, so `dataclasses.replace(columns, scalar=...)` keeps them in step.
     """
 
     headers: list[TraceHeader]
@@ -72,22 +61,49 @@ class Columns:
     prefix_index: np.ndarray
     chunk_gaps_us: np.ndarray
     chunk_index: np.ndarray
+    # The scalar fields of shape.FIELDS, in its order (tests/trace checks that they agree).
+    offset_ns: np.ndarray = field(init=False)
+    endpoint: np.ndarray = field(init=False)
+    model: np.ndarray = field(init=False)
+    stream: np.ndarray = field(init=False)
+    input_tokens: np.ndarray = field(init=False)
+    output_tokens: np.ndarray = field(init=False)
+    output_estimated: np.ndarray = field(init=False)
+    max_tokens: np.ndarray = field(init=False)
+    sampling: np.ndarray = field(init=False)
+    roles: np.ndarray = field(init=False)
+    has_tools: np.ndarray = field(init=False)
+    has_response_format: np.ndarray = field(init=False)
+    prefix_units: np.ndarray = field(init=False)
+    status: np.ndarray = field(init=False)
+    error: np.ndarray = field(init=False)
+    ttft_ns: np.ndarray = field(init=False)
+    e2e_ns: np.ndarray = field(init=False)
+    cached_tokens: np.ndarray = field(init=False)
+    session: np.ndarray = field(init=False)
+    turn: np.ndarray = field(init=False)
+    method: np.ndarray = field(init=False)
+    request_bytes: np.ndarray = field(init=False)
+    response_bytes: np.ndarray = field(init=False)
+    think_ns: np.ndarray = field(init=False)
+    chat_id: np.ndarray = field(init=False)
+    parent_id: np.ndarray = field(init=False)
+    tool_chars: np.ndarray = field(init=False)
+    request_type: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in SCALAR_FIELDS:
+            setattr(self, name, self.scalar[name])
 
     def __len__(self) -> int:
-        return len(self.scalar["offset_ns"])
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        scalar = object.__getattribute__(self, "scalar")
-        if name in scalar:
-            return scalar[name]  # type: ignore[no-any-return]
-        raise AttributeError(name)
+        return len(self.offset_ns)
 
     def hashes_of(self, i: int) -> np.ndarray:
         return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
 
     @property
     def message_count(self) -> np.ndarray:
-        return np.fromiter((len(r) for r in self.scalar["roles"]), dtype=np.int64, count=len(self))
+        return np.fromiter((len(r) for r in self.roles), dtype=np.int64, count=len(self))
 
 
 def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Columns:
@@ -95,12 +111,12 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Co
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     report = ReadReport()
-    pairs = read_tables(paths, report)
+    pairs = read_trace_files(paths, report)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
         table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
-    scalar = {name: _joined([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
+    scalar = {name: _joined([t.columns[name] for t in tables]) for name in SCALAR_FIELDS}
     order = np.argsort(scalar["offset_ns"], kind="stable")
     if not _is_identity(order):
         scalar = {name: column[order] for name, column in scalar.items()}
@@ -123,7 +139,7 @@ def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Co
     )
 
 
-def _with_defaults(table: Table) -> Table:
+def _with_defaults(table: ColumnFileData) -> ColumnFileData:
     """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
     return with_defaults(table, FIELD_KINDS, _DEFAULTS)
 

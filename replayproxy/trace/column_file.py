@@ -1,4 +1,4 @@
-"""Table files: a header map, column-wise batches of positional rows, a footer (traces and results).
+"""Column files, the container of traces and results: a header map, column-wise row batches, a footer.
 
 Columns are encoded by kind — fixed-width numbers as raw little-endian arrays, strings and small
 maps dictionary-coded, ragged fields as one blob plus per-row byte lengths — so a file loads
@@ -11,7 +11,7 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
+from replayproxy.errors import MissingFile, user_file
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
@@ -103,7 +104,7 @@ def _bin_header(size: int) -> bytes:
     return b"\xc6" + size.to_bytes(4, "big")
 
 
-class TableFile:
+class ColumnFileWriter:
     """One open file of header + batches of positional rows + footer (traces and results).
 
     Rows are buffered and written column-wise, one `batch` record per frame, each column encoded
@@ -112,10 +113,11 @@ class TableFile:
     """
 
     def __init__(self, path: Path, header: dict[str, Any], level: int, exclusive: bool) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._kinds = [header["kinds"][name] for name in header["fields"]]
-        self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
+        with user_file(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
         self._frames = FrameWriter(self._stream, level)
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
@@ -182,7 +184,7 @@ class TableFile:
 
 
 @dataclass(slots=True)
-class Table:
+class ColumnFileData:
     """One file's header and its columns: numpy arrays by field, ragged ones as (flat, lengths)."""
 
     path: Path
@@ -191,24 +193,10 @@ class Table:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     ragged: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        """Positional rows in the header's field order, ragged fields packed as bytes again."""
-        cols: list[list[Any]] = []
-        for name in self.header["fields"]:
-            if name in self.ragged:
-                flat, lengths = self.ragged[name]
-                ends = np.cumsum(lengths).tolist()
-                blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
-                size = flat.dtype.itemsize
-                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends][:-1], ends, strict=True)])
-            else:
-                cols.append(self.columns[name].tolist())
-        return zip(*cols, strict=True) if self.n else iter(())
-
 
 class _Growing:
     """An array filled in order and grown rarely: sized up front from the frame indexes, or
-    from projections (see _TableColumns._projected)."""
+    from projections (see _ColumnsBeingRead._projected)."""
 
     def __init__(self, dtype: np.dtype[Any], capacity: int) -> None:
         self._array = np.empty(max(capacity, 16), dtype)
@@ -237,7 +225,7 @@ class _Growing:
         return self._array
 
 
-class _TableColumns:
+class _ColumnsBeingRead:
     """A file's columns, filled frame by frame: each batch is copied straight into its final array.
 
     A frame's payload is overwritten by the next one (see iter_frame_payloads), so nothing here
@@ -286,7 +274,7 @@ class _TableColumns:
         reserved once (a little over), instead of doubling and copying a multi-GB array."""
         return int(1.05 * items * max(1.0, self._payload_bytes / max(self._payload_seen, 1)))
 
-    def into(self, table: Table, fields: list[str]) -> Table:
+    def into(self, table: ColumnFileData, fields: list[str]) -> ColumnFileData:
         table.n = self.n
         for name, column in zip(fields, self._columns, strict=True):
             if len(column) == 2:
@@ -447,14 +435,14 @@ def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
 
 def _read_bytes(path: Path) -> bytes | mmap.mmap:
     """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
-    with open(path, "rb") as f:
+    with user_file(path), open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 1 << 20:
             return f.read()
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def read_table(
+def read_column_file(
     path: Path,
     format_name: str,
     max_version: int,
@@ -463,7 +451,7 @@ def read_table(
     expected: Mapping[str, str] | None = None,
     extras: dict[str, list[dict[str, Any]]] | None = None,
     footer: dict[str, Any] | None = None,
-) -> Table:
+) -> ColumnFileData:
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
     `expected` maps the fields this reader knows to their kinds: a header that declares one of
@@ -476,7 +464,7 @@ def read_table(
     seen_warnings = len(report.warnings)
     data = _read_bytes(path)
     header: dict[str, Any] | None = None
-    columns: _TableColumns | None = None
+    columns: _ColumnsBeingRead | None = None
     for payload in iter_frame_payloads(data, name, report):
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
@@ -488,7 +476,7 @@ def read_table(
                 header = item
                 records, payload_bytes = frame_totals(data)
                 records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
-                columns = _TableColumns(kinds, records, payload_bytes)
+                columns = _ColumnsBeingRead(kinds, records, payload_bytes)
             elif kind == "footer":
                 report.footers += 1
                 if footer is not None:
@@ -498,7 +486,7 @@ def read_table(
     if header is None or columns is None:
         damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
         raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")
-    table = columns.into(Table(path, header), header["fields"])
+    table = columns.into(ColumnFileData(path, header), header["fields"])
     report.files += 1
     report.records += table.n
     return table
@@ -548,8 +536,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def with_defaults(table: Table, kinds: Mapping[str, str], defaults: Mapping[str, Any]) -> Table:
-    """Fill fields an older (or damaged) file lacks with their defaults, so all tables share columns."""
+def with_defaults(
+    table: ColumnFileData, kinds: Mapping[str, str], defaults: Mapping[str, Any]
+) -> ColumnFileData:
+    """Fill fields an older (or damaged) file lacks with their defaults, so all files share columns."""
     for name, kind in kinds.items():
         if name in table.columns or name in table.ragged:
             continue
@@ -606,8 +596,8 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) 
         else:
             matches = sorted(Path(m) for m in glob.glob(str(raw)))
             if not matches:
-                raise FileNotFoundError(f"no such file: {raw}")
+                raise MissingFile(f"no such file: {raw}")
             found.extend(matches)
     if not found:
-        raise FileNotFoundError(f"no {suffix} files in {', '.join(map(str, paths))}")
+        raise MissingFile(f"no {suffix} files in {', '.join(map(str, paths))}")
     return found

@@ -17,13 +17,14 @@ import orjson
 from replayproxy import sse
 from replayproxy.replay.plan import Prepared
 from replayproxy.results import ReplayResult
+from replayproxy.shape import ErrorClass
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # non-streaming answers and error bodies are kept up to this
 MAX_MESSAGE_CHARS = 200
 UNSET = -1
 
 
-class Exchange:
+class RequestTimeline:
     """Timestamps and counts for one request; `finish` runs once, on completion or failure."""
 
     __slots__ = (
@@ -32,7 +33,9 @@ class Exchange:
         "usage", "reads", "body_bytes", "new_connection", "done", "complete", "digested",
     )  # fmt: skip
 
-    def __init__(self, prepared: Prepared, scheduled_at: int, on_done: Callable[[Exchange], None]) -> None:
+    def __init__(
+        self, prepared: Prepared, scheduled_at: int, on_done: Callable[[RequestTimeline], None]
+    ) -> None:
         self.prepared = prepared
         self.on_done = on_done
         self.connection: object | None = None  # the connection carrying it, for timeouts
@@ -43,7 +46,7 @@ class Exchange:
         self.last_at = UNSET
         self.end_at = UNSET
         self.status = 0
-        self.error = ""
+        self.error: ErrorClass = ""
         self.message = ""
         self.gaps_us: list[int] = []
         self.tokens: list[int] = []
@@ -76,7 +79,7 @@ class Exchange:
             self.complete = True
             self.finish(at_ns)
 
-    def fail(self, at_ns: int, error: str, message: str) -> None:
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None:
         if not self.done:
             self.error = error
             self.message = message[:MAX_MESSAGE_CHARS]
