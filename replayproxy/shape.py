@@ -35,6 +35,10 @@ ENDPOINT_PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
+# A source's request class where it publishes one (Qwen-Bailian's `type`); "" = not recorded. A
+# closed set, so that no text a file puts in that field can reach a trace.
+RequestType = Literal["", "text", "search", "image", "file", "other"]
+REQUEST_TYPES: tuple[RequestType, ...] = get_args(RequestType)
 
 
 # Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
@@ -147,6 +151,7 @@ class RequestShape(NamedTuple):
     chat_id: Hash64 = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
     parent_id: Hash64 = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
+    request_type: RequestType = ""  # the source's request class (imports only)
 
     @property
     def message_count(self) -> int:
@@ -156,25 +161,6 @@ class RequestShape(NamedTuple):
     def chunk_count(self) -> int:
         """Content chunks seen: the first one plus one per recorded gap."""
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
-
-    def to_record(self) -> tuple[Any, ...]:
-        """The positional record in FIELDS order, the ragged fields packed as a trace stores them."""
-        values = list(self)
-        values[_HASHES_AT] = pack_u64(self.prefix_hashes)
-        values[_GAPS_AT] = pack_u32(self.chunk_gaps_us) if self.chunk_gaps_us else b""
-        return tuple(values)
-
-    @classmethod
-    def from_record(cls, values: Sequence[Any], fields: Sequence[str] | None = None) -> RequestShape:
-        """Build from a positional record; `fields` (from the file's header) maps older layouts."""
-        if fields is None or tuple(fields) == FIELDS:
-            named = dict(zip(FIELDS, values, strict=False))
-        else:
-            named = {name: value for name, value in zip(fields, values, strict=False) if name in _FIELD_SET}
-        named["prefix_hashes"] = unpack_u64(named.get("prefix_hashes", b""))
-        named["chunk_gaps_us"] = unpack_u32(named.get("chunk_gaps_us", b""))
-        named["sampling"] = dict(named.get("sampling") or {})
-        return cls(**named)
 
 
 def _column_kind(hint: Any) -> str:
@@ -199,8 +185,6 @@ FIELD_KINDS: dict[str, str] = {
     name: _column_kind(hint) for name, hint in get_type_hints(RequestShape, include_extras=True).items()
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
-_HASHES_AT, _GAPS_AT = FIELDS.index("prefix_hashes"), FIELDS.index("chunk_gaps_us")
-_FIELD_SET = frozenset(FIELDS)
 
 
 _U32 = "I" if array.array("I").itemsize == 4 else "L"
@@ -280,10 +264,6 @@ def pack_u32(values: Sequence[int]) -> bytes:
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tobytes()
-
-
-def unpack_u32(data: bytes) -> tuple[int, ...]:
-    return _array_struct("I", len(data) // 4).unpack(data)
 
 
 def key_fingerprint(key: bytes) -> str:

@@ -7,6 +7,7 @@ options and template give byte-identical bodies.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,14 +89,23 @@ def model_for(recorded: str, options: PlanOptions) -> str:
 def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
     """Plan and serialize the requests at `rows` (arrival order), each later turn of a session
     naming the turn before it (`after`), which a closed-loop run waits for."""
+    return list(iter_prepared(cols, rows, flavor, options))
+
+
+def iter_prepared(
+    cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions
+) -> Iterator[Prepared]:
+    """`prepare` one request at a time: a caller that writes each body out (an export of millions
+    of prompts) never holds them all."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
     times = scheduled_ns(cols.offset_ns[rows], options.speed)
     links = turns.links(cols, rows, options.speed)
     firsts = turns.first_turns(rows, links.after)
     sub_index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
-    sub_hashes = (
-        np.concatenate([cols.hashes_of(int(r)) for r in rows]) if len(rows) else np.zeros(0, np.uint64)
-    )
+    sub_hashes = cols.prefix_hashes[
+        np.arange(int(sub_index[-1]))
+        + np.repeat(cols.prefix_index[rows] - sub_index[:-1], np.diff(sub_index))
+    ]
     # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
     salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
     owners = synth.first_owners(sub_hashes ^ np.repeat(salts, np.diff(sub_index)), sub_index)
@@ -106,7 +116,6 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
     size = len(spelled.words) if spelled is not None else 1
     ranks, rank_index = _branch_words(salted, sub_index, salts, rows, size) if options.book else (None, None)
     layouts: list[synth.Layout | layout.Layout | None] = []
-    prepared = []
     for position, row in enumerate(rows.tolist()):
         hashes = sub_hashes[sub_index[position] : sub_index[position + 1]]
         shared = synth.shared_blocks(owners, sub_index, position)
@@ -132,28 +141,25 @@ def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: Pl
             planned_shared = -1
         layouts.append(plan_layout if planned.endpoint == "chat" or exact_plan is not None else None)
         body = orjson.dumps(flavors.request_body(flavor, planned))
-        prepared.append(
-            Prepared(
-                index=row,
-                scheduled_ns=int(times[position]),
-                endpoint=planned.endpoint,
-                path=PATHS[planned.endpoint],
-                body=body,
-                stream=planned.stream,
-                expected_input_tokens=expected_in,
-                expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
-                template_key=key,
-                expected_shared_tokens=expected_shared,
-                planned_shared_tokens=planned_shared,
-                exact=exact_plan is not None,
-                session=int(cols.session[row]),
-                turn=int(cols.turn[row]),
-                after=int(links.after[position]),
-                think_ns=int(links.think_ns[position]),
-                first=int(firsts[position]),
-            )
+        yield Prepared(
+            index=row,
+            scheduled_ns=int(times[position]),
+            endpoint=planned.endpoint,
+            path=PATHS[planned.endpoint],
+            body=body,
+            stream=planned.stream,
+            expected_input_tokens=expected_in,
+            expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
+            template_key=key,
+            expected_shared_tokens=expected_shared,
+            planned_shared_tokens=planned_shared,
+            exact=exact_plan is not None,
+            session=int(cols.session[row]),
+            turn=int(cols.turn[row]),
+            after=int(links.after[position]),
+            think_ns=int(links.think_ns[position]),
+            first=int(firsts[position]),
         )
-    return prepared
 
 
 def _branch_words(

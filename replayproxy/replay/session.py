@@ -8,6 +8,7 @@ and warm connections. With `workers > 1` the prepared requests are dealt to work
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import socket
@@ -30,6 +31,7 @@ from replayproxy.replay import (
     flavors,
     models,
     plan,
+    replies,
     schedule,
     summary,
     synth,
@@ -90,6 +92,7 @@ class ReplayOptions:
     note: str = ""  # free text kept with the run
     sessions: str = "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
     sample_sessions: float | None = None  # keep this fraction of whole sessions (seeded)
+    replies: str = "live"  # replies.MODES: a later turn carries the candidate's reply, or the planned one
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -113,6 +116,8 @@ class ReplayOptions:
             raise BadOption(f"repeat must be >= 1, got {self.repeat}")
         if self.sessions not in turns.MODES:
             raise BadOption(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+        if self.replies not in replies.MODES:
+            raise BadOption(f"replies must be one of {', '.join(replies.MODES)}, got {self.replies!r}")
         if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
             raise BadOption(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
 
@@ -171,6 +176,7 @@ class RunPlan:
     warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
+    live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
 
     @property
     def closed_loop(self) -> bool:
@@ -232,6 +238,12 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         prepared = plan.prepare(cols, rows, flavor, plan_options)
         if tokenizer is not None and book is not None:
             exact_record["check"] = await exactness.verify(tokenizer, prepared)
+        live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
+        if live is not None:
+            prepared = replies.expect_live_sharing(replies.ask_for_token_ids(prepared, flavor))
+        if mode == "closed":
+            prepared, followers = replies.link_edits(cols, prepared, speed, whole=live is not None)
+            live = replace(live, followers=followers) if live is not None else None
         approximate = [p for p in prepared if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
@@ -252,7 +264,25 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     }
     replayed = rows[plan.replayable(cols)[rows]] if len(rows) else rows
     profile = window_profile(cols, replayed)
-    return RunPlan(prepared, flavor, info, outcome, max(1, size), profile, speed, sessions=mode)
+    return RunPlan(prepared, flavor, info, outcome, max(1, size), profile, speed, sessions=mode, live=live)
+
+
+def _live_replies(
+    options: ReplayOptions,
+    mode: turns.Mode,
+    book: exact.Book | None,
+    flavor: flavors.Flavor,
+    target: Target,
+    model: str,
+) -> tuple[replies.Setup | None, str]:
+    """Live replies in closed loop with an exact tokenizer (else each later turn as planned, and why)."""
+    if mode != "closed":
+        return None, "planned: open loop sends every turn at its recorded time"
+    if options.replies != "live":
+        return None, "planned: --replies planned"
+    return replies.setup_for(
+        book, options.tokenizer, options.chat_template, flavor, target.url, model, options.headers
+    )
 
 
 def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
@@ -342,6 +372,7 @@ class Outcome:
 
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
+    live_replies: dict[str, Any] = field(default_factory=dict)  # replies.Counts.record(), if live
 
 
 async def run_local(
@@ -354,35 +385,46 @@ async def run_local(
     progress: Callable[[Runner], None] | None = None,
     outcome: Outcome | None = None,
     closed_loop: bool = False,
+    live: replies.Setup | None = None,
 ) -> Outcome:
-    """Warm a pool, wait for the start, send; fills and returns `outcome` (results, absolute start)."""
+    """Warm a pool, wait for the start, send; fills and returns `outcome` (results, absolute start).
+    With `live` (closed loop), later turns are built from the replies to the turns before them."""
     outcome = outcome if outcome is not None else Outcome()
-    pool = Pool(Target.parse(options.target), clock.now_ns, options.headers)
+    target = Target.parse(options.target)
+    pool = Pool(target, clock.now_ns, options.headers)
     wires = wires_for(options, prepared)
-    try:
-        await pool.fill(pool_size)
-        runner = Runner(
-            prepared,
-            wires,
-            pool,
-            clock=clock.now_ns,
-            timeout_s=options.timeout,
-            max_concurrency=options.max_concurrency,
-            worker=worker,
-            results=outcome.results,
-            closed_loop=closed_loop,
-        )
-        settle_memory()
-        outcome.start_ns = start if isinstance(start, int) else start()
-        reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
+    async with contextlib.AsyncExitStack() as stack:
+        threader = None
+        if live is not None and closed_loop:
+            opened = replies.opened(live, target, options.headers, prepared)
+            threader = await stack.enter_async_context(opened)
         try:
-            await runner.run(outcome.start_ns)
+            await pool.fill(pool_size)
+            runner = Runner(
+                prepared,
+                wires,
+                pool,
+                clock=clock.now_ns,
+                timeout_s=options.timeout,
+                max_concurrency=options.max_concurrency,
+                worker=worker,
+                results=outcome.results,
+                closed_loop=closed_loop,
+                rebuild=threader.wire_after if threader is not None else None,
+            )
+            settle_memory()
+            outcome.start_ns = start if isinstance(start, int) else start()
+            reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
+            try:
+                await runner.run(outcome.start_ns)
+            finally:
+                if reporter is not None:
+                    reporter.cancel()
         finally:
-            if reporter is not None:
-                reporter.cancel()
-    finally:
-        pool.close()
-        restore_memory()
+            pool.close()
+            restore_memory()
+            if threader is not None:
+                outcome.live_replies = threader.counts.record()
     return outcome
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,25 +39,6 @@ def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFile
         return TraceHeader.from_record(table.header), table
     except TraceFormatError as e:
         raise TraceFormatError(f"{path}: {e}") from e
-
-
-def iter_shapes(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> Iterator[RequestShape]:
-    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
-
-    Recorders write a record when its response ends, so records are sorted here.
-    """
-    pairs = read_trace_files(paths, report)
-    base = pairs[0][0].start_wall_ns
-    shapes: list[RequestShape] = []
-    for header, table in pairs:
-        shift = header.start_wall_ns - base
-        for values in table.rows():
-            shape = RequestShape.from_record(values, header.fields)
-            shapes.append(shape._replace(offset_ns=shape.offset_ns + shift) if shift else shape)
-    shapes.sort(key=lambda s: s.offset_ns)
-    return iter(shapes)
 
 
 RAGGED = ("prefix_hashes", "chunk_gaps_us")
@@ -108,6 +89,7 @@ class Columns:
     chat_id: np.ndarray = field(init=False)
     parent_id: np.ndarray = field(init=False)
     tool_chars: np.ndarray = field(init=False)
+    request_type: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         for name in SCALAR_FIELDS:
