@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -85,6 +85,35 @@ def model_for(recorded: str, options: PlanOptions) -> str:
     return options.model_map.get(recorded, recorded) or options.default_model
 
 
+class Schedule(NamedTuple):
+    """When and after what each planned request goes, per position in planning order: all a
+    sender needs before the bodies arrive (a few numbers per request, so any trace fits)."""
+
+    trace_index: np.ndarray  # int64: row in the arrival-sorted trace
+    scheduled_ns: np.ndarray  # int64: relative to the run start
+    after: np.ndarray  # int64: trace index of the session's previous selected turn, or turns.NONE
+    think_ns: np.ndarray  # int64: wait after that turn's end (at the run's speed), or turns.NONE
+    first: np.ndarray  # int64: trace index of the session's first replayed turn, or turns.NONE
+
+    @property
+    def group(self) -> np.ndarray:
+        """What keeps a session on one worker or shard (Prepared.group, for every position)."""
+        out: np.ndarray = np.where(self.first >= 0, self.first, self.trace_index)
+        return out
+
+    def take(self, positions: np.ndarray) -> Schedule:
+        return Schedule(*(column[positions] for column in self))
+
+
+def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
+    """The schedule of the replayable requests among `rows` (arrival order)."""
+    rows = rows[replayable(cols)[rows]] if len(rows) else rows
+    links = turns.links(cols, rows, speed)
+    first = turns.first_turns(rows, links.after)
+    times = scheduled_ns(cols.offset_ns[rows], speed)
+    return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
+
+
 class Planner:
     """Plans and serializes the requests at `rows` one at a time, in arrival order.
 
@@ -96,12 +125,9 @@ class Planner:
     """
 
     def __init__(self, cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> None:
-        rows = rows[replayable(cols)[rows]] if len(rows) else rows
+        self.schedule = schedule(cols, rows, options.speed)
+        rows = self.schedule.trace_index
         self.cols, self.rows, self.flavor, self.options = cols, rows, flavor, options
-        self.scheduled_ns = scheduled_ns(cols.offset_ns[rows], options.speed)
-        links = turns.links(cols, rows, options.speed)
-        self.after, self.think_ns = links.after, links.think_ns
-        self.first = turns.first_turns(rows, links.after)
         lengths = np.diff(cols.prefix_index)[rows] if len(rows) else np.zeros(0, np.int64)
         self._sub_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         at = _ragged_positions(cols.prefix_index[rows], lengths, self._sub_index)
@@ -178,7 +204,7 @@ class Planner:
             return None
         return Prepared(
             index=row,
-            scheduled_ns=int(self.scheduled_ns[position]),
+            scheduled_ns=int(self.schedule.scheduled_ns[position]),
             endpoint=planned.endpoint,
             path=PATHS[planned.endpoint],
             body=orjson.dumps(flavors.request_body(flavor, planned)),
@@ -191,9 +217,9 @@ class Planner:
             exact=exact_plan is not None,
             session=int(cols.session[row]),
             turn=int(cols.turn[row]),
-            after=int(self.after[position]),
-            think_ns=int(self.think_ns[position]),
-            first=int(self.first[position]),
+            after=int(self.schedule.after[position]),
+            think_ns=int(self.schedule.think_ns[position]),
+            first=int(self.schedule.first[position]),
         )
 
 

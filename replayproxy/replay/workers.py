@@ -1,9 +1,10 @@
-"""`--workers N`: deal the prepared requests to N sender processes that share one start time.
+"""`--workers N`: deal the schedule to N sender processes that share one start time.
 
 One core sends a few hundred streaming requests per second within a millisecond of schedule;
-beyond that, more processes rather than a silently late schedule. Each worker warms its own pool,
-says "ready", receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes
-of a host), runs, and sends its results back; progress counters arrive once a second.
+beyond that, more processes rather than a silently late schedule. Each worker starts its own
+preparer (replay.feed) for its share, so it holds only its own window; it warms its pool, says
+"ready", receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes of a
+host), runs, and sends its results back; progress counters arrive once a second.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 from replayproxy.replay import session
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.preparation import RunPlan, Share
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
@@ -24,8 +26,8 @@ READY_TIMEOUT_S = 300.0
 
 
 def _worker_main(
-    options: session.ReplayOptions,
-    prepared: list[Prepared],
+    options: ReplayOptions,
+    share: Share,
     pool_size: int,
     worker: int,
     pipe: Pipe,
@@ -40,7 +42,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            outcome = runner.run(_work(options, prepared, pool_size, worker, pipe, closed_loop))
+            outcome = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop))
         pipe.send(("done", outcome.results))
     except Exception as e:  # reported to the parent, which stops the run with one line
         pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
@@ -49,8 +51,8 @@ def _worker_main(
 
 
 async def _work(
-    options: session.ReplayOptions,
-    prepared: list[Prepared],
+    options: ReplayOptions,
+    share: Share,
     pool_size: int,
     worker: int,
     pipe: Pipe,
@@ -70,7 +72,7 @@ async def _work(
 
     return await session.run_local(
         options,
-        prepared,
+        share,
         pool_size,
         wait_for_start,
         worker=worker,
@@ -79,22 +81,9 @@ async def _work(
     )
 
 
-def deal(prepared: list[Prepared], count: int, by_session: bool) -> list[list[Prepared]]:
-    """Round-robin shares in schedule order; in closed loop by session (a worker waits only for
-    turns it sent itself), sessions taken in the order of their first turns."""
-    if not by_session:
-        return [prepared[worker::count] for worker in range(count)]
-    shares: list[list[Prepared]] = [[] for _ in range(count)]
-    worker_of: dict[int, int] = {}
-    for p in prepared:
-        worker = worker_of.setdefault(p.group, len(worker_of) % count)
-        shares[worker].append(p)
-    return shares
-
-
 async def run_workers(
-    options: session.ReplayOptions,
-    plan: session.RunPlan,
+    options: ReplayOptions,
+    plan: RunPlan,
     on_reading: Callable[[Reading, int], None],
     start: Callable[[], int],
 ) -> tuple[list[ReplayResult], int]:
@@ -102,15 +91,14 @@ async def run_workers(
     count = options.workers
     context = multiprocessing.get_context("spawn")
     pipes, processes = [], []
-    for worker in range(count):
+    for worker, positions in enumerate(plan.deal(count)):
         parent, child = context.Pipe()
-        share = deal(plan.prepared, count, plan.closed_loop)[worker]
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, share, size, worker, child, plan.closed_loop),
+            args=(options, plan.share(options, positions), size, worker, child, plan.closed_loop),
             name=f"replay-worker-{worker}",
-            daemon=True,
+            daemon=False,  # it starts its own preparer process; stopped in the finally below
         )
         process.start()
         child.close()
