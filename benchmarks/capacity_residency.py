@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from replayproxy.report.capacity_residency import CHUNK_POINTS, Timings, residency
+from replayproxy.capacity.residency import CHUNK_POINTS, Timings, residency
 
 
 def timings(requests: int, seed: int = 1) -> Timings:

@@ -37,12 +37,12 @@ COMMANDS: dict[str, Command] = {
     "tune": Command(
         "replayproxy.tune.command", "tune each engine on a trace, then compare best against best"
     ),
-    "inspect": Command("replayproxy.inspect_command", "print the workload profile of traces"),
+    "inspect": Command("replayproxy.inspect_command", "print the workload statistics of traces"),
     "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),
     "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),
     "import": Command("replayproxy.formats.import_command", "convert public traces into a replayproxy trace"),
     "capacity": Command(
-        "replayproxy.report.capacity_command", "KV-cache / GPU-memory fit of a model and a trace"
+        "replayproxy.capacity.command", "KV-cache / GPU-memory fit of a model and a trace"
     ),
     "demo": Command("replayproxy.demo", "record, replay against two candidates and compare, all locally"),
 }

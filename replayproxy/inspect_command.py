@@ -1,7 +1,7 @@
-"""`replayproxy inspect`: print the workload profile of one or more traces, as text or JSON.
+"""`replayproxy inspect`: print the workload statistics of one or more traces, as text or JSON.
 
-Damaged files are read as far as they go: the reader's warnings go to stderr and the profile
-covers what could be read; the exit status is non-zero only when no request could be read.
+Damaged files are read as far as they go: the reader's warnings go to stderr and the statistics
+cover what could be read; the exit status is non-zero only when no request could be read.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import json
 import sys
 from typing import Any
 
-from replayproxy.inspect import profile_of
 from replayproxy.trace import load
+from replayproxy.workload_stats import workload_stats
 
 EXAMPLES = (
     "replayproxy inspect traces/",
-    "replayproxy inspect --json prod.rpt > profile.json",
+    "replayproxy inspect --json prod.rpt > stats.json",
 )
 
 
@@ -34,33 +34,33 @@ def run(args: argparse.Namespace) -> int:
     if not len(columns) and columns.report.warnings:
         print("replayproxy inspect: error: no request could be read", file=sys.stderr)
         return 1
-    profile = profile_of(columns)
-    print(json.dumps(profile, indent=2) if args.json else render_text(profile))
+    stats = workload_stats(columns)
+    print(json.dumps(stats, indent=2) if args.json else render_text(stats))
     return 0
 
 
-def render_text(profile: dict[str, Any]) -> str:
+def render_text(stats: dict[str, Any]) -> str:
     lines = [
-        f"requests           {profile['requests']} in {profile['files']} file(s) "
-        f"over {profile['duration_s']:.1f} s",
-        f"rate               mean {_num(profile['rate_mean_rps'])} req/s, "
-        f"peak {_num(profile['rate_peak_rps'])} req/s (per {profile['rate_peak_window_s']:g} s window), "
-        f"inter-arrival CV {_num(profile['interarrival_cv'])}",
-        f"input tokens       {_dist(profile['input_tokens'])}",
-        f"output tokens      {_dist(profile['output_tokens'])}",
-        f"streaming          {_share(profile['stream_share'])} of requests",
-        f"endpoints          {_mix(profile['endpoints'], profile['requests'])}",
-        f"models             {_mix(profile['models'], profile['requests'])}",
-        f"prefix reuse       {_share(profile['prefix_reuse'])} of input tokens "
+        f"requests           {stats['requests']} in {stats['files']} file(s) "
+        f"over {stats['duration_s']:.1f} s",
+        f"rate               mean {_num(stats['rate_mean_rps'])} req/s, "
+        f"peak {_num(stats['rate_peak_rps'])} req/s (per {stats['rate_peak_window_s']:g} s window), "
+        f"inter-arrival CV {_num(stats['interarrival_cv'])}",
+        f"input tokens       {_dist(stats['input_tokens'])}",
+        f"output tokens      {_dist(stats['output_tokens'])}",
+        f"streaming          {_share(stats['stream_share'])} of requests",
+        f"endpoints          {_mix(stats['endpoints'], stats['requests'])}",
+        f"models             {_mix(stats['models'], stats['requests'])}",
+        f"prefix reuse       {_share(stats['prefix_reuse'])} of input tokens "
         "(infinite prefix cache hit rate)",
-        f"sessions           {profile['sessions']}",
-        f"peak concurrency   {_num(profile['peak_concurrency'])} (from recorded E2E times)",
-        f"errors             {_mix(profile['errors'], profile['requests']) if profile['errors'] else 'none'}",
+        f"sessions           {stats['sessions']}",
+        f"peak concurrency   {_num(stats['peak_concurrency'])} (from recorded E2E times)",
+        f"errors             {_mix(stats['errors'], stats['requests']) if stats['errors'] else 'none'}",
     ]
-    if profile["ttft_ms"]["count"]:
-        lines.append(f"recorded TTFT ms   {_dist(profile['ttft_ms'])}")
-    if profile["e2e_ms"]["count"]:
-        lines.append(f"recorded E2E ms    {_dist(profile['e2e_ms'])}")
+    if stats["ttft_ms"]["count"]:
+        lines.append(f"recorded TTFT ms   {_dist(stats['ttft_ms'])}")
+    if stats["e2e_ms"]["count"]:
+        lines.append(f"recorded E2E ms    {_dist(stats['e2e_ms'])}")
     return "\n".join(lines)
 
 

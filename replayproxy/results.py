@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 
 from replayproxy.trace import (
+    ColumnFileData,
+    ColumnFileWriter,
     ReadReport,
-    Table,
-    TableFile,
     TraceFormatError,
     checked_fields,
     expand_paths,
+    read_column_file,
     read_each,
-    read_table,
     with_defaults,
 )
 
@@ -162,7 +162,7 @@ class ResultWriter:
     """Appends results to one .rpr file; one frame per `frame_records` so a crash loses little."""
 
     def __init__(self, path: str | os.PathLike[str], header: RunHeader, frame_records: int = 2048) -> None:
-        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
         self._frame_records = frame_records
 
     @property
@@ -194,7 +194,7 @@ class ResultFile:
 
     path: Path
     header: RunHeader
-    table: Table
+    table: ColumnFileData
     extras: dict[str, list[dict[str, Any]]]
     footer: dict[str, Any]
 
@@ -222,7 +222,7 @@ def load_results(
 def _read_result(path: Path, report: ReadReport) -> ResultFile:
     extras: dict[str, list[dict[str, Any]]] = {}
     footer: dict[str, Any] = {}
-    table = read_table(
+    table = read_column_file(
         path, FORMAT_NAME, FORMAT_VERSION, report, expected=RESULT_KINDS, extras=extras, footer=footer
     )
     try:
@@ -407,7 +407,7 @@ class CheckWriter:
     """Writes one .rpc file: rows as they are scored, then a footer with the run's counts."""
 
     def __init__(self, path: str | os.PathLike[str], header: CheckHeader) -> None:
-        self._file = TableFile(Path(path), header.to_record(), level=3, exclusive=False)
+        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
 
     @property
     def path(self) -> Path:
@@ -426,7 +426,7 @@ class CheckFile:
 
     path: Path
     header: CheckHeader
-    table: Table
+    table: ColumnFileData
     footer: dict[str, Any]
 
     def __len__(self) -> int:
@@ -442,6 +442,6 @@ def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | No
     loaded = []
     for path in expand_paths(paths, CHECK_SUFFIX):
         footer: dict[str, Any] = {}
-        table = read_table(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
+        table = read_column_file(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
         loaded.append(CheckFile(path, CheckHeader.from_record(table.header), table, footer))
     return loaded

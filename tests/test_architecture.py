@@ -24,9 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
     "report": {"shape", "trace", "results", "config"},
     "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
+    "capacity": {"trace", "results"},
     "sim": set(),
     "synthetic": {"shape", "trace"},
-    "inspect": {"shape", "trace"},
+    "workload_stats": {"shape", "trace"},
 }
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.

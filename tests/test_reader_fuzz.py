@@ -2,7 +2,7 @@
 
 Bit flips, truncations, duplicated, swapped and dropped frames, huge declared lengths and counts,
 and frames re-encoded with a valid checksum after their counts, kinds, lengths and values were
-changed. Every read must end in a profile or report (damage skipped and reported) or in the
+changed. Every read must end in workload statistics or a report (damage skipped and reported) or in the
 project's own one-line error: no traceback, no MemoryError, no hang. The mutations run in one
 subprocess (imports once) whose address space is limited to what it used before plus twice the
 files' decompressed size plus 100 MB.
@@ -192,7 +192,7 @@ def rechecksummed(frames: list[tuple[bytes, bytes]], rng: random.Random) -> list
 
 def mutate(data: bytes, rng: random.Random) -> tuple[bytes, bool]:
     """A damaged copy of `data`, and whether its frames may still decode to changed values (worth
-    a full profile or report, not just a read)."""
+    full statistics or a report, not just a read)."""
     how = rng.randrange(10)
     return _mutated(data, rng, how), how >= 7 or rng.random() < 0.2
 
@@ -284,17 +284,17 @@ def make_sources(directory: Path) -> dict[str, Path]:
 
 
 def readers() -> dict[str, Callable[[Path, bool], object]]:
-    from replayproxy.inspect import profile_of
-    from replayproxy.inspect_command import render_text as render_profile
+    from replayproxy.inspect_command import render_text as render_stats
     from replayproxy.report.document import build_document
     from replayproxy.report.render_text import render_text
     from replayproxy.report.runs import load_runs
     from replayproxy.trace import iter_shapes, load
+    from replayproxy.workload_stats import workload_stats
 
     def trace(path: Path, consume: bool) -> object:
         columns = load([path])
         if consume:
-            render_profile(profile_of(columns))
+            render_stats(workload_stats(columns))
             return sum(1 for _ in iter_shapes([path]))
         return columns
 

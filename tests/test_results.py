@@ -124,7 +124,7 @@ def test_newer_result_version_and_traces_are_refused(tmp_path: Path) -> None:
     with ResultWriter(tmp_path / "run.rpr", HEADER):
         pass
     with pytest.raises(TraceFormatError, match="newer than this reader"):
-        trace.read_table(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
+        trace.read_column_file(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
     trace_path = tmp_path / "t.rpt"
     trace.write_trace(
         trace_path, trace.TraceHeader(start_wall_ns=0), [], mono_ns=lambda: 0, wall_ns=lambda: 0

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
-from replayproxy.inspect import profile_of
 from replayproxy.shape import prefix_block_hashes
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for, parse_arrival
+from replayproxy.workload_stats import workload_stats
 
 
 def write(path: Path, spec: SynthSpec) -> Path:
@@ -101,7 +101,8 @@ def test_group_prefixes_share_hashes_and_reuse_is_as_expected(tmp_path: Path) ->
         assert len({m[520 // 16] for m in members}) == len(members)  # the block past it is the request's own
     # An infinite cache hits every shared full block except the first sight of each group.
     expected = (3000 - 5) * (520 // 16) * 16 / (3000 * 1000)
-    assert profile_of(trace.load(write(tmp_path / "t.rpt", spec)))["prefix_reuse"] == pytest.approx(expected)
+    stats = workload_stats(trace.load(write(tmp_path / "t.rpt", spec)))
+    assert stats["prefix_reuse"] == pytest.approx(expected)
 
 
 def test_sessions_extend_the_previous_turn() -> None:

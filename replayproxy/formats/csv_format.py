@@ -1,4 +1,4 @@
-"""CSV export: one row per request, the columns of `table.COLUMNS`; lists as space-separated numbers."""
+"""CSV export: one row per request, the columns of `request_columns.COLUMNS`; lists as spaced numbers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from replayproxy.formats.exporting import ExportOptions, ExportResult
-from replayproxy.formats.table import COLUMNS, header_note, request_table
+from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
 from replayproxy.trace import Columns
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    table = request_table(cols)
+    columns = request_columns(cols)
     cells: list[list[object]] = []
     for name in COLUMNS:
-        value = table[name]
+        value = columns[name]
         if isinstance(value, tuple):
             flat, index = value
             text = flat.astype(str)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from replayproxy import inspect, results, trace
+from replayproxy import results, trace, workload_stats
 from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         sessions=args.sessions,
         model=model,
         url=args.url,
-        inspect=inspect.profile_of(cols) if args.format == "profile" else None,
+        inspect=workload_stats.workload_stats(cols) if args.format == "profile" else None,
         prompts=functools.partial(replayer_prompts, tokenizer=args.tokenizer),
     )
     result = write(cols, args.output, options)

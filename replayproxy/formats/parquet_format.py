@@ -1,4 +1,4 @@
-"""Parquet export (optional extra `pyarrow`): the columns of `table.COLUMNS` with list columns kept."""
+"""Parquet export (optional extra `pyarrow`): the columns of `request_columns.COLUMNS`, lists kept."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats.exporting import ExportOptions, ExportResult
-from replayproxy.formats.table import COLUMNS, header_note, request_table
+from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
 from replayproxy.trace import Columns
 
 
@@ -19,10 +19,10 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError as e:
         raise LookupError("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
-    table = request_table(cols)
+    columns = request_columns(cols)
     arrays: dict[str, Any] = {}
     for name, kind in COLUMNS.items():
-        value = table[name]
+        value = columns[name]
         if isinstance(value, tuple):
             flat, index = value
             item = pa.uint64() if kind == "list<uint64>" else pa.uint32()

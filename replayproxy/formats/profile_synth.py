@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replayproxy.formats.profile import FORMAT, VERSION
+from replayproxy.formats.profile_fit import FORMAT, VERSION
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader
 

@@ -15,7 +15,7 @@ from replayproxy.formats import (
     jsonl,
     mooncake,
     parquet_format,
-    profile,
+    profile_fit,
     trace_csv,
     tracelab,
     vllm_custom,
@@ -67,7 +67,7 @@ FORMATS: dict[str, Format] = {
     "csv": Format("one row per request with every shape field", write=csv_format.write),
     "parquet": Format("like csv, as Parquet with list columns (needs pyarrow)", write=parquet_format.write),
     "profile": Format(
-        "JSON workload profile with fitted distributions (input of synth --profile)", write=profile.write
+        "JSON workload profile with fitted distributions (input of synth --profile)", write=profile_fit.write
     ),
     "vllm-custom": Format(
         '{"prompt": ...} JSON lines for `vllm bench serve --dataset-name custom`', write=vllm_custom.write

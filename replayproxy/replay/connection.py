@@ -25,7 +25,7 @@ Clock = Callable[[], int]
 
 
 class Receiver(Protocol):
-    """What a connection reports to (client.Exchange, or the warm-up probe)."""
+    """What a connection reports to (request_timeline.RequestTimeline, or the warm-up probe)."""
 
     def on_headers(self, at_ns: int, status: int) -> None: ...
 

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
+import signal
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -78,7 +79,9 @@ def decode(batch: bytes) -> list[tuple[Prepared, bytes]]:
 
 
 def _preparer_main(spec: FeedSpec, pipe: Pipe) -> None:
-    """Entry point of the preparer process: batches until the last request, then an empty frame."""
+    """Entry point of the preparer process: batches until the last request, then an empty frame.
+    Ctrl-C is the runner's to handle: when it stops reading, the closed pipe ends this process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         batch: list[list[Any]] = []
         size = 0

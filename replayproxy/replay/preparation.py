@@ -225,5 +225,6 @@ async def _calibrate(
 def _peak(cols: trace.Columns, planned: plan.Schedule) -> int:
     if not len(planned.trace_index):
         return 0
-    durations = schedule.estimate_e2e_ns(cols.e2e_ns[planned.trace_index], cols.output_tokens[planned.trace_index])
+    rows = planned.trace_index
+    durations = schedule.estimate_e2e_ns(cols.e2e_ns[rows], cols.output_tokens[rows])
     return schedule.peak_concurrency(planned.scheduled_ns, durations)

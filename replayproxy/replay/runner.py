@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Connection, Pool
+from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.schedule import Waiter
 from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
@@ -102,10 +102,10 @@ class Runner:
         self.counters = Counters(total=window.total)
         self.results: list[ReplayResult] = results if results is not None else []
         self.start_ns = 0
-        self._flying: set[Exchange] = set()
+        self._flying: set[RequestTimeline] = set()
         self._slot = asyncio.Event()
         self._idle = asyncio.Event()
-        self._undigested: deque[Exchange] = deque()
+        self._undigested: deque[RequestTimeline] = deque()
         self._finished_one = asyncio.Event()
         self._next_deadline = 0  # the sender's next deadline; 0 when it has nothing left to send
         self._due_position = -1  # the position whose deadline that is
@@ -135,8 +135,8 @@ class Runner:
             for helper in helpers:
                 helper.cancel()
             now = self.clock()
-            for exchange in list(self._flying):
-                exchange.fail(now, "client_cancel", "replay stopped before the response ended")
+            for timeline in list(self._flying):
+                timeline.fail(now, "client_cancel", "replay stopped before the response ended")
             while self._undigested:
                 self._digest(self._undigested.popleft())
         return self.results
@@ -153,15 +153,15 @@ class Runner:
                 self.counters.prepared_late += 1
                 await self._arrival(position)
             prepared, wire = self.window.take(position)
-            exchange = Exchange(prepared, deadline, self._finished)
-            exchange.prepared_late = late
-            self._flying.add(exchange)
+            timeline = RequestTimeline(prepared, deadline, self._finished)
+            timeline.prepared_late = late
+            self._flying.add(timeline)
             self.counters.sent += 1
             connection = self.pool.acquire()
             if connection is None:
-                spawn(self._send_on_new(exchange, wire), name="replay-connect")
+                spawn(self._send_on_new(timeline, wire), name="replay-connect")
             else:
-                self._send(exchange, connection, wire)
+                self._send(timeline, connection, wire)
         self._next_deadline = 0
 
     def _timed_positions(self) -> deque[int]:
@@ -240,41 +240,41 @@ class Runner:
                 return heapq.heappop(self._due)[1], deadline
             return timed.popleft(), deadline
 
-    def _send(self, exchange: Exchange, connection: Connection, wire: bytes) -> None:
-        exchange.connection = connection
-        sent = connection.send(exchange, wire)
-        exchange.sent(sent)
-        self.counters.lags_ns.append(sent - exchange.scheduled_at)
+    def _send(self, timeline: RequestTimeline, connection: Connection, wire: bytes) -> None:
+        timeline.connection = connection
+        sent = connection.send(timeline, wire)
+        timeline.sent(sent)
+        self.counters.lags_ns.append(sent - timeline.scheduled_at)
 
-    async def _send_on_new(self, exchange: Exchange, wire: bytes) -> None:
+    async def _send_on_new(self, timeline: RequestTimeline, wire: bytes) -> None:
         """No idle connection: open one now and say so in the result (its lag includes the connect)."""
-        exchange.new_connection = True
+        timeline.new_connection = True
         self.counters.new_connections += 1
         try:
             connection = await self.pool.open()
         except (OSError, TimeoutError) as e:
-            exchange.fail(self.clock(), "connect", f"{type(e).__name__}: {e}")
+            timeline.fail(self.clock(), "connect", f"{type(e).__name__}: {e}")
             return
-        if exchange.done:  # timed out or cancelled while connecting
+        if timeline.done:  # timed out or cancelled while connecting
             connection.close()
             return
-        self._send(exchange, connection, wire)
+        self._send(timeline, connection, wire)
 
-    def _finished(self, exchange: Exchange) -> None:
-        for position in self._waiting.pop(exchange.prepared.index, ()):
+    def _finished(self, timeline: RequestTimeline) -> None:
+        for position in self._waiting.pop(timeline.prepared.index, ()):
             think = max(int(self.schedule.think_ns[position]), 0)
-            heapq.heappush(self._due, (exchange.end_at + think, position))
+            heapq.heappush(self._due, (timeline.end_at + think, position))
             self._released.set()
-        self._flying.discard(exchange)
+        self._flying.discard(timeline)
         self.counters.done += 1
-        self._undigested.append(exchange)
+        self._undigested.append(timeline)
         self._finished_one.set()
         self._slot.set()
         if not self._flying:
             self._idle.set()
 
-    def _digest(self, exchange: Exchange) -> None:
-        result = exchange.result(self.start_ns, self.worker)
+    def _digest(self, timeline: RequestTimeline) -> None:
+        result = timeline.result(self.start_ns, self.worker)
         if result.error:
             self.counters.errors += 1
         self.results.append(result)
@@ -285,9 +285,9 @@ class Runner:
             if not self._undigested:
                 self._finished_one.clear()
                 await self._finished_one.wait()
-            exchange = self._undigested[0]
+            timeline = self._undigested[0]
             room = self._next_deadline - self.clock() if self._next_deadline else 1 << 62
-            if room > DIGEST_GUARD_NS + DIGEST_NS_PER_READ * len(exchange.reads) or (
+            if room > DIGEST_GUARD_NS + DIGEST_NS_PER_READ * len(timeline.reads) or (
                 len(self._undigested) > MAX_UNDIGESTED
             ):
                 self._digest(self._undigested.popleft())
@@ -302,12 +302,12 @@ class Runner:
             await asyncio.sleep(HOUSEKEEPING_S)
             rounds += 1
             now = self.clock()
-            for exchange in [e for e in self._flying if e.sent_at >= 0 and now - e.sent_at > self.timeout_ns]:
-                connection = exchange.connection
+            for timeline in [e for e in self._flying if e.sent_at >= 0 and now - e.sent_at > self.timeout_ns]:
+                connection = timeline.connection
                 if isinstance(connection, Connection):
                     connection.abort("timeout", f"no complete response within {self.timeout_ns / 1e9:g} s")
                 else:
-                    exchange.fail(now, "timeout", "timed out")
+                    timeline.fail(now, "timeout", "timed out")
             if rounds % REFRESH_EVERY == 0:
                 spawn(self.pool.refresh(REFRESH_IDLE_NS), name="replay-refresh")
             if rounds >= collect_due and (

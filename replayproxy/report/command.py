@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from replayproxy.report import check_report
+from replayproxy.report.baseline import baseline_run
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.profile import baseline_run
 from replayproxy.report.regression_gate import evaluate, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text

@@ -8,7 +8,7 @@ from typing import Any
 from replayproxy.report.cells import Table
 from replayproxy.report.plots import PLOTS, to_svg
 from replayproxy.report.runs import Run
-from replayproxy.report.tables import tables
+from replayproxy.report.sections import report_tables
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -63,7 +63,7 @@ def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
             f"<h1>replayproxy report</h1><p>{html.escape(labels)}</p>",
             _verdict(doc),
             *figures,
-            *(_table(t) for t in tables(doc) if t.key != "verdict"),
+            *(_table(t) for t in report_tables(doc) if t.key != "verdict"),
             "</body></html>",
             "",
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from replayproxy.report.cells import Table
-from replayproxy.report.tables import tables
+from replayproxy.report.sections import report_tables
 
 
 def _aligned(table: Table) -> list[str]:
@@ -25,7 +25,7 @@ def format_text(ts: list[Table]) -> str:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    return format_text(tables(doc))
+    return format_text(report_tables(doc))
 
 
 def _escape(cell: str) -> str:
@@ -49,4 +49,4 @@ def format_markdown(ts: list[Table]) -> str:
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
-    return format_markdown(tables(doc))
+    return format_markdown(report_tables(doc))

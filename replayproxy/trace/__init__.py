@@ -1,11 +1,24 @@
 """Trace files (.rpt): the contract between recorders and every consumer.
 
 A file is a sequence of frames (frames.py); its records are a header map (header.py), column-wise
-batches of request shapes (table.py) and a footer. writer.py writes them, columns.py reads them
+batches of request shapes (column_file.py) and a footer. writer.py writes them, columns.py reads them
 back as shapes or numpy columns. See docs/trace-format.md.
 """
 
-from replayproxy.trace.columns import RAGGED, Columns, iter_shapes, load, read_tables
+from replayproxy.trace.column_file import (
+    CODED_KINDS,
+    NUMERIC_KINDS,
+    RAGGED_KINDS,
+    ColumnFileData,
+    ColumnFileWriter,
+    Pieces,
+    encode_column,
+    expand_paths,
+    read_column_file,
+    read_each,
+    with_defaults,
+)
+from replayproxy.trace.columns import RAGGED, Columns, iter_shapes, load, read_trace_files
 from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
 from replayproxy.trace.header import (
     FORMAT_NAME,
@@ -14,19 +27,6 @@ from replayproxy.trace.header import (
     TraceFormatError,
     TraceHeader,
     checked_fields,
-)
-from replayproxy.trace.table import (
-    CODED_KINDS,
-    NUMERIC_KINDS,
-    RAGGED_KINDS,
-    Pieces,
-    Table,
-    TableFile,
-    encode_column,
-    expand_paths,
-    read_each,
-    read_table,
-    with_defaults,
 )
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
@@ -42,8 +42,8 @@ __all__ = [
     "FrameWriter",
     "Pieces",
     "ReadReport",
-    "Table",
-    "TableFile",
+    "ColumnFileData",
+    "ColumnFileWriter",
     "TraceFormatError",
     "TraceHeader",
     "TraceWriter",
@@ -54,8 +54,8 @@ __all__ = [
     "iter_shapes",
     "load",
     "read_each",
-    "read_table",
-    "read_tables",
+    "read_column_file",
+    "read_trace_files",
     "with_defaults",
     "write_columns",
     "write_trace",

@@ -11,14 +11,20 @@ from pathlib import Path
 import numpy as np
 
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
+from replayproxy.trace.column_file import (
+    ColumnFileData,
+    expand_paths,
+    read_column_file,
+    read_each,
+    with_defaults,
+)
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
-from replayproxy.trace.table import Table, expand_paths, read_each, read_table, with_defaults
 
 
-def read_tables(
+def read_trace_files(
     paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> list[tuple[TraceHeader, Table]]:
+) -> list[tuple[TraceHeader, ColumnFileData]]:
     """Every trace file's header and rows, oldest start first."""
     report = report if report is not None else ReadReport()
     pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report), report)
@@ -26,8 +32,8 @@ def read_tables(
     return pairs
 
 
-def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, Table]:
-    table = read_table(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
+def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFileData]:
+    table = read_column_file(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
     if "offset_ns" not in table.header["fields"]:
         raise TraceFormatError(f"{path}: lacks the required field 'offset_ns'")
     try:
@@ -43,7 +49,7 @@ def iter_shapes(
 
     Recorders write a record when its response ends, so records are sorted here.
     """
-    pairs = read_tables(paths, report)
+    pairs = read_trace_files(paths, report)
     base = pairs[0][0].start_wall_ns
     shapes: list[RequestShape] = []
     for header, table in pairs:
@@ -102,7 +108,7 @@ def load(
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
-    pairs = read_tables(paths, report)
+    pairs = read_trace_files(paths, report)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
@@ -130,7 +136,7 @@ def load(
     )
 
 
-def _with_defaults(table: Table) -> Table:
+def _with_defaults(table: ColumnFileData) -> ColumnFileData:
     """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
     return with_defaults(table, FIELD_KINDS, _DEFAULTS)
 

@@ -15,9 +15,15 @@ import msgpack
 import numpy as np
 
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape, pack_u32, pack_u64
+from replayproxy.trace.column_file import (
+    CODED_KINDS,
+    NUMERIC_KINDS,
+    RAGGED_KINDS,
+    ColumnFileWriter,
+    encode_column,
+)
 from replayproxy.trace.fit import UNFIT, fit_coded, fit_numbers, fit_ragged
 from replayproxy.trace.header import SUFFIX, TraceHeader
-from replayproxy.trace.table import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS, TableFile, encode_column
 
 WRITE_SLICE = 512  # shapes buffered before they are taken apart into columns
 _PACKED = attrgetter("packed")
@@ -67,7 +73,7 @@ class TraceWriter:
         self._rotate_ns = int(rotate_seconds * 1e9) if rotate_seconds else None
         self._level = level
         self._seq = 0
-        self._file: TableFile | None = None
+        self._file: ColumnFileWriter | None = None
         self._shapes: list[RequestShape] = []  # at most WRITE_SLICE, then moved into _columns
         self._columns = _FrameColumns(header.fields, count_unfit or _ignore_unfit)
         self._opened_ns = 0
@@ -160,7 +166,7 @@ class TraceWriter:
     def _pending(self) -> int:
         return self._columns.n + len(self._shapes)
 
-    def _cut(self, file: TableFile) -> None:
+    def _cut(self, file: ColumnFileWriter) -> None:
         """Write the buffered shapes as one frame."""
         self._columns.add(self._shapes)
         self._shapes.clear()
@@ -175,9 +181,9 @@ class TraceWriter:
             return True
         return bool(self._rotate_ns and self._mono() - self._opened_ns >= self._rotate_ns)
 
-    def _open(self) -> TableFile:
+    def _open(self) -> ColumnFileWriter:
         header = replace(self.header, created_wall_ns=self._wall()).to_record()
-        self._file = TableFile(self._next_path(), header, self._level, self._directory is not None)
+        self._file = ColumnFileWriter(self._next_path(), header, self._level, self._directory is not None)
         self.files.append(self._file.path)
         self._opened_ns = self._mono()
         return self._file
@@ -336,7 +342,7 @@ def write_columns(
     defaults = RequestShape(offset_ns=0)
     record = replace(header, created_wall_ns=wall_ns()).to_record()
     kinds = [record["kinds"][name] for name in record["fields"]]
-    table = TableFile(Path(path), record, level, exclusive=False)
+    table = ColumnFileWriter(Path(path), record, level, exclusive=False)
     ragged_starts: dict[str, np.ndarray] = {}
     for name, kind in zip(record["fields"], kinds, strict=True):
         if kind in RAGGED_KINDS:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.report.capacity import GIB, Plan, Setup, plan
-from replayproxy.report.capacity_command import load_model, parse_memory_size
+from replayproxy.capacity.command import load_model, parse_memory_size
+from replayproxy.capacity.memory import GIB, Plan, Setup, plan
 from replayproxy.trace import load
 from replayproxy.tune.candidates import Config, Knob
 

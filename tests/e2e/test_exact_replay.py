@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
-from replayproxy.inspect import profile_of
 from replayproxy.results import load_results
 from replayproxy.trace import load
+from replayproxy.workload_stats import workload_stats
 from tests import conversations, servers
 from tests.replay import traces
 
@@ -45,7 +45,7 @@ def _check_run(
     assert share >= (0.99 if endpoint == "chat" else 1.0), share
     assert run.footer["summary"]["output_exact"] == 1.0
     # one reuse figure for one trace: the replay's profile of its window is inspect's
-    assert run.extras["trace_profile"][0]["prefix_reuse"] == profile_of(load(trace))["prefix_reuse"]
+    assert run.extras["trace_profile"][0]["prefix_reuse"] == workload_stats(load(trace))["prefix_reuse"]
     assert main(["report", str(out), "--json"]) == 0
     cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
     assert cache["implied_hit_tokens"] > 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from replayproxy.trace import ReadReport, iter_shapes, read_tables
+from replayproxy.trace import ReadReport, iter_shapes, read_trace_files
 from tests.proxy.helpers import admin_url
 from tests.servers import sim, start_proxy
 
@@ -89,7 +89,7 @@ def test_sighup_rotates_the_trace_file(tmp_path: Path) -> None:
 def _footers(directory: Path) -> int:
     report = ReadReport()
     with contextlib.suppress(ValueError):
-        read_tables([directory], report)
+        read_trace_files([directory], report)
     return report.footers
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from replayproxy.report.document import build_document
 from replayproxy.report.runs import load_runs
-from replayproxy.report.tables import tables
+from replayproxy.report.sections import report_tables
 from replayproxy.results import ResultFile
 from replayproxy.shape import RequestShape, prefix_block_hashes
 from replayproxy.trace import load
@@ -97,7 +97,7 @@ def test_closed_loop_never_overlaps_a_session_and_reproduces_think_times(tmp_pat
     assert closed_doc["turns_per_session"]["p50"] == TURNS and closed_doc["later_turns"] == len(got)
     assert closed_doc["think_error_ms"]["p50"] == pytest.approx(np.percentile(errors, 50))
     assert closed_doc["session_s"]["p50"] > (TURNS - 1) * THINK_MS / 1e3
-    assert "Sessions" in [table.title for table in tables(doc)]
+    assert "Sessions" in [table.title for table in report_tables(doc)]
 
 
 def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from replayproxy.formats import jsonl
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
-from replayproxy.formats.profile import block_reuse
+from replayproxy.formats.profile_fit import block_reuse
 from replayproxy.trace import load
 from tests.formats.helpers import conversation_trace
 

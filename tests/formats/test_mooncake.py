@@ -13,7 +13,7 @@ import pytest
 from replayproxy.formats import mooncake
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
-from replayproxy.formats.profile import block_reuse
+from replayproxy.formats.profile_fit import block_reuse
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, load, write_trace
 from tests.formats import consumers

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from replayproxy import inspect
-from replayproxy.formats import mooncake, profile
+from replayproxy.formats import mooncake, profile_fit
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportOptions, write_imported
 from replayproxy.formats.profile_synth import load_profile, profile_header, shapes_from_profile
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for
 from replayproxy.trace import Columns, TraceHeader, load, write_columns, write_trace
+from replayproxy.workload_stats import workload_stats
 from tests.formats.helpers import DATA, SHARED_TRACES
 
 
@@ -50,12 +50,12 @@ def assert_agree(
 
 def test_profile_of_the_published_excerpt_and_synth_agree(tmp_path: Path) -> None:
     cols = imported(DATA / "mooncake_conversation_head300.jsonl", tmp_path)
-    fitted = profile.fit_profile(cols)
+    fitted = profile_fit.fit_profile(cols)
     assert fitted["requests"] == 300 and fitted["prefix"]["big_groups"] == [1.0]  # all share block 0
-    assert len(fitted["lengths"]["input_tokens"]) == profile.QUANTILES
+    assert len(fitted["lengths"]["input_tokens"]) == profile_fit.QUANTILES
     synth = synthesized(fitted, tmp_path, duration_s=fitted["duration_s"] * 10)  # 10x longer: less noise
-    assert_agree(inspect.profile_of(cols), inspect.profile_of(synth), rel=0.3, reuse_abs=0.06, cv_rel=0.35)
-    assert profile.fit_profile(synth)["prefix"]["big_groups"][0] > 0.95
+    assert_agree(workload_stats(cols), workload_stats(synth), rel=0.3, reuse_abs=0.06, cv_rel=0.35)
+    assert profile_fit.fit_profile(synth)["prefix"]["big_groups"][0] > 0.95
 
 
 @pytest.mark.skipif(
@@ -63,12 +63,10 @@ def test_profile_of_the_published_excerpt_and_synth_agree(tmp_path: Path) -> Non
 )
 def test_full_public_trace_profile_synth_and_rate_scale(tmp_path: Path) -> None:
     cols = imported(SHARED_TRACES / "conversation_trace.jsonl", tmp_path)
-    source = inspect.profile_of(cols)
-    fitted = profile.fit_profile(cols, inspect=source)
-    assert_agree(
-        source, inspect.profile_of(synthesized(fitted, tmp_path)), rel=0.1, reuse_abs=0.03, cv_rel=0.2
-    )
-    doubled = inspect.profile_of(synthesized(fitted, tmp_path, rate_scale=2.0))
+    source = workload_stats(cols)
+    fitted = profile_fit.fit_profile(cols, inspect=source)
+    assert_agree(source, workload_stats(synthesized(fitted, tmp_path)), rel=0.1, reuse_abs=0.03, cv_rel=0.2)
+    doubled = workload_stats(synthesized(fitted, tmp_path, rate_scale=2.0))
     assert doubled["rate_mean_rps"] == pytest.approx(2 * source["rate_mean_rps"], rel=0.1)
     assert doubled["input_tokens"]["p50"] == pytest.approx(source["input_tokens"]["p50"], rel=0.1)
     assert doubled["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03)
@@ -87,7 +85,7 @@ def test_sessions_and_length_scale(tmp_path: Path) -> None:
     )
     write_trace(tmp_path / "s.rpt", header_for(spec), generate(spec), mono_ns=int, wall_ns=int)
     cols = load(tmp_path / "s.rpt")
-    fitted = profile.fit_profile(cols)
+    fitted = profile_fit.fit_profile(cols)
     synth = synthesized(fitted, tmp_path, length_scale=2.0)
 
     def turns_per_session(c: Columns) -> float:
@@ -96,7 +94,7 @@ def test_sessions_and_length_scale(tmp_path: Path) -> None:
 
     assert turns_per_session(synth) == pytest.approx(turns_per_session(cols), rel=0.15)
     assert (synth.session != 0).mean() == pytest.approx((cols.session != 0).mean(), abs=0.05)
-    source, scaled = inspect.profile_of(cols), inspect.profile_of(synth)
+    source, scaled = workload_stats(cols), workload_stats(synth)
     assert scaled["input_tokens"]["p50"] == pytest.approx(2 * source["input_tokens"]["p50"], rel=0.1)
     assert scaled["rate_mean_rps"] == pytest.approx(source["rate_mean_rps"], rel=0.1)
     follow_up = np.flatnonzero(synth.turn > 0)
@@ -105,7 +103,7 @@ def test_sessions_and_length_scale(tmp_path: Path) -> None:
 
 def test_profile_export_and_load(tmp_path: Path) -> None:
     cols = imported(DATA / "mooncake_conversation_head300.jsonl", tmp_path)
-    result = profile.write(cols, tmp_path / "p.json", ExportOptions(inspect={"requests": 300}))
+    result = profile_fit.write(cols, tmp_path / "p.json", ExportOptions(inspect={"requests": 300}))
     loaded = load_profile(tmp_path / "p.json")
     assert loaded["inspect"] == {"requests": 300} and "synth --profile" in result.notes[0]
     (tmp_path / "bad.json").write_text(json.dumps({"format": "something else"}))
@@ -120,7 +118,7 @@ def test_traces_without_prefix_information(tmp_path: Path) -> None:
     from replayproxy.formats import azure
 
     write_imported(azure.read(DATA / "azure_conv_2023_head60.csv", ImportOptions()), tmp_path / "a.rpt", int)
-    fitted = profile.fit_profile(load(tmp_path / "a.rpt"))
+    fitted = profile_fit.fit_profile(load(tmp_path / "a.rpt"))
     assert fitted["prefix"]["reuse_ratio"] == 0.0 and fitted["sessions"]["share"] == 0.0
     synth = synthesized(fitted, tmp_path)
     assert len(synth.prefix_hashes) == 0 and len(synth) > 20
@@ -161,14 +159,14 @@ def small_groups_trace(path: Path, requests: int = 3000) -> Path:
 @pytest.mark.parametrize("rate_scale", [1.0, 2.0])
 def test_many_small_prefix_groups_keep_their_reuse(tmp_path: Path, rate_scale: float) -> None:
     cols = load(small_groups_trace(tmp_path / "small.rpt"))
-    fitted = profile.fit_profile(cols)
+    fitted = profile_fit.fit_profile(cols)
     assert fitted["prefix"]["big_groups"] == [] and len(fitted["prefix"]["small_sizes"]) == 6
-    source = inspect.profile_of(cols)
+    source = workload_stats(cols)
     for seed in (0, 1, 2):
         path = tmp_path / f"s{seed}.rpt"
         shapes = shapes_from_profile(fitted, seed=seed, rate_scale=rate_scale)
         write_trace(path, profile_header(fitted), shapes, mono_ns=int, wall_ns=int)
-        synth = inspect.profile_of(load(path))
+        synth = workload_stats(load(path))
         assert synth["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03), seed
         for name in ("input_tokens", "output_tokens"):
             assert synth[name]["p50"] == pytest.approx(source[name]["p50"], rel=0.05), (name, seed)

@@ -13,7 +13,7 @@ import pytest
 
 from replayproxy.formats import tracelab
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
-from replayproxy.formats.profile import block_reuse
+from replayproxy.formats.profile_fit import block_reuse
 from replayproxy.trace import load
 
 AIPERF_PYTHON = os.environ.get("REPLAYPROXY_AIPERF_PYTHON", "")

@@ -23,7 +23,7 @@ from replayproxy.proxy.extract import build_shape
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
-from replayproxy.trace import ReadReport, TraceHeader, TraceWriter, read_tables
+from replayproxy.trace import ReadReport, TraceHeader, TraceWriter, read_trace_files
 from tests.proxy.helpers import add_piece
 from tests.proxy.test_recorder import KEY, cap, make, sample
 
@@ -127,7 +127,7 @@ def test_arbitrary_bodies_build_and_encode_without_costing_other_records(
     ) as writer:  # fmt: skip
         writer.write_many([good[0], *odd[: len(odd) // 2], good[1], *odd[len(odd) // 2 :], good[2]])
     report = ReadReport()
-    [(_, table)] = read_tables([path], report)
+    [(_, table)] = read_trace_files([path], report)
     assert table.n == len(odd) + 3 and not report.warnings
     models = table.columns["model"].tolist()
     assert [models[0], models[1 + len(odd) // 2], models[-1]] == ["m", "m", "m"]
@@ -150,7 +150,7 @@ def test_values_that_do_not_fit_a_column_are_clamped_or_unknown_and_counted(tmp_
         count_unfit=lambda name, n: unfit.__setitem__(name, unfit.get(name, 0) + n),
     ) as writer:  # fmt: skip
         writer.write_many([odd, shape._replace(max_tokens=7)])
-    [(_, table)] = read_tables([tmp_path / "t.rpt"])
+    [(_, table)] = read_trace_files([tmp_path / "t.rpt"])
     assert table.n == 2
     assert table.columns["max_tokens"].tolist() == [2**63 - 1, 7]  # clamped to the column
     assert table.columns["turn"].tolist() == [0, 0]  # NaN is no turn: the default
@@ -176,7 +176,7 @@ def test_one_oversized_max_tokens_costs_nobody_else(tmp_path: Path) -> None:
         recorder.finished(c)
     recorder.start()
     recorder.close()
-    [(_, table)] = read_tables([tmp_path / "traces"])
+    [(_, table)] = read_trace_files([tmp_path / "traces"])
     assert table.n == 122
     assert sorted(table.columns["max_tokens"].tolist())[-2:] == [2**63 - 1, 2**63 - 1]
     assert sample(metrics, "replayproxy_records_written_total") == 122

@@ -18,7 +18,7 @@ from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.shape import key_fingerprint
-from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, iter_shapes, read_tables
+from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, iter_shapes, read_trace_files
 from tests.proxy.helpers import add_piece, settings
 
 KEY = b"r" * 32
@@ -65,7 +65,7 @@ def test_records_are_written_with_header_and_footer(tmp_path: Path) -> None:
         recorder.finished(cap(i))
     recorder.close()
     report = ReadReport()
-    [(header, table)] = read_tables([tmp_path / "traces"], report)
+    [(header, table)] = read_trace_files([tmp_path / "traces"], report)
     assert table.n == 5 and report.footers == 1
     assert (header.block_unit, header.block_size, header.source) == ("char", 64, "proxy")
     assert header.key_fingerprint == key_fingerprint(KEY)
@@ -227,6 +227,6 @@ def test_a_full_disk_leaves_no_empty_or_header_only_files(
     assert sample(metrics, "replayproxy_recorder_errors_total", kind="disk_full") >= 3
     files = list((tmp_path / "traces").glob("*.rpt"))
     report = ReadReport()
-    tables = read_tables(files, report)
+    tables = read_trace_files(files, report)
     assert all(table.n > 0 for _, table in tables) and report.skipped_files == 0
     assert 9 in [s.input_tokens - 10 for s in iter_shapes(files)]

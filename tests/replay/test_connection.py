@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from replayproxy import clock
-from replayproxy.replay.client import Exchange
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn
 from tests.replay.sse_server import SSE_HEAD, chunk, serving, sse_answer
@@ -29,8 +29,8 @@ def test_target_parse_and_request_bytes() -> None:
 
 
 async def exchange_over(pool: Pool, wire: bytes) -> ReplayResult:
-    finished: asyncio.Future[Exchange] = asyncio.get_running_loop().create_future()
-    ex = Exchange(PREPARED, clock.now_ns(), finished.set_result)
+    finished: asyncio.Future[RequestTimeline] = asyncio.get_running_loop().create_future()
+    ex = RequestTimeline(PREPARED, clock.now_ns(), finished.set_result)
     connection = pool.acquire()
     assert connection is not None
     ex.sent(connection.send(ex, wire))

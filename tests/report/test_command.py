@@ -13,7 +13,7 @@ import pytest
 from replayproxy.cli import main
 from tests.report.check_helpers import both, write_check
 from tests.report.helpers import result, synthetic_run, write_run
-from tests.report.test_profile import write_baseline_trace
+from tests.report.test_baseline import write_baseline_trace
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.report import gpu
+from replayproxy.report.baseline import baseline_run
 from replayproxy.report.cells import MISSING
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.profile import baseline_run
 from replayproxy.report.runs import load_runs
-from replayproxy.report.tables import tables
+from replayproxy.report.sections import report_tables
 from replayproxy.results import ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
@@ -55,7 +55,7 @@ def test_a_tpot_slo_is_not_met_by_whole_body_replies_and_says_so(tmp_path: Path)
     doc = build_document(runs, slos=parse_slo("tpot<=10ms"), slo_spec="tpot<=10ms")
     g = doc["runs"][0]["goodput"]
     assert g["good"] == 2 and g["not_applicable"] == 2  # the streaming pair misses, 2 not judged
-    text = "\n".join(n for t in tables(doc) for n in t.notes)
+    text = "\n".join(n for t in report_tables(doc) for n in t.notes)
     assert "2 non-streaming or one-token replies have no TPOT/ITL" in text
 
 

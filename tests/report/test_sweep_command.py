@@ -12,7 +12,7 @@ import pytest
 from replayproxy.cli import main
 from replayproxy.report import sweep_command
 from tests.report.helpers import result, write_run
-from tests.report.test_profile import write_baseline_trace
+from tests.report.test_baseline import write_baseline_trace
 
 REQUESTS, INTERVAL_MS = 100, 100.0  # the trace: 10 req/s at 1x
 

@@ -1,4 +1,4 @@
-"""The report document as tables: one function per section, shared by text, Markdown and HTML.
+"""The report document's sections as tables: one function per section, shared by text, Markdown and HTML.
 
 To add a section (e.g. engine telemetry), write `def section(doc) -> list[Table]` and append it to
 SECTIONS; every renderer picks it up.
@@ -353,5 +353,6 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
 ]
 
 
-def tables(doc: dict[str, Any]) -> list[Table]:
+def report_tables(doc: dict[str, Any]) -> list[Table]:
+    """Every section's tables, in SECTIONS order."""
     return [t for section in SECTIONS for t in section(doc)]

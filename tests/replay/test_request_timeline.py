@@ -1,11 +1,11 @@
-"""Exchange: timestamps per network read, TTFT on the first generated output, tokens per chunk."""
+"""RequestTimeline: timestamps per network read, TTFT on the first generated output, tokens per chunk."""
 
 from __future__ import annotations
 
 import orjson
 
-from replayproxy.replay.client import Exchange
 from replayproxy.replay.plan import Prepared
+from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.results import ReplayResult
 
 
@@ -44,8 +44,8 @@ STREAM = (
 
 
 def run(reads: list[tuple[int, bytes]], status: int = 200, stream: bool = True) -> ReplayResult:
-    done: list[Exchange] = []
-    ex = Exchange(prepared(stream), scheduled_at=101_000, on_done=done.append)
+    done: list[RequestTimeline] = []
+    ex = RequestTimeline(prepared(stream), scheduled_at=101_000, on_done=done.append)
     ex.sent(100_000 + 2_000)
     ex.on_headers(reads[0][0], status)
     for at, data in reads:
@@ -112,8 +112,8 @@ def test_non_streaming_answer() -> None:
 
 
 def test_failure_is_final_and_reported_once() -> None:
-    done: list[Exchange] = []
-    ex = Exchange(prepared(), 0, done.append)
+    done: list[RequestTimeline] = []
+    ex = RequestTimeline(prepared(), 0, done.append)
     ex.sent(10)
     ex.fail(50, "reset", "connection lost")
     ex.fail(60, "timeout", "late")

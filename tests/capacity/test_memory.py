@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from replayproxy.report.capacity import (
+from replayproxy.capacity.memory import (
     GIB,
     ModelConfigError,
     ModelSpec,
@@ -17,7 +17,7 @@ from replayproxy.report.capacity import (
     smallest_tp,
     weight_bytes,
 )
-from replayproxy.report.model_presets import PRESETS, find_preset
+from replayproxy.capacity.presets import PRESETS, find_preset
 
 
 def preset(name: str) -> ModelSpec:

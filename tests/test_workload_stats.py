@@ -1,4 +1,4 @@
-"""The workload profile against numbers computed independently in plain Python (replayproxy/inspect.py)."""
+"""Workload statistics (replayproxy/workload_stats.py) against numbers computed in plain Python."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 from replayproxy import trace
 from replayproxy.cli import main
-from replayproxy.inspect import hit_blocks, profile_of
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader
+from replayproxy.workload_stats import hit_blocks, workload_stats
 
 START_NS = 1_700_000_000 * 10**9
 
@@ -83,44 +83,44 @@ def expected_peak_concurrency(shapes: list[RequestShape]) -> int:
     return max(sum(1 for start, end in spans if start <= t < end) for t, _ in spans)
 
 
-def test_profile_matches_an_independent_computation(tmp_path: Path) -> None:
+def test_stats_match_an_independent_computation(tmp_path: Path) -> None:
     shapes = hand_made(random.Random(7))
-    # Two files, one starting 3 s later, written out of arrival order: the profile sees one timeline.
+    # Two files, one starting 3 s later, written out of arrival order: the statistics see one timeline.
     late = [s for i, s in enumerate(shapes) if i % 3 == 0]
     early = [s for i, s in enumerate(shapes) if i % 3 != 0]
     write(tmp_path / "a.rpt", list(reversed(early)))
     shifted = [RequestShape(**{**_fields(s), "offset_ns": s.offset_ns - 3 * 10**9}) for s in late]
     write(tmp_path / "b.rpt", shifted, START_NS + 3 * 10**9)
-    profile = profile_of(trace.load(tmp_path))
+    stats = workload_stats(trace.load(tmp_path))
 
     offsets = sorted(s.offset_ns for s in shapes)
     duration_s = (offsets[-1] - offsets[0]) / 1e9
     gaps = [(b - a) / 1e9 for a, b in zip(offsets, offsets[1:], strict=False)]
     windows = Counter((t - offsets[0]) // 10**9 for t in offsets)
-    assert profile["requests"] == len(shapes) and profile["files"] == 2
-    assert profile["duration_s"] == pytest.approx(duration_s)
-    assert profile["rate_mean_rps"] == pytest.approx((len(shapes) - 1) / duration_s)
-    assert profile["rate_peak_rps"] == max(windows.values())
-    assert profile["interarrival_cv"] == pytest.approx(statistics.pstdev(gaps) / statistics.mean(gaps))
+    assert stats["requests"] == len(shapes) and stats["files"] == 2
+    assert stats["duration_s"] == pytest.approx(duration_s)
+    assert stats["rate_mean_rps"] == pytest.approx((len(shapes) - 1) / duration_s)
+    assert stats["rate_peak_rps"] == max(windows.values())
+    assert stats["interarrival_cv"] == pytest.approx(statistics.pstdev(gaps) / statistics.mean(gaps))
     for name in ("input_tokens", "output_tokens"):
         known = [getattr(s, name) for s in shapes if getattr(s, name) >= 0]
-        assert profile[name]["count"] == len(known)
+        assert stats[name]["count"] == len(known)
         for q in (50, 90, 99):
-            assert profile[name][f"p{q}"] == pytest.approx(percentile(known, q))
-        assert profile[name]["max"] == max(known) and profile[name]["mean"] == pytest.approx(
+            assert stats[name][f"p{q}"] == pytest.approx(percentile(known, q))
+        assert stats[name]["max"] == max(known) and stats[name]["mean"] == pytest.approx(
             statistics.mean(known)
         )
     ttfts = [s.ttft_ns / 1e6 for s in shapes if s.ttft_ns >= 0]
-    assert profile["ttft_ms"]["p99"] == pytest.approx(percentile(ttfts, 99))
-    assert profile["e2e_ms"]["count"] == sum(1 for s in shapes if s.e2e_ns >= 0)
-    assert profile["stream_share"] == pytest.approx(sum(s.stream for s in shapes) / len(shapes))
-    assert profile["endpoints"] == dict(Counter(s.endpoint for s in shapes))
-    assert profile["models"] == dict(Counter(s.model for s in shapes))
-    assert profile["errors"] == dict(Counter(s.error for s in shapes if s.error))
-    assert profile["sessions"] == 3
+    assert stats["ttft_ms"]["p99"] == pytest.approx(percentile(ttfts, 99))
+    assert stats["e2e_ms"]["count"] == sum(1 for s in shapes if s.e2e_ns >= 0)
+    assert stats["stream_share"] == pytest.approx(sum(s.stream for s in shapes) / len(shapes))
+    assert stats["endpoints"] == dict(Counter(s.endpoint for s in shapes))
+    assert stats["models"] == dict(Counter(s.model for s in shapes))
+    assert stats["errors"] == dict(Counter(s.error for s in shapes if s.error))
+    assert stats["sessions"] == 3
     in_order = sorted(shapes, key=lambda s: s.offset_ns)  # stable: equal times keep their order
-    assert profile["prefix_reuse"] == pytest.approx(expected_reuse(in_order))
-    assert profile["peak_concurrency"] == expected_peak_concurrency(shapes)
+    assert stats["prefix_reuse"] == pytest.approx(expected_reuse(in_order))
+    assert stats["peak_concurrency"] == expected_peak_concurrency(shapes)
 
 
 def _fields(shape: RequestShape) -> dict[str, object]:
@@ -129,7 +129,7 @@ def _fields(shape: RequestShape) -> dict[str, object]:
 
 def test_counts_are_ranked_most_frequent_first(tmp_path: Path) -> None:
     shapes = [RequestShape(offset_ns=i, model=m) for i, m in enumerate("abbcccb")]
-    assert list(profile_of(trace.load(write(tmp_path / "t.rpt", shapes)))["models"].items()) == [
+    assert list(workload_stats(trace.load(write(tmp_path / "t.rpt", shapes)))["models"].items()) == [
         ("b", 3), ("c", 3), ("a", 1),
     ]  # fmt: skip
 
@@ -140,15 +140,15 @@ def test_char_blocks_count_tokens_by_each_requests_ratio(tmp_path: Path) -> None
         RequestShape(offset_ns=0, input_tokens=50, prefix_hashes=(1, 2), prefix_units=200),
         RequestShape(offset_ns=1, input_tokens=100, prefix_hashes=(1, 2, 3), prefix_units=400),
     ]
-    profile = profile_of(trace.load(write(tmp_path / "t.rpt", shapes, block_size=64, block_unit="char")))
-    assert profile["prefix_reuse"] == pytest.approx((2 * 64 * 100 / 400) / 150)
+    stats = workload_stats(trace.load(write(tmp_path / "t.rpt", shapes, block_size=64, block_unit="char")))
+    assert stats["prefix_reuse"] == pytest.approx((2 * 64 * 100 / 400) / 150)
 
 
 def test_unknown_timings_and_missing_hashes_give_nulls(tmp_path: Path) -> None:
     shapes = [RequestShape(offset_ns=0), RequestShape(offset_ns=10**9, output_tokens=3)]
-    profile = profile_of(trace.load(write(tmp_path / "t.rpt", shapes)))
-    assert profile["prefix_reuse"] is None and profile["peak_concurrency"] is None
-    assert profile["ttft_ms"] == {
+    stats = workload_stats(trace.load(write(tmp_path / "t.rpt", shapes)))
+    assert stats["prefix_reuse"] is None and stats["peak_concurrency"] is None
+    assert stats["ttft_ms"] == {
         "count": 0,
         "p50": None,
         "p90": None,
@@ -156,8 +156,8 @@ def test_unknown_timings_and_missing_hashes_give_nulls(tmp_path: Path) -> None:
         "max": None,
         "mean": None,
     }
-    assert profile["input_tokens"]["count"] == 0 and profile["output_tokens"]["p50"] == 3
-    assert profile["errors"] == {} and profile["sessions"] == 0
+    assert stats["input_tokens"]["count"] == 0 and stats["output_tokens"]["p50"] == 3
+    assert stats["errors"] == {} and stats["sessions"] == 0
 
 
 def test_traces_hashed_with_different_keys_are_not_compared(tmp_path: Path) -> None:
@@ -171,15 +171,15 @@ def test_traces_hashed_with_different_keys_are_not_compared(tmp_path: Path) -> N
         [RequestShape(offset_ns=1, input_tokens=16, prefix_hashes=(5,))],
         key_fingerprint="bb",
     )
-    assert profile_of(trace.load(tmp_path))["prefix_reuse"] is None
-    assert profile_of(trace.load(tmp_path / "a.rpt"))["prefix_reuse"] == 0.0
+    assert workload_stats(trace.load(tmp_path))["prefix_reuse"] is None
+    assert workload_stats(trace.load(tmp_path / "a.rpt"))["prefix_reuse"] == 0.0
 
 
 def test_empty_and_single_request_traces(tmp_path: Path) -> None:
-    empty = profile_of(trace.load(write(tmp_path / "e.rpt", [])))
+    empty = workload_stats(trace.load(write(tmp_path / "e.rpt", [])))
     assert empty["requests"] == 0 and empty["rate_mean_rps"] is None and empty["rate_peak_rps"] is None
     assert empty["stream_share"] is None and empty["interarrival_cv"] is None
-    one = profile_of(trace.load(write(tmp_path / "o.rpt", [RequestShape(offset_ns=5, e2e_ns=7)])))
+    one = workload_stats(trace.load(write(tmp_path / "o.rpt", [RequestShape(offset_ns=5, e2e_ns=7)])))
     assert one["requests"] == 1 and one["duration_s"] == 0 and one["rate_peak_rps"] == 1.0
     assert one["peak_concurrency"] == 1
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replayproxy.report.profile import BASELINE_LABEL, baseline_run
+from replayproxy.report.baseline import BASELINE_LABEL, baseline_run
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
 

@@ -1,4 +1,4 @@
-"""The workload profile: a trace's statistical shape as JSON, and the input of `synth --profile`.
+"""Fitting a workload profile: a trace's statistical shape as JSON, the input of `synth --profile`.
 
 It holds what `inspect --json` shows (when given) plus fitted distributions a generator can sample:
 length quantiles with their rank dependence, the arrival rate over time with the burstiness left

@@ -1,4 +1,4 @@
-"""Workload profile of a trace: the numbers that decide how an engine will behave under it.
+"""Workload statistics of a trace: the numbers that decide how an engine will behave under it.
 
 Pure and vectorized over `trace.Columns` (a million requests take seconds, not minutes); the
 `inspect` command renders the dict as text or JSON. Keys are stable and carry their units.
@@ -14,14 +14,14 @@ import numpy as np
 from replayproxy.trace import Columns
 from replayproxy.trace.reuse import hit_blocks, prefix_reuse
 
-__all__ = ["hit_blocks", "prefix_reuse", "profile_of", "summary"]
+__all__ = ["hit_blocks", "prefix_reuse", "workload_stats", "summary"]
 
 PEAK_WINDOW_S = 1.0  # rate_peak_rps counts arrivals in windows of this length, from the first arrival
 QUANTILES = {"p50": 50, "p90": 90, "p99": 99}
 
 
-def profile_of(columns: Columns) -> dict[str, Any]:
-    """The workload profile: sizes, timing, mix, prefix reuse and recorded production latency."""
+def workload_stats(columns: Columns) -> dict[str, Any]:
+    """The workload statistics: sizes, timing, mix, prefix reuse and recorded production latency."""
     n = len(columns)
     offsets = columns.offset_ns
     duration_s = float(offsets[-1] - offsets[0]) / 1e9 if n else 0.0

@@ -1,4 +1,4 @@
-"""One row per request with every shape field: the table that the csv and parquet exports write.
+"""The per-request columns (every shape field, one row per request) that the csv and parquet exports write.
 
 The columns (names, types, units) are listed in docs/formats.md; ragged fields stay lists (parquet)
 or space-separated numbers (csv) so DuckDB, pandas or Spark can explode them when needed.
@@ -51,7 +51,7 @@ RAGGED = {
 }
 
 
-def request_table(cols: Columns) -> dict[str, Any]:
+def request_columns(cols: Columns) -> dict[str, Any]:
     """Column name -> numpy array (scalars) or (flat, index) pair (ragged), in COLUMNS order."""
     offsets = cols.offset_ns.astype(np.int64)
     derived: dict[str, Any] = {
@@ -63,14 +63,14 @@ def request_table(cols: Columns) -> dict[str, Any]:
         "prefix_blocks": np.diff(cols.prefix_index),
         "chunk_count": np.where(cols.ttft_ns >= 0, np.diff(cols.chunk_index) + 1, 0),
     }
-    table: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
     for name in COLUMNS:
         if name in RAGGED:
             flat, index = RAGGED[name]
-            table[name] = (getattr(cols, flat), getattr(cols, index))
+            columns[name] = (getattr(cols, flat), getattr(cols, index))
         else:
-            table[name] = derived[name] if name in derived else cols.scalar[name]
-    return table
+            columns[name] = derived[name] if name in derived else cols.scalar[name]
+    return columns
 
 
 def header_note(cols: Columns) -> str:

@@ -2,7 +2,7 @@
 
 Each preset is the subset of the model's `config.json` that the calculator reads, copied from the
 published file named in its comment, so a preset and a local config.json go through the same
-parser (replayproxy.report.capacity.ModelSpec.from_hf_config). Keys are in the HF spelling.
+parser (replayproxy.capacity.memory.ModelSpec.from_hf_config). Keys are in the HF spelling.
 """
 
 from __future__ import annotations

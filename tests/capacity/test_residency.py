@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replayproxy.report.capacity_residency import (
+from replayproxy.capacity.residency import (
     Curve,
     Timings,
     estimate,

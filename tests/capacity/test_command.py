@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from replayproxy.report.capacity import GIB
-from replayproxy.report.capacity_command import load_model, parse_memory_size
+from replayproxy.capacity.command import load_model, parse_memory_size
+from replayproxy.capacity.memory import GIB
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace

@@ -1,4 +1,4 @@
-"""Table files: a header map, column-wise batches of positional rows, a footer (traces and results).
+"""Column files, the container of traces and results: a header map, column-wise row batches, a footer.
 
 Columns are encoded by kind — fixed-width numbers as raw little-endian arrays, strings and small
 maps dictionary-coded, ragged fields as one blob plus per-row byte lengths — so a file loads
@@ -103,7 +103,7 @@ def _bin_header(size: int) -> bytes:
     return b"\xc6" + size.to_bytes(4, "big")
 
 
-class TableFile:
+class ColumnFileWriter:
     """One open file of header + batches of positional rows + footer (traces and results).
 
     Rows are buffered and written column-wise, one `batch` record per frame, each column encoded
@@ -182,7 +182,7 @@ class TableFile:
 
 
 @dataclass(slots=True)
-class Table:
+class ColumnFileData:
     """One file's header and its columns: numpy arrays by field, ragged ones as (flat, lengths)."""
 
     path: Path
@@ -208,7 +208,7 @@ class Table:
 
 class _Growing:
     """An array filled in order and grown rarely: sized up front from the frame indexes, or
-    from projections (see _TableColumns._projected)."""
+    from projections (see _ColumnsBeingRead._projected)."""
 
     def __init__(self, dtype: np.dtype[Any], capacity: int) -> None:
         self._array = np.empty(max(capacity, 16), dtype)
@@ -237,7 +237,7 @@ class _Growing:
         return self._array
 
 
-class _TableColumns:
+class _ColumnsBeingRead:
     """A file's columns, filled frame by frame: each batch is copied straight into its final array.
 
     A frame's payload is overwritten by the next one (see iter_frame_payloads), so nothing here
@@ -286,7 +286,7 @@ class _TableColumns:
         reserved once (a little over), instead of doubling and copying a multi-GB array."""
         return int(1.05 * items * max(1.0, self._payload_bytes / max(self._payload_seen, 1)))
 
-    def into(self, table: Table, fields: list[str]) -> Table:
+    def into(self, table: ColumnFileData, fields: list[str]) -> ColumnFileData:
         table.n = self.n
         for name, column in zip(fields, self._columns, strict=True):
             if len(column) == 2:
@@ -454,7 +454,7 @@ def _read_bytes(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def read_table(
+def read_column_file(
     path: Path,
     format_name: str,
     max_version: int,
@@ -463,7 +463,7 @@ def read_table(
     expected: Mapping[str, str] | None = None,
     extras: dict[str, list[dict[str, Any]]] | None = None,
     footer: dict[str, Any] | None = None,
-) -> Table:
+) -> ColumnFileData:
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
     `expected` maps the fields this reader knows to their kinds: a header that declares one of
@@ -479,7 +479,7 @@ def read_table(
     if report.content is not None:
         report.content.update(data)
     header: dict[str, Any] | None = None
-    columns: _TableColumns | None = None
+    columns: _ColumnsBeingRead | None = None
     for payload in iter_frame_payloads(data, name, report):
         for item in _records_of(payload, name, report):
             kind = item.get("type") if isinstance(item, dict) else None
@@ -491,7 +491,7 @@ def read_table(
                 header = item
                 records, payload_bytes = frame_totals(data)
                 records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
-                columns = _TableColumns(kinds, records, payload_bytes)
+                columns = _ColumnsBeingRead(kinds, records, payload_bytes)
             elif kind == "footer":
                 report.footers += 1
                 if footer is not None:
@@ -501,7 +501,7 @@ def read_table(
     if header is None or columns is None:
         damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
         raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")
-    table = columns.into(Table(path, header), header["fields"])
+    table = columns.into(ColumnFileData(path, header), header["fields"])
     report.files += 1
     report.records += table.n
     return table
@@ -551,8 +551,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def with_defaults(table: Table, kinds: Mapping[str, str], defaults: Mapping[str, Any]) -> Table:
-    """Fill fields an older (or damaged) file lacks with their defaults, so all tables share columns."""
+def with_defaults(
+    table: ColumnFileData, kinds: Mapping[str, str], defaults: Mapping[str, Any]
+) -> ColumnFileData:
+    """Fill fields an older (or damaged) file lacks with their defaults, so all files share columns."""
     for name, kind in kinds.items():
         if name in table.columns or name in table.ragged:
             continue

@@ -1,8 +1,8 @@
 """`replayproxy capacity`: does a model fit a GPU, how much KV cache is left, and does a workload fit it.
 
-Reads a local Hugging Face config.json or a preset (replayproxy.report.model_presets), computes
-the memory plan (replayproxy.report.capacity) and, given a trace or result files, the tokens the
-workload keeps resident (replayproxy.report.capacity_residency). Formulas: docs/capacity.md.
+Reads a local Hugging Face config.json or a preset (replayproxy.capacity.presets), computes
+the memory plan (replayproxy.capacity.memory) and, given a trace or result files, the tokens the
+workload keeps resident (replayproxy.capacity.residency). Formulas: docs/capacity.md.
 Exit status: 0 when everything fits, 1 when the weights, max-model-len or the workload's peak do not.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from replayproxy.report import capacity_residency as residency
-from replayproxy.report.capacity import (
+from replayproxy.capacity import residency
+from replayproxy.capacity.memory import (
     GIB,
     KV_DTYPE_BYTES,
     WEIGHT_BITS,
@@ -28,7 +28,7 @@ from replayproxy.report.capacity import (
     plan,
     smallest_tp,
 )
-from replayproxy.report.model_presets import PRESETS, find_preset
+from replayproxy.capacity.presets import PRESETS, find_preset
 from replayproxy.results import SUFFIX as RESULT_SUFFIX
 from replayproxy.results import load_results
 from replayproxy.trace import expand_paths, load

@@ -23,7 +23,7 @@ MAX_MESSAGE_CHARS = 200
 UNSET = -1
 
 
-class Exchange:
+class RequestTimeline:
     """Timestamps and counts for one request; `finish` runs once, on completion or failure."""
 
     __slots__ = (
@@ -32,7 +32,9 @@ class Exchange:
         "usage", "reads", "body_bytes", "new_connection", "prepared_late", "done", "complete", "digested",
     )  # fmt: skip
 
-    def __init__(self, prepared: Prepared, scheduled_at: int, on_done: Callable[[Exchange], None]) -> None:
+    def __init__(
+        self, prepared: Prepared, scheduled_at: int, on_done: Callable[[RequestTimeline], None]
+    ) -> None:
         self.prepared = prepared
         self.on_done = on_done
         self.connection: object | None = None  # the connection carrying it, for timeouts

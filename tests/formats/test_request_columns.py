@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from replayproxy.formats import csv_format, parquet_format
 from replayproxy.formats.exporting import ExportOptions
-from replayproxy.formats.table import COLUMNS
+from replayproxy.formats.request_columns import COLUMNS
 from replayproxy.trace import load
 from tests.formats.helpers import conversation_trace
 
