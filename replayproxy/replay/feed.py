@@ -5,7 +5,7 @@ and held every body in memory. Here a spawned process walks the planner (replay.
 order and writes the requests one runner sends, as batches of ready-to-write wire bytes, into a
 pipe; the pipe's capacity is its only buffer, so when the runner stops reading (its window is
 full) the preparer waits. It runs in its own interpreter, so it never holds the send loop's GIL,
-and at a lower priority, so on a shared core the sender still wakes on time. The reading end is
+on another core where it may, else at a lower priority, so the sender still wakes on time. The reading end is
 non-blocking: `FeedReader.read` returns what has arrived, never waits, and `Window`
 (replay.window) decides when to call it.
 """
@@ -35,7 +35,7 @@ BATCH_BYTES = 256 * 1024  # a batch is written once it holds this many wire byte
 BATCH_REQUESTS = 64  # ...or this many requests, so that reading one stays short
 PIPE_BYTES = 1 << 20  # asked of the kernel for the pipe (Linux; the default is 64 KiB)
 READ_BYTES = 1 << 18  # at most this much is read from the pipe at once
-PREPARER_NICE = 10  # on a shared core, the sender wins the CPU whenever it wakes for a send
+PREPARER_NICE = 10  # on the sender's only core, the sender wins the CPU whenever it wakes for a send
 _FIELDS = [f.name for f in fields(Prepared) if f.name != "body"]
 _HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a signed length, then the bytes
 
@@ -84,8 +84,9 @@ def _preparer_main(spec: FeedSpec, pipe: Pipe) -> None:
     """Entry point of the preparer process: batches until the last request, then an empty frame.
     Ctrl-C is the runner's to handle: when it stops reading, the closed pipe ends this process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(PREPARER_NICE)
+    if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) == 1:
+        with contextlib.suppress(OSError):  # pinned to the sender's only core: let the sender win it
+            os.nice(PREPARER_NICE)
     try:
         batch: list[list[Any]] = []
         size = 0

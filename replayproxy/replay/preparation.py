@@ -26,7 +26,8 @@ from replayproxy.trace.reuse import prefix_reuse
 
 _log = logging.getLogger("replayproxy.replay")
 MAX_POOL = 4096
-CHECKED_PREFIX = 256  # the first requests of the schedule are prepared here too, to check their lengths
+CHECKED_REQUESTS = 64  # the first requests of the schedule are prepared here too, to check their
+CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding this many prompt tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         plan_options = replace(plan_options, book=book)
         if options.calibrate and (book is None or book.failed):
             plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
-        first = plan.prepare(cols, rows[:CHECKED_PREFIX], flavor, plan_options)  # as the preparer will
+        first = plan.prepare(cols, _checked(cols, rows), flavor, plan_options)  # as the preparer will
         if tokenizer is not None and book is not None:
             exact_record["check"] = await exactness.verify(tokenizer, first)
         approximate = [p for p in first if p.endpoint == "chat" and not p.exact]
@@ -220,6 +221,14 @@ async def _calibrate(
         template, record["completions"] = await calibrate.text_template(prober)
         options = replace(options, text_template=template)
     return options, record
+
+
+def _checked(cols: trace.Columns, rows: np.ndarray) -> np.ndarray:
+    """The first rows, as many as the checks use: their bodies equal the streamed ones, since a
+    request's body depends only on the requests before it."""
+    head = rows[:CHECKED_REQUESTS]
+    tokens = np.cumsum(np.maximum(cols.input_tokens[head], 0))
+    return head[: int(np.searchsorted(tokens, CHECKED_TOKENS)) + 1]
 
 
 def _peak(cols: trace.Columns, planned: plan.Schedule) -> int:

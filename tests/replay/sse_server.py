@@ -27,8 +27,11 @@ def sse_answer(events: int = 3, tokens: bool = True) -> bytes:
 class Server:
     """Reads one request at a time per connection and lets `respond` answer it."""
 
-    def __init__(self, respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> None:
+    def __init__(
+        self, respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
+    ) -> None:
         self.respond = respond
+        self.keep = keep  # keep every request's bytes in `requests` (else only their heads)
         self.requests: list[bytes] = []
         self.connections = 0
         self.url = ""
@@ -48,7 +51,7 @@ class Server:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 body = await reader.readexactly(length)
-                self.requests.append(head + body)
+                self.requests.append(head + body if self.keep else head)
                 outcome = self.respond(head + body, writer, connection)
                 if asyncio.iscoroutine(outcome):
                     await outcome
@@ -60,8 +63,10 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> AsyncIterator[Server]:
-    server = Server(respond)
+async def serving(
+    respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
+) -> AsyncIterator[Server]:
+    server = Server(respond, keep)
     listener = await asyncio.start_server(server._client, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     server.url = f"http://127.0.0.1:{port}"
