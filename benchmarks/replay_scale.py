@@ -113,18 +113,19 @@ def replay(
     trace_path: Path, url: str, out: Path, run_seconds: float, *extra: str, cpu: int | None = None
 ) -> dict[str, float]:
     """One replay; returns time to first request (s), peak RSS (MB), lag p50/p99/max (ms), counts."""
-    command = [sys.executable, "-m", "replayproxy", "replay", str(trace_path), "--target", url, "-o", str(out),
-               "--flavor", "vllm", "--no-calibrate", "--progress", "none", *extra]  # fmt: skip
+    command = [sys.executable, "-m", "replayproxy", "replay", str(trace_path), "--target", url,
+               "-o", str(out), "--flavor", "vllm", "--no-calibrate", "--progress", "none",
+               *extra]  # fmt: skip
     launched_wall = clock.wall_ns()
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **pinned(cpu)
     )  # type: ignore[call-overload]
     peak = 0
-    started = time.monotonic()
+    started = clock.now_ns()
     interrupted = False
     while process.poll() is None:
         peak = max(peak, sum(rss_bytes(pid) for pid in process_tree(process.pid)))
-        if run_seconds and not interrupted and time.monotonic() - started > run_seconds:
+        if run_seconds and not interrupted and clock.now_ns() - started > run_seconds * 1e9:
             process.send_signal(signal.SIGINT)  # the results so far are written, the run marked partial
             interrupted = True
         time.sleep(0.02)
@@ -190,8 +191,9 @@ def conversation_case(args: argparse.Namespace, work: Path) -> None:
         return
     path = conversation_trace(args.conversation, work)
     cols = trace.load(path)
-    print(f"conversation trace: {len(cols)} requests, {int(cols.input_tokens.sum()) / 1e6:.0f} M input tokens, "
-          f"{(cols.offset_ns[-1] - cols.offset_ns[0]) / 60e9:.0f} min")  # fmt: skip
+    tokens = int(cols.input_tokens.sum()) / 1e6
+    minutes = (cols.offset_ns[-1] - cols.offset_ns[0]) / 60e9
+    print(f"conversation trace: {len(cols)} requests, {tokens:.0f} M input tokens, {minutes:.0f} min")
     for speed in args.speeds:
         for mode in ("stream", "upfront"):
             with Server(work, args.server_cpu) as server:
@@ -219,7 +221,9 @@ def _wire_bytes(path: Path) -> float:
 
 def lag_case(args: argparse.Namespace, work: Path) -> None:
     path = synthetic_trace(
-        work / f"lag-{args.lag_rate:g}.rpt", int(args.lag_rate * args.lag_seconds), args.lag_rate
+        work / f"lag-{args.lag_rate:g}-{args.lag_seconds:g}.rpt",
+        int(args.lag_rate * args.lag_seconds),
+        args.lag_rate,
     )
     print(f"schedule lag at {args.lag_rate:g} req/s, 1k-token prompts, replayer on cpu {args.client_cpu} "
           "(its preparer shares that core at a lower priority)")  # fmt: skip
