@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from replayproxy import clock, trace  # noqa: E402
 from replayproxy.replay import exact, flavors, plan  # noqa: E402
 from replayproxy.replay.exactness import chat_keys  # noqa: E402
+from replayproxy.replay.progress import LOG_EVERY_S  # noqa: E402
 from replayproxy.results import load_results  # noqa: E402
 from replayproxy.shape import RequestShape  # noqa: E402
 from replayproxy.trace import TraceHeader, write_trace  # noqa: E402
@@ -112,26 +114,43 @@ def pinned(cpu: int | None) -> dict[str, object]:
 def replay(
     trace_path: Path, url: str, out: Path, run_seconds: float, *extra: str, cpu: int | None = None
 ) -> dict[str, float]:
-    """One replay; returns time to first request (s), peak RSS (MB), lag p50/p99/max (ms), counts."""
+    """One replay; returns time to first request (s), peak RSS (MB), lag p50/p99/max (ms), counts.
+
+    Stopped (Ctrl-C) `run_seconds` after its clock started, which its first progress line
+    (`--progress log`, LOG_EVERY_S into the run) tells."""
     command = [sys.executable, "-m", "replayproxy", "replay", str(trace_path), "--target", url,
-               "-o", str(out), "--flavor", "vllm", "--no-calibrate", "--progress", "none",
+               "-o", str(out), "--flavor", "vllm", "--no-calibrate", "--progress", "log",
                *extra]  # fmt: skip
     launched_wall = clock.wall_ns()
     process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **pinned(cpu)
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **pinned(cpu)
     )  # type: ignore[call-overload]
+    running = threading.Event()
+    errors: list[str] = []
+
+    def read_errors() -> None:
+        for text in process.stderr:
+            errors.append(text)
+            if text.startswith("replay:"):
+                running.set()
+
+    reader = threading.Thread(target=read_errors, daemon=True)
+    reader.start()
     peak = 0
-    started = clock.now_ns()
-    interrupted = False
+    stop_at = 0
     while process.poll() is None:
         peak = max(peak, sum(rss_bytes(pid) for pid in process_tree(process.pid)))
-        if run_seconds and not interrupted and clock.now_ns() - started > run_seconds * 1e9:
+        if run_seconds and running.is_set() and not stop_at:
+            stop_at = clock.now_ns() + int(max(run_seconds - LOG_EVERY_S, 0) * 1e9)
+        if stop_at and clock.now_ns() >= stop_at:
             process.send_signal(signal.SIGINT)  # the results so far are written, the run marked partial
-            interrupted = True
+            stop_at = 1 << 62
         time.sleep(0.02)
-    _, err = process.communicate()
+    process.wait()
+    reader.join(5)
+    err = "".join(errors)
     if not out.exists():
-        raise RuntimeError(f"replay failed (exit {process.returncode}): {err.decode()[-800:]}")
+        raise RuntimeError(f"replay failed (exit {process.returncode}): {err[-800:]}")
     result = load_results([out])[0]
     sent = result.column("sent_ns")
     ok = sent >= 0
