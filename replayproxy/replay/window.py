@@ -22,6 +22,7 @@ from replayproxy.replay.plan import Prepared, Schedule
 HORIZON_NS = 20_000_000_000  # bodies are read up to this far ahead of the run clock...
 MAX_BYTES = 512 * 1024 * 1024  # ...while they take at most this much memory
 PRIME_NS = 1_000_000_000  # before the start, the first second of the schedule is read in
+REFILL_AT = 0.75  # share of the horizon still covered when reading starts again
 UNLIMITED = 1 << 62
 
 Entry = tuple[Prepared, bytes]
@@ -44,9 +45,9 @@ class Window:
         self.total = len(schedule.trace_index)
         self.received = 0  # entries arrived so far, in position order
         self.held_bytes = 0
-        self.peak_bytes = 0
         self._entries: dict[int, Entry] = {}
         self._wanted = -1  # a position asked for ahead of the horizon
+        self._refilling = True  # reading until the horizon is covered
 
     @classmethod
     def of(cls, prepared: Sequence[Prepared], wires: Sequence[bytes]) -> Window:
@@ -83,14 +84,24 @@ class Window:
         self._wanted = max(self._wanted, position)
 
     def needs_reading(self, elapsed_ns: int) -> bool:
-        """Whether to read more now, `elapsed_ns` into the run (negative before its start)."""
+        """Whether to read more now, `elapsed_ns` into the run (negative before its start).
+
+        Reading starts when less than REFILL_AT of the horizon is covered and goes on until all of
+        it is (or the bytes are used up), so the sender reads in a few long stretches of gaps
+        rather than a batch after every send."""
         if self.complete or self.reader is None:
             return False
         if self._wanted >= self.received:
             return True
         if self.held_bytes >= self.max_bytes:
+            self._refilling = False
             return False
-        return int(self.schedule.scheduled_ns[self.received]) <= elapsed_ns + self.horizon_ns
+        ahead = int(self.schedule.scheduled_ns[self.received]) - elapsed_ns
+        if ahead > self.horizon_ns:
+            self._refilling = False
+        elif ahead <= self.horizon_ns * REFILL_AT:
+            self._refilling = True
+        return self._refilling
 
     def read(self) -> bool:
         """Take in one batch if one has arrived; whether one had."""
@@ -112,7 +123,6 @@ class Window:
         self._entries[self.received] = entry
         self.received += 1
         self.held_bytes += len(entry[1])
-        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
     def close(self) -> None:
         if self.reader is not None:

@@ -95,6 +95,10 @@ def test_the_window_stops_reading_at_its_horizon_and_byte_limit(chat_trace: Path
         # everything due within the horizon is in; past it, at most the last batch read
         due = int(np.searchsorted(schedule.scheduled_ns, 500_000_000, side="right"))
         assert due <= held.received <= due + feed.BATCH_REQUESTS
+        # reading starts again only when less than REFILL_AT of the horizon is left covered
+        next_due = int(schedule.scheduled_ns[held.received])
+        assert not held.needs_reading(next_due - 400_000_000)
+        assert held.needs_reading(next_due - int(500_000_000 * window.REFILL_AT))
         held.max_bytes = held.held_bytes  # full by bytes: no more reading, whatever the horizon
         assert not held.needs_reading(10**12)
         held.want(held.received)  # ...unless a request due now is missing
