@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -155,6 +156,8 @@ def replay(
     reader.join(5)
     err = "".join(errors)
     if not out.exists():
+        if process.returncode == 130:  # interrupted with --workers: no result file (yet) to read
+            return {"launched_wall_ns": launched_wall, "peak_rss_mb": peak / 2**20}
         raise RuntimeError(f"replay failed (exit {process.returncode}): {err[-800:]}")
     result = load_results([out])[0]
     sent = result.column("sent_ns")
@@ -163,6 +166,7 @@ def replay(
     first_wall = result.header.start_wall_ns + int(sent[ok].min()) if ok.any() else launched_wall
     p50, p99, top = np.percentile(lag, [50, 99, 100]) if len(lag) else (np.nan,) * 3
     return {
+        "launched_wall_ns": launched_wall,
         "ttfr_s": (first_wall - launched_wall) / 1e9,
         "peak_rss_mb": peak / 2**20,
         "sent": int(ok.sum()),
@@ -228,12 +232,20 @@ def conversation_case(args: argparse.Namespace, work: Path) -> None:
 
 
 def million_case(args: argparse.Namespace, work: Path) -> None:
+    """Interrupted with --workers, a run leaves no result file: the first request and the count
+    come from the server's log (text completions, so no token-id probe precedes the run)."""
     path = synthetic_trace(work / f"million-{args.million}.rpt", args.million, args.million_rate)
-    with Server(work, args.server_cpu) as server:
+    server = Server(work, args.server_cpu)
+    with server:
         measured = replay(path, server.url, work / "million.rpr", args.million_seconds,
-                          "--workers", str(args.million_workers))  # fmt: skip
+                          "--workers", str(args.million_workers), "--flavor", "openai")  # fmt: skip
+    arrivals = np.array([arrival for arrival, _ in json.loads(server.truth_file.read_text())], np.int64)
+    first = (int(arrivals.min()) - measured["launched_wall_ns"]) / 1e9 if len(arrivals) else float("nan")
     per_request = _wire_bytes(path)
-    print(line(f"{args.million} requests, --workers {args.million_workers}", measured))
+    print(
+        f"{f'{args.million} requests, --workers {args.million_workers}':44s} first request {first:6.2f} s  "
+        f"peak RSS {measured['peak_rss_mb']:7.0f} MB  sent {len(arrivals):7d} in {args.million_seconds:g} s"
+    )
     print(f"  (up front the bodies alone would take {args.million * per_request / 2**30:.1f} GiB: "
           f"{per_request / 1024:.1f} KiB each)")  # fmt: skip
 

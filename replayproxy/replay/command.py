@@ -207,9 +207,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     overrides["api_key"] = getattr(args, "api_key", None)
     if overrides.get("request_rate") is not None and overrides.get("speed") is not None:
         raise config.ConfigError("--request-rate and --speed both set the timing; give one")
-    options = config.build(
-        ReplayOptions, section="replay", file_values=file_values, overrides=overrides
-    )
+    options = config.build(ReplayOptions, section="replay", file_values=file_values, overrides=overrides)
     if not options.target:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
@@ -269,9 +267,7 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
     return summaries
 
 
-async def _measure(
-    options: ReplayOptions, plan: RunPlan, progress_mode: str
-) -> dict[str, Any]:
+async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:
     """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     tracker: progress.Tracker | None = None

@@ -29,7 +29,7 @@ import numpy as np
 from replayproxy import trace
 from replayproxy.replay import flavors
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Planner, PlanOptions, Prepared
+from replayproxy.replay.plan import Planner, PlanOptions, Prepared, Schedule
 
 BATCH_BYTES = 256 * 1024  # a batch is written once it holds this many wire bytes...
 BATCH_REQUESTS = 64  # ...or this many requests, so that reading one stays short
@@ -51,12 +51,13 @@ class FeedSpec:
     options: PlanOptions
     target: str
     headers: dict[str, str] = field(default_factory=dict)
+    schedule: Schedule | None = None  # of every planned request, when the runner has it already
 
 
 def entries(spec: FeedSpec, cols: trace.Columns | None = None) -> Iterator[tuple[Prepared, bytes]]:
     """The requests at `spec.send`, each with its wire bytes; the others are only planned."""
     cols = cols if cols is not None else trace.load(spec.traces)
-    planner = Planner(cols, spec.rows, spec.flavor, spec.options)
+    planner = Planner(cols, spec.rows, spec.flavor, spec.options, spec.schedule)
     target = Target.parse(spec.target)
     headers = {"Accept": "text/event-stream", **spec.headers}
     wanted = np.zeros(len(planner), dtype=bool)

@@ -124,8 +124,16 @@ class Planner:
     preparation walk the same planner, so their bodies are byte-identical.
     """
 
-    def __init__(self, cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> None:
-        self.schedule = schedule(cols, rows, options.speed)
+    def __init__(
+        self,
+        cols: Columns,
+        rows: np.ndarray,
+        flavor: flavors.Flavor,
+        options: PlanOptions,
+        planned: Schedule | None = None,
+    ) -> None:
+        """`planned`: the schedule of these rows when already computed (`schedule(cols, rows, speed)`)."""
+        self.schedule = planned if planned is not None else schedule(cols, rows, options.speed)
         rows = self.schedule.trace_index
         self.cols, self.rows, self.flavor, self.options = cols, rows, flavor, options
         lengths = np.diff(cols.prefix_index)[rows] if len(rows) else np.zeros(0, np.int64)

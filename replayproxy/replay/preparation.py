@@ -71,7 +71,7 @@ class RunPlan:
         """The requests at `positions` (into `schedule`), their schedule moved `shift_ns` earlier."""
         feed = FeedSpec(
             self.trace_paths, self.rows, positions, self.flavor, self.plan_options,
-            options.target, options.headers,
+            options.target, options.headers, self.schedule,
         )  # fmt: skip
         part = self.schedule.take(positions)
         if shift_ns:

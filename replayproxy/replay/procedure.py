@@ -91,7 +91,5 @@ async def reset_target(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as http:
         outcome: dict[str, Any] = dict(await pre_run(http, url, plan.flavor, skip, options.headers))
     # the engine's block size and prefix-cache counters at the start, beside the reset's outcome
-    outcome["prefix_cache"] = await asyncio.to_thread(
-        telemetry.scrape_cache_state, options.cache_metrics_url
-    )
+    outcome["prefix_cache"] = await asyncio.to_thread(telemetry.scrape_cache_state, options.cache_metrics_url)
     return outcome

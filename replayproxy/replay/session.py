@@ -37,14 +37,12 @@ def start_ns_for(options: ReplayOptions) -> int:
     return start
 
 
-
 @dataclass(slots=True)
 class Outcome:
     """What a run produced so far: complete after `run_local` returns, partial if it was interrupted."""
 
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
-
 
 
 async def run_local(
