@@ -31,8 +31,8 @@ from replayproxy.replay import flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Planner, PlanOptions, Prepared, Schedule
 
-BATCH_BYTES = 256 * 1024  # a batch is written once it holds this many wire bytes...
-BATCH_REQUESTS = 64  # ...or this many requests, so that reading one stays short
+BATCH_BYTES = 128 * 1024  # a batch is written once it holds this many wire bytes...
+BATCH_REQUESTS = 16  # ...or this many requests, so that reading one stays short (~0.1 ms)
 PIPE_BYTES = 1 << 20  # asked of the kernel for the pipe (Linux; the default is 64 KiB)
 READ_BYTES = 1 << 18  # at most this much is read from the pipe at once
 PREPARER_NICE = 10  # on the sender's only core, the sender wins the CPU whenever it wakes for a send

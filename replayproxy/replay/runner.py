@@ -40,7 +40,7 @@ DIGEST_NS_PER_READ = 20_000  # rough cost of decoding one network read's events
 MAX_UNDIGESTED = 2_000  # past this backlog, digest regardless (memory stays bounded)
 COLLECT_EVERY = 20  # housekeeping rounds between collections of young objects...
 COLLECT_ROOM_NS = 20_000_000  # ...done only when the next send is at least this far away
-FEED_GUARD_NS = 1_000_000  # no reading of prepared requests this close to the next send
+FEED_GUARD_NS = 2_000_000  # no reading of prepared requests this close to the next send
 FEED_IDLE_S = 0.01  # the window is full: look again after this long
 FEED_WAIT_S = 0.05  # the pipe is empty: wait this long for it at most, then look again
 

@@ -12,8 +12,6 @@ import contextlib
 import resource
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +20,7 @@ import pytest
 from replayproxy.results import load_results
 from replayproxy.shape import RequestShape
 from tests.replay import traces
-from tests.replay.sse_server import Server, serving, sse_answer
+from tests.replay.sse_server import Server, in_thread, sse_answer
 
 pytestmark = pytest.mark.slow
 
@@ -34,32 +32,13 @@ RATE = 12.0  # requests/s: a 25 s trace
 LIMIT_BYTES = 280 << 20  # the replayer's (and its preparer's) data segment limit: ~210 MB idle
 
 
-@contextlib.contextmanager
-def server() -> Iterator[Server]:
+def server() -> contextlib.AbstractContextManager[Server]:
     """A loopback server in a thread that answers each POST with a short stream and keeps no bodies."""
-    loop = asyncio.new_event_loop()
-    started: list[Server] = []
-    ready, stop = threading.Event(), threading.Event()
 
     def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
         writer.write(MODELS if request.startswith(b"GET") else sse_answer(2))
 
-    async def run() -> None:
-        async with serving(respond, keep=False) as running:
-            started.append(running)
-            ready.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield started[0]
-    finally:
-        stop.set()
-        thread.join(10)
-        loop.close()
+    return in_thread(respond, keep=False)
 
 
 def limited() -> None:
