@@ -3,8 +3,8 @@
 Three processes per measurement: a fast raw SSE upstream, the path under test (nothing, replayproxy
 with recording off / on, nginx with `proxy_buffering off` when installed) and an open-loop load
 generator; recording's CPU is also measured in steps, from a do-nothing observer to the default.
-The path under test is pinned to CPU 0, the upstream and the load generator to CPU 1 (the budgets
-in issue 4 are "on one core"). Figures are differences and ratios against the direct
+The path under test is pinned to CPU 0, the upstream and the load generator to CPU 1 (the proxy's
+budgets are "on one core"). Figures are differences and ratios against the direct
 path measured in the same run, so machine noise mostly cancels.
 
     python benchmarks/proxy_overhead.py                   # full run (about 13 minutes)

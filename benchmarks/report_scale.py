@@ -1,4 +1,4 @@
-"""`replayproxy report` over 1,000,000 results on one core: must finish in <= 10 s (issue 6).
+"""`replayproxy report` over 1,000,000 results on one core: must finish in <= 10 s (the report's budget).
 
 Writes a synthetic result file once (cached under --workdir), then times each stage of a report
 in this process, pinned to one CPU: load, measures, document (with an SLO and breakdowns), text

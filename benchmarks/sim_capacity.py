@@ -1,4 +1,4 @@
-"""How much streaming load the simulated engine sustains on one core (issue 3: >= 500 concurrent
+"""How much streaming load the simulated engine sustains on one core (its budget: >= 500 concurrent
 streams and >= 20k emitted chunks/s), so it is never the bottleneck of proxy and replayer tests.
 
 Starts `python -m replayproxy.sim --port 0` on 127.0.0.1 in a subprocess with a fast time scale,

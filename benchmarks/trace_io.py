@@ -7,7 +7,7 @@ then times, on one core and in one run: writing them with `TraceWriter`, loading
 columns with `trace.load`, and the same records as orjson lines in one zstd level-3 stream (load =
 decompress + orjson.loads per line + numpy columns). The file is written in bulk, so frames are cut
 every 16384 records (a live recorder also cuts one per flush interval, i.e. smaller frames at low
-rates, which compress less). Budgets (issue 2): write >= 300k records/s,
+rates, which compress less). Budgets (the trace format's): write >= 300k records/s,
 load >= 1M records/s, file <= 0.6x the bytes of the JSONL. Ratios are the figures to trust on a
 shared machine; absolute rates move with the load of the moment.
 

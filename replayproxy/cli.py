@@ -13,10 +13,12 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
 from replayproxy import __version__
+from replayproxy.errors import UserError
 
 
 class Command(NamedTuple):
@@ -41,16 +43,10 @@ COMMANDS: dict[str, Command] = {
     "synth": Command("replayproxy.synth_command", "write a synthetic trace (or one scaled from a profile)"),
     "export": Command("replayproxy.formats.export_command", "convert traces to other tools' formats"),
     "import": Command("replayproxy.formats.import_command", "convert public traces into a replayproxy trace"),
-    "capacity": Command(
-        "replayproxy.capacity.command", "KV-cache / GPU-memory fit of a model and a trace"
-    ),
+    "capacity": Command("replayproxy.capacity.command", "KV-cache / GPU-memory fit of a model and a trace"),
     "demo": Command("replayproxy.demo", "record, replay against two candidates and compare, all locally"),
 }
 SIM_HELP = "start the simulated OpenAI-compatible engine (test double)"
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit status 2."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -138,9 +134,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"replayproxy {top.command}: interrupted", file=sys.stderr)
         return 130
-    except (CliError, ValueError, OSError, LookupError) as e:
+    except UserError as e:
         print(f"replayproxy {top.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except Exception as e:  # a bug: say so in one line; -v shows where
+        if top.verbose:
+            traceback.print_exc()
+        hint = "" if top.verbose else "; run with -v for the traceback"
+        print(
+            f"replayproxy {top.command}: internal error (a bug): {type(e).__name__}: {_one_line(e)}{hint}",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def _one_line(e: BaseException) -> str:

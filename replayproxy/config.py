@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from replayproxy.errors import BadOption
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(BadOption):
     """A setting that cannot be used; the message names the setting and where it came from."""
 
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from replayproxy.cli import CliError
+from replayproxy.errors import RunAborted
 from replayproxy.launch import run_server
 
 SLO = "ttft<=300ms,tpot<=60ms"
@@ -157,7 +157,7 @@ def _cli(*argv: str, show: bool = False) -> None:
     if done.returncode != 0:
         if not show:
             sys.stderr.write((done.stdout or "") + (done.stderr or ""))
-        raise CliError(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
+        raise RunAborted(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
 
 
 @contextlib.contextmanager
@@ -171,7 +171,7 @@ def _server(command: str, what: str, *argv: str) -> Iterator[str]:
             )
         except RuntimeError as e:  # its output tail first, then the CLI's one error line
             sys.stderr.write(f"{e}\n")
-            raise CliError(f"the {what} did not start") from e
+            raise RunAborted(f"the {what} did not start") from e
         yield server.url
 
 

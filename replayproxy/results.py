@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.shape import ErrorClass
 from replayproxy.trace import (
     ColumnFileData,
     ColumnFileWriter,
@@ -52,7 +53,7 @@ class ReplayResult:
     chunk_tokens: tuple[int, ...] = ()  # tokens per content chunk, when the server reported them
     content_chunks: int = 0
     status: int = 0
-    error: str = ""  # shape.ERROR_CLASSES
+    error: ErrorClass = ""
     error_message: str = ""  # truncated; never request text
     expected_input_tokens: int = UNKNOWN  # from the trace
     expected_output_tokens: int = UNKNOWN
@@ -297,7 +298,7 @@ class CheckRow:
     structure: str = ""  # "", "json_object", "json_schema" or "tools": what the request asks for
     has_reference: bool = False
     status: int = 0  # HTTP status; 0 when no response came
-    error: str = ""  # error class (`shape.ERROR_CLASSES`), "" on success
+    error: ErrorClass = ""  # "" on success
     error_message: str = ""  # short; never request or answer text
     e2e_ns: int = UNKNOWN
     prompt_tokens: int = UNKNOWN  # from the target's usage

@@ -13,17 +13,37 @@ import hashlib
 import struct
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, NoReturn, overload
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NamedTuple,
+    NoReturn,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 # Endpoint classes (the path prefix before /v1/... is not kept).
-ENDPOINTS = ("chat", "completions", "embeddings", "other")
+Endpoint = Literal["chat", "completions", "embeddings", "other"]
+ENDPOINTS: tuple[Endpoint, ...] = get_args(Endpoint)
+# The OpenAI path of each class but "other": the proxy classifies a request by its path's tail,
+# so any prefix before /v1 is accepted; the replayer sends each class to this path.
+ENDPOINT_PATHS: dict[Endpoint, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+
 
 # Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
 ROLE_LETTERS = {"system": "s", "user": "u", "assistant": "a", "tool": "t", "developer": "d", "function": "f"}
 OTHER_ROLE = "o"
 
-# Error classes shared by the proxy, the replayer and the reports ("" means success).
-ERROR_CLASSES = (
+# Error classes shared by the proxy, the replayer and the reports ("" means success); stored in
+# traces and results as these strings. Every site that sets one is checked against this set by mypy.
+ErrorClass = Literal[
     "",
     "http_4xx",
     "http_5xx",
@@ -33,7 +53,8 @@ ERROR_CLASSES = (
     "bad_stream",
     "client_cancel",
     "other",
-)
+]
+ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
 # Sampling parameters whose *values* may be kept: numbers and booleans only.
 SAMPLING_VALUE_KEYS = (
@@ -63,6 +84,14 @@ HASH_SCHEME = "blake2b64-chain-v1"
 UNKNOWN = -1
 
 
+def endpoint_named(name: str) -> Endpoint:
+    """The endpoint class called `name` (read from a file or an option); ValueError for others."""
+    for endpoint in ENDPOINTS:
+        if endpoint == name:
+            return endpoint
+    raise ValueError(f"unknown endpoint {name!r}; valid: {', '.join(ENDPOINTS)}")
+
+
 class _ReadOnlyMap(dict[str, float | int | bool]):
     """The one empty sampling map shared by every shape made without one, so it refuses changes."""
 
@@ -75,6 +104,12 @@ class _ReadOnlyMap(dict[str, float | int | bool]):
 NO_SAMPLING: dict[str, float | int | bool] = _ReadOnlyMap()
 
 
+# Annotations that name a column kind the type alone does not give.
+Hash64 = Annotated[int, "u8"]  # a keyed 64-bit hash, stored unsigned
+BlockHashList = Annotated[Sequence[int], "ragged:u8"]  # one hash per full prefix block
+GapList = Annotated[tuple[int, ...], "ragged:u4"]  # microsecond gaps, clamped to u32
+
+
 class RequestShape(NamedTuple):
     """One request as recorded. Integer fields use -1 for "unknown"; times are nanoseconds.
 
@@ -84,7 +119,7 @@ class RequestShape(NamedTuple):
     """
 
     offset_ns: int  # arrival, relative to the trace file's start
-    endpoint: str = "chat"  # one of ENDPOINTS
+    endpoint: Endpoint = "chat"
     model: str = ""
     stream: bool = True
     input_tokens: int = UNKNOWN
@@ -95,22 +130,22 @@ class RequestShape(NamedTuple):
     roles: str = ""  # one letter per message (ROLE_LETTERS); "" for non-chat
     has_tools: bool = False
     has_response_format: bool = False
-    prefix_hashes: Sequence[int] = ()  # chained keyed 64-bit hashes of full blocks
+    prefix_hashes: BlockHashList = ()  # chained keyed 64-bit hashes of full blocks
     prefix_units: int = UNKNOWN  # length of the hashed prompt in the header's block unit
     status: int = 0  # HTTP status; 0 when no response came
-    error: str = ""  # one of ERROR_CLASSES
+    error: ErrorClass = ""
     ttft_ns: int = UNKNOWN  # production time to first content chunk, as the proxy saw it
     e2e_ns: int = UNKNOWN  # production time to end of body (or to the client's cancel)
-    chunk_gaps_us: tuple[int, ...] = ()  # gaps between content chunks after the first, microseconds
+    chunk_gaps_us: GapList = ()  # gaps between content chunks after the first, microseconds
     cached_tokens: int = UNKNOWN  # prompt tokens the upstream reported as served from its cache
-    session: int = 0  # keyed hash linking turns of one conversation; 0 = none
+    session: Hash64 = 0  # keyed hash linking turns of one conversation; 0 = none
     turn: int = 0  # 0-based turn within the session
     method: str = "POST"
     request_bytes: int = UNKNOWN
     response_bytes: int = UNKNOWN
     think_ns: int = UNKNOWN  # end of the reply this turn continues -> this turn's arrival
-    chat_id: int = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
-    parent_id: int = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
+    chat_id: Hash64 = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
+    parent_id: Hash64 = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
 
     @property
@@ -122,87 +157,29 @@ class RequestShape(NamedTuple):
         """Content chunks seen: the first one plus one per recorded gap."""
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
 
-    def to_record(self) -> tuple[Any, ...]:
-        hashes, gaps = self.prefix_hashes, self.chunk_gaps_us
-        return (
-            self.offset_ns,
-            self.endpoint,
-            self.model,
-            self.stream,
-            self.input_tokens,
-            self.output_tokens,
-            self.output_estimated,
-            self.max_tokens,
-            self.sampling,
-            self.roles,
-            self.has_tools,
-            self.has_response_format,
-            hashes.packed if type(hashes) is BlockHashes else pack_u64(hashes),
-            self.prefix_units,
-            self.status,
-            self.error,
-            self.ttft_ns,
-            self.e2e_ns,
-            pack_u32(gaps) if gaps else b"",
-            self.cached_tokens,
-            self.session,
-            self.turn,
-            self.method,
-            self.request_bytes,
-            self.response_bytes,
-            self.think_ns,
-            self.chat_id,
-            self.parent_id,
-            self.tool_chars,
-        )
 
-    @classmethod
-    def from_record(cls, values: Sequence[Any], fields: Sequence[str] | None = None) -> RequestShape:
-        """Build from a positional record; `fields` (from the file's header) maps older layouts."""
-        if fields is None or tuple(fields) == FIELDS:
-            named = dict(zip(FIELDS, values, strict=False))
-        else:
-            named = {name: value for name, value in zip(fields, values, strict=False) if name in _FIELD_SET}
-        named["prefix_hashes"] = unpack_u64(named.get("prefix_hashes", b""))
-        named["chunk_gaps_us"] = unpack_u32(named.get("chunk_gaps_us", b""))
-        named["sampling"] = dict(named.get("sampling") or {})
-        return cls(**named)
+def _column_kind(hint: Any) -> str:
+    """A field's column kind (docs/trace-format.md) from its annotation: `Annotated` names it,
+    otherwise the type does (int: i8, bool: b1, str and closed string sets: str, maps: obj)."""
+    if get_origin(hint) is Annotated:
+        return str(hint.__metadata__[0])
+    if hint is bool:
+        return "b1"
+    if hint is int:
+        return "i8"
+    if hint is str or get_origin(hint) is Literal:
+        return "str"
+    if get_origin(hint) is dict:
+        return "obj"
+    raise TypeError(f"no column kind for {hint!r}")
 
 
-# Record layout: field name -> column kind (see docs/trace-format.md). Order is the row order.
+# Record layout: field name -> column kind, read off RequestShape's annotations, so the fields,
+# their order and their kinds have one source. Order is the row order.
 FIELD_KINDS: dict[str, str] = {
-    "offset_ns": "i8",
-    "endpoint": "str",
-    "model": "str",
-    "stream": "b1",
-    "input_tokens": "i8",
-    "output_tokens": "i8",
-    "output_estimated": "b1",
-    "max_tokens": "i8",
-    "sampling": "obj",
-    "roles": "str",
-    "has_tools": "b1",
-    "has_response_format": "b1",
-    "prefix_hashes": "ragged:u8",
-    "prefix_units": "i8",
-    "status": "i8",
-    "error": "str",
-    "ttft_ns": "i8",
-    "e2e_ns": "i8",
-    "chunk_gaps_us": "ragged:u4",
-    "cached_tokens": "i8",
-    "session": "u8",
-    "turn": "i8",
-    "method": "str",
-    "request_bytes": "i8",
-    "response_bytes": "i8",
-    "think_ns": "i8",
-    "chat_id": "u8",
-    "parent_id": "u8",
-    "tool_chars": "i8",
+    name: _column_kind(hint) for name, hint in get_type_hints(RequestShape, include_extras=True).items()
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
-_FIELD_SET = frozenset(FIELDS)
 
 
 _U32 = "I" if array.array("I").itemsize == 4 else "L"
@@ -282,10 +259,6 @@ def pack_u32(values: Sequence[int]) -> bytes:
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tobytes()
-
-
-def unpack_u32(data: bytes) -> tuple[int, ...]:
-    return _array_struct("I", len(data) // 4).unpack(data)
 
 
 def key_fingerprint(key: bytes) -> str:

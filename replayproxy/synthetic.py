@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from replayproxy.shape import BlockHashes, RequestShape, key_fingerprint, prefix_block_hashes
+from replayproxy.errors import BadOption
+from replayproxy.shape import BlockHashes, RequestShape, endpoint_named, key_fingerprint, prefix_block_hashes
 from replayproxy.trace import TraceHeader
 
 _CHUNK = 65_536  # draws per batch: bounds memory, and fixes the random streams' layout
@@ -50,7 +51,7 @@ class LengthDist:
                 params = {k.strip(): float(v) for k, v in (p.split("=") for p in rest.split(","))}
                 unknown = set(params) - {"mean", "sigma", "min", "max"}
                 if unknown or "mean" not in params:
-                    raise ValueError(
+                    raise BadOption(
                         f"lognormal takes mean=, sigma=, min=, max= (mean required), got {rest!r}"
                     )
                 dist = cls(
@@ -61,17 +62,17 @@ class LengthDist:
                     high=int(params.get("max", 1 << 20)),
                 )
             else:
-                raise ValueError(f"unknown distribution {kind!r}; use lognormal, fixed or uniform")
+                raise BadOption(f"unknown distribution {kind!r}; use lognormal, fixed or uniform")
         except ValueError as e:
-            raise ValueError(f"bad length distribution {text!r}: {e}") from e
+            raise BadOption(f"bad length distribution {text!r}: {e}") from e
         dist.check()
         return dist
 
     def check(self) -> None:
         if not 1 <= self.low <= self.high:
-            raise ValueError(f"length bounds must satisfy 1 <= low <= high, got {self.low}, {self.high}")
+            raise BadOption(f"length bounds must satisfy 1 <= low <= high, got {self.low}, {self.high}")
         if self.kind == "lognormal" and not (self.mean >= 1 and self.sigma >= 0):
-            raise ValueError(f"lognormal needs mean >= 1 and sigma >= 0, got {self.mean}, {self.sigma}")
+            raise BadOption(f"lognormal needs mean >= 1 and sigma >= 0, got {self.mean}, {self.sigma}")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
@@ -99,7 +100,7 @@ def parse_arrival(text: str) -> float:
     except ValueError:
         cv = math.nan
     if not cv > 0:
-        raise ValueError(
+        raise BadOption(
             f"bad arrival process {text!r}; use poisson or gamma:CV with CV > 0 (CV > 1 is bursty)"
         )
     return cv
@@ -129,20 +130,20 @@ class SynthSpec:
 
     def __post_init__(self) -> None:
         if self.requests is not None and self.duration_s is not None:
-            raise ValueError("give the number of requests or the duration, not both")
+            raise BadOption("give the number of requests or the duration, not both")
         if (self.requests is not None and self.requests < 0) or (
             self.duration_s is not None and not 0 <= self.duration_s < math.inf
         ):
-            raise ValueError("requests and duration must be finite and not negative")
+            raise BadOption("requests and duration must be finite and not negative")
         if not 0 < self.rate_rps < math.inf or not 0 < self.arrival_cv < math.inf:
-            raise ValueError(
+            raise BadOption(
                 f"rate and arrival CV must be positive and finite, got {self.rate_rps}, {self.arrival_cv}"
             )
         if self.endpoint not in ("chat", "completions"):
-            raise ValueError(f"endpoint must be chat or completions, got {self.endpoint!r}")
+            raise BadOption(f"endpoint must be chat or completions, got {self.endpoint!r}")
         for name in ("sessions_share", "stream_share"):
             if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(
+                raise BadOption(
                     f"{name.replace('_', '-')} must be between 0 and 1, got {getattr(self, name)}"
                 )
         if (
@@ -150,11 +151,11 @@ class SynthSpec:
             or self.prefix_len_tokens < 0
             or (self.prefix_groups and not self.prefix_len_tokens)
         ):
-            raise ValueError("prefix groups need a positive --prefix-len")
+            raise BadOption("prefix groups need a positive --prefix-len")
         if self.block_size <= 0 or not 1 <= self.context_tokens <= _MAX_SEGMENT // 2:
-            raise ValueError(f"block size must be positive and the context 1..{_MAX_SEGMENT // 2} tokens")
+            raise BadOption(f"block size must be positive and the context 1..{_MAX_SEGMENT // 2} tokens")
         if self.prefix_len_tokens >= self.context_tokens:
-            raise ValueError("the prefix must be shorter than the context")
+            raise BadOption("the prefix must be shorter than the context")
         for dist in (self.input_len, self.output_len, self.turns):
             dist.check()
 
@@ -250,6 +251,7 @@ class _Generator:
 
     def run(self) -> Iterator[RequestShape]:
         spec = self.spec
+        endpoint = endpoint_named(spec.endpoint)
         for offsets in self.arrivals():
             n = len(offsets)
             inputs = spec.input_len.sample(self.rng[1], n)
@@ -273,7 +275,7 @@ class _Generator:
                     roles, ident, turn = self.first_roles(group), 0, 0
                 yield RequestShape(
                     offset_ns=offset,
-                    endpoint=spec.endpoint,
+                    endpoint=endpoint,
                     model=spec.model,
                     stream=bool(streams[i]),
                     input_tokens=len(tokens),

@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "replayproxy"
-CORE = {"shape", "sse", "clock", "tasks", "config"}
+CORE = {"shape", "sse", "clock", "tasks", "config", "errors"}
 
 # module (or package) -> project modules it may import; DESIGN.md "Allowed imports".
 ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
     "shape": set(),
     "sse": set(),
     "clock": set(),
     "tasks": set(),
-    "config": set(),
-    "trace": {"shape"},
-    "results": {"trace"},
-    "formats": {"shape", "trace"},
-    "proxy": {"shape", "sse", "trace", "clock", "tasks", "config"},
-    "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config"},
-    "report": {"shape", "trace", "results", "config"},
-    "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config"},
-    "capacity": {"trace", "results"},
+    "config": {"errors"},
+    "trace": {"shape", "errors"},
+    "results": {"shape", "trace", "errors"},
+    "formats": {"shape", "trace", "errors"},
+    "proxy": {"shape", "sse", "trace", "clock", "tasks", "config", "errors"},
+    "replay": {"shape", "sse", "trace", "results", "clock", "tasks", "config", "errors"},
+    "report": {"shape", "trace", "results", "config", "errors"},
+    "check": {"shape", "sse", "results", "trace", "clock", "tasks", "config", "errors"},
+    "capacity": {"trace", "results", "errors"},
     "sim": set(),
-    "synthetic": {"shape", "trace"},
-    "workload_stats": {"shape", "trace"},
+    "synthetic": {"shape", "trace", "errors"},
+    "workload_stats": {"shape", "trace", "errors"},
 }
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
@@ -107,3 +109,20 @@ def test_only_clock_reads_clocks_and_tasks_are_spawned(path: Path) -> None:
 def test_the_table_sees_every_package() -> None:
     owners = {_owner(p) for p in SOURCES if not _is_glue(p)}
     assert owners <= set(ALLOWED), owners - set(ALLOWED)
+
+
+ROOT = PACKAGE.parent
+PROSE = [*SOURCES, *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
+PROSE += [ROOT / "README.md", ROOT / "BENCHMARKS.md"]
+
+
+def test_no_issue_numbers_in_code_or_docs() -> None:
+    """A newcomer cannot look up "issue 4": code and docs state the rule itself instead."""
+    cited = re.compile(r"\bissues? #?\d+|\(#\d+\)", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in PROSE
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if cited.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy import cli, demo
+from replayproxy.errors import RunAborted
 from replayproxy.launch import run_server
 
 
@@ -25,7 +26,7 @@ def test_a_server_that_does_not_start_is_one_error_line(
 
 
 def test_a_failing_stage_shows_its_output_and_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(cli.CliError, match=r"'replayproxy report' failed with exit status 2"):
+    with pytest.raises(RunAborted, match=r"'replayproxy report' failed with exit status 2"):
         demo._cli("report", "/nonexistent/run.rpr")
     assert "no such file: /nonexistent/run.rpr" in capsys.readouterr().err
 

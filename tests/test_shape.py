@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replayproxy import trace
 from replayproxy.shape import (
     FIELD_KINDS,
     FIELDS,
@@ -19,8 +23,8 @@ from replayproxy.shape import (
     pack_u32,
     prefix_block_hashes,
     role_letters,
-    unpack_u32,
 )
+from tests.replay import traces
 
 KEY = b"0123456789abcdef"
 keys = st.binary(min_size=8, max_size=64)
@@ -174,6 +178,43 @@ def test_field_kinds_declare_every_field_in_record_order() -> None:
     assert tuple(FIELD_KINDS) == FIELDS == RequestShape._fields
 
 
+def test_each_field_kind_fits_the_field_and_survives_the_trace_writer(tmp_path: Path) -> None:
+    """Kinds are read off the annotations; check them against what the fields hold and against
+    what the production writer and loader keep, so a wrong annotation cannot pass as a layout."""
+    fits = {
+        "i8": lambda v: type(v) is int,
+        "u8": lambda v: type(v) is int and v >= 0,
+        "b1": lambda v: type(v) is bool,
+        "str": lambda v: type(v) is str,
+        "obj": lambda v: isinstance(v, dict),
+        "ragged:u8": lambda v: all(0 <= x < 2**64 for x in v),
+        "ragged:u4": lambda v: all(0 <= x < 2**32 for x in v),
+    }
+    shape = RequestShape(1, prefix_hashes=(2**64 - 1, 3), chunk_gaps_us=(5, 6), session=2**64 - 1)
+    assert tuple(FIELD_KINDS) == FIELDS
+    for name, kind in FIELD_KINDS.items():
+        assert fits[kind](getattr(shape, name)), (name, kind)
+    cols = trace.load(traces.write(tmp_path / "kinds.rpt", [shape]))
+    for name in FIELDS:
+        if name not in ("prefix_hashes", "chunk_gaps_us"):
+            assert cols.scalar[name].tolist() == [getattr(shape, name)], name
+    assert cols.hashes_of(0).tolist() == list(shape.prefix_hashes)
+    assert cols.chunk_gaps_us.tolist() == list(shape.chunk_gaps_us)
+    assert {"session": "u8", "chat_id": "u8", "parent_id": "u8"}.items() <= FIELD_KINDS.items()
+
+
+def test_trace_columns_have_one_typed_attribute_per_scalar_field(tmp_path: Path) -> None:
+    from replayproxy.trace.columns import RAGGED, Columns
+
+    declared = [f.name for f in dataclasses.fields(Columns) if not f.init]
+    assert declared == [name for name in FIELDS if name not in RAGGED]
+    path = traces.write(tmp_path / "t.rpt", [RequestShape(i * 10, input_tokens=i + 3) for i in range(4)])
+    cols = trace.load(path)
+    assert cols.input_tokens.tolist() == [3, 4, 5, 6] and cols.input_tokens is cols.scalar["input_tokens"]
+    shifted = dataclasses.replace(cols, scalar={**cols.scalar, "input_tokens": cols.input_tokens + 1})
+    assert shifted.input_tokens.tolist() == [4, 5, 6, 7] and len(shifted) == 4
+
+
 def test_block_hashes_keep_bytes_and_compare_like_their_ints() -> None:
     hashes = prefix_block_hashes(list(range(64)), 16, KEY)
     ints = tuple(reference_hashes([struct.pack("<16I", *range(i, i + 16)) for i in range(0, 64, 16)], KEY))
@@ -198,5 +239,5 @@ def test_the_shared_default_sampling_map_cannot_be_changed() -> None:
 def test_gaps_pack_little_endian_and_clamp_beyond_u32() -> None:
     packed = pack_u32((1, 70_000, 2**32 + 5))
     assert packed == (1).to_bytes(4, "little") + (70_000).to_bytes(4, "little") + b"\xff" * 4
-    assert unpack_u32(packed) == (1, 70_000, 2**32 - 1)
+    assert np.frombuffer(packed, "<u4").tolist() == [1, 70_000, 2**32 - 1]
     assert pack_u32(()) == b""

@@ -29,6 +29,7 @@ from replayproxy.capacity.memory import (
     smallest_tp,
 )
 from replayproxy.capacity.presets import PRESETS, find_preset
+from replayproxy.errors import BadOption, MissingFile, user_file
 from replayproxy.results import SUFFIX as RESULT_SUFFIX
 from replayproxy.results import load_results
 from replayproxy.trace import expand_paths, load
@@ -123,26 +124,26 @@ def _check_numbers(args: argparse.Namespace) -> None:
     for name in positive:
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+            raise BadOption(f"--{name.replace('_', '-')} must be at least 1, not {value}")
     for name in ("runtime_gib", "activations_gib", "assume_ttft_ms", "assume_tpot_ms"):
         value = getattr(args, name)
         if value is not None and value < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must not be negative, not {value}")
+            raise BadOption(f"--{name.replace('_', '-')} must not be negative, not {value}")
 
 
 def parse_memory_size(text: str) -> int:
     """Bytes from '80GiB', '81559MiB', '24GB', '80G' (G, M, T alone are binary, like nvidia-smi's MiB)."""
     match = _SIZE.match(text)
     if not match:
-        raise ValueError(f"bad memory size {text!r}; use e.g. 80GiB, 81559MiB or 24GB")
+        raise BadOption(f"bad memory size {text!r}; use e.g. 80GiB, 81559MiB or 24GB")
     number, unit = float(match.group(1)), (match.group(2) or "").lower()
     if not unit:
-        raise ValueError(f"memory size {text!r} needs a unit (GiB, MiB, GB, ...)")
+        raise BadOption(f"memory size {text!r} needs a unit (GiB, MiB, GB, ...)")
     binary = "i" in unit or len(unit) == 1 and unit != "b"
     scale = 1024 ** "bkmgt".index(unit[0]) if binary else _UNITS[unit[0]]
     size = int(number * scale)
     if size <= 0:
-        raise ValueError(f"memory size {text!r} must be positive")
+        raise BadOption(f"memory size {text!r} must be positive")
     return size
 
 
@@ -153,7 +154,8 @@ def load_model(text: str) -> tuple[ModelSpec, str]:
         path = path / "config.json"
     if path.is_file():
         try:
-            config = json.loads(path.read_text())
+            with user_file(path):
+                config = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ModelConfigError(f"{path}: not a JSON config ({e})") from e
         if not isinstance(config, dict):
@@ -168,8 +170,8 @@ def load_model(text: str) -> tuple[ModelSpec, str]:
         name, repo, config = preset
         return ModelSpec.from_hf_config(config, name=name), f"preset, from {repo} config.json"
     if path.suffix == ".json" or path.parent != Path("."):
-        raise FileNotFoundError(f"no such model config: {text}")
-    raise LookupError(
+        raise MissingFile(f"no such model config: {text}")
+    raise BadOption(
         f"unknown model preset {text!r}; valid: {', '.join(PRESETS)} (or a path to a config.json)"
     )
 

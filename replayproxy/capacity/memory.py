@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replayproxy.errors import BadInputFile, BadOption
+
 GIB = 1 << 30
 
 # Weight formats: bits per parameter of the quantized linear layers. Embeddings, lm_head, norms
@@ -24,7 +26,7 @@ KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp16": 2, "fp8": 1}
 UNQUANTIZED_BYTES = 2  # the model's 16-bit dtype
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(BadInputFile):
     """A model config the calculator cannot use (missing or inconsistent keys)."""
 
 
@@ -207,7 +209,7 @@ def _attention_params(spec: ModelSpec, tp: int) -> tuple[int, int]:
 def quantized_bytes_per_param(weight_dtype: str) -> float:
     """Bytes per parameter of a quantized linear layer, metadata included (docs/capacity.md)."""
     if weight_dtype not in WEIGHT_BITS:
-        raise ValueError(f"unknown weight dtype {weight_dtype!r}; valid: {', '.join(WEIGHT_BITS)}")
+        raise BadOption(f"unknown weight dtype {weight_dtype!r}; valid: {', '.join(WEIGHT_BITS)}")
     per_param = WEIGHT_BITS[weight_dtype] / 8
     if weight_dtype == "int4":
         per_param += INT4_GROUP_META_BYTES / INT4_GROUP_SIZE
@@ -227,7 +229,7 @@ def weight_bytes(parts: list[Part], weight_dtype: str, *, per_gpu: bool = False)
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "auto", tp: int = 1) -> int:
     """KV-cache bytes one token occupies on one TP rank (tp=1: the whole model's)."""
     if kv_dtype not in KV_DTYPE_BYTES:
-        raise ValueError(f"unknown kv dtype {kv_dtype!r}; valid: {', '.join(KV_DTYPE_BYTES)}")
+        raise BadOption(f"unknown kv dtype {kv_dtype!r}; valid: {', '.join(KV_DTYPE_BYTES)}")
     size = KV_DTYPE_BYTES[kv_dtype]
     if spec.is_mla:
         # One latent (kv_lora_rank) plus the shared rope key per layer, instead of K and V;
@@ -319,13 +321,13 @@ class Plan:
 def plan(spec: ModelSpec, setup: Setup) -> Plan:
     """Split one GPU's budget into weights, activations, runtime and KV cache."""
     if setup.tp < 1 or setup.gpus < 1 or setup.gpus % setup.tp:
-        raise ValueError(f"--gpus {setup.gpus} must be a positive multiple of --tp {setup.tp}")
+        raise BadOption(f"--gpus {setup.gpus} must be a positive multiple of --tp {setup.tp}")
     if spec.num_heads % setup.tp:
-        raise ValueError(f"--tp {setup.tp} does not divide the model's {spec.num_heads} attention heads")
+        raise BadOption(f"--tp {setup.tp} does not divide the model's {spec.num_heads} attention heads")
     if not 0 < setup.util <= 1:
-        raise ValueError(f"--util {setup.util} must be in (0, 1]")
+        raise BadOption(f"--util {setup.util} must be in (0, 1]")
     if setup.block_size < 1:
-        raise ValueError("--block-size must be positive")
+        raise BadOption("--block-size must be positive")
     weight_dtype = setup.weight_dtype or spec.quantized_as or spec.dtype
     parts = parameter_parts(spec, setup.tp)
     activations = setup.activation_bytes

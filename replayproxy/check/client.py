@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 
 from replayproxy import clock
+from replayproxy.shape import ErrorClass
 
 UNKNOWN = -1
 
@@ -29,7 +30,7 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int = 0
-    error: str = ""  # shape.ERROR_CLASSES
+    error: ErrorClass = ""
     error_message: str = ""
     e2e_ns: int = UNKNOWN
     text: str = ""
@@ -67,7 +68,7 @@ async def send(
         return Answer(error="reset", error_message=type(e).__name__, e2e_ns=clock.now_ns() - start)
     e2e_ns = clock.now_ns() - start
     if status != 200:
-        kind = "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "other"
+        kind: ErrorClass = "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "other"
         return Answer(status, kind, f"HTTP {status}{_error_type(raw)}", e2e_ns)
     try:
         return parse_answer(orjson.loads(raw), status, e2e_ns)

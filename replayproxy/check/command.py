@@ -18,6 +18,7 @@ from replayproxy.check.builtin import builtin_prompts
 from replayproxy.check.prompts import PromptSet, read_prompts
 from replayproxy.check.requests import DEFAULT_MAX_TOKENS, DEFAULT_SEED, Sampling
 from replayproxy.check.runner import CheckOptions, run_check
+from replayproxy.errors import BadOption
 from replayproxy.replay import flavors
 from replayproxy.replay.target import describe
 from replayproxy.report.check_report import check_documents, render_checks
@@ -100,9 +101,9 @@ def _labelled(values: list[str], what: str) -> dict[str, str]:
     for value in values:
         label, sep, rest = value.partition("=")
         if not sep or not label or not rest:
-            raise ValueError(f"{what} {value!r}: expected LABEL=VALUE")
+            raise BadOption(f"{what} {value!r}: expected LABEL=VALUE")
         if label in pairs:
-            raise ValueError(f"{what}: label {label!r} given twice")
+            raise BadOption(f"{what}: label {label!r} given twice")
         pairs[label] = rest
     return pairs
 
@@ -110,9 +111,9 @@ def _labelled(values: list[str], what: str) -> dict[str, str]:
 def _check_numbers(args: argparse.Namespace) -> None:
     for name in ("repeat", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+            raise BadOption(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0 or args.timeout <= 0:
-        raise ValueError("--warmup must be >= 0 and --timeout > 0")
+        raise BadOption("--warmup must be >= 0 and --timeout > 0")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,12 +123,12 @@ def run(args: argparse.Namespace) -> int:
     for label, name in forced.items():
         flavors.get(name)
         if label not in urls:
-            raise ValueError(f"--flavor {label}: no such target; targets: {', '.join(urls)}")
+            raise BadOption(f"--flavor {label}: no such target; targets: {', '.join(urls)}")
     if args.baseline and args.baseline not in urls:
-        raise ValueError(f"--baseline {args.baseline!r} is not a target; targets: {', '.join(urls)}")
+        raise BadOption(f"--baseline {args.baseline!r} is not a target; targets: {', '.join(urls)}")
     output = Path(args.output)
     if output.suffix != CHECK_SUFFIX:
-        raise ValueError(f"-o {output}: a check result file ends in {CHECK_SUFFIX}")
+        raise BadOption(f"-o {output}: a check result file ends in {CHECK_SUFFIX}")
     prompts: PromptSet = builtin_prompts() if args.builtin else read_prompts(args.prompts)
     api_key = os.environ.get(API_KEY_ENV, "")
     targets, models = asyncio.run(_describe_all(urls, forced, args.model, api_key))

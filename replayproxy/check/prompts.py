@@ -17,6 +17,8 @@ from typing import Any
 import jsonschema
 import orjson
 
+from replayproxy.errors import BadInputFile
+
 CHAT = "chat"
 COMPLETION = "completion"
 # Fields the check sets itself (pinned sampling) or that would hide what it measures: a forced
@@ -26,7 +28,7 @@ _OWN_FIELDS = ("id", "reference")
 _FORMATS = ("text", "json_object", "json_schema")
 
 
-class PromptFileError(ValueError):
+class PromptFileError(BadInputFile):
     """A prompt file that cannot be used, with the file and line to fix."""
 
 

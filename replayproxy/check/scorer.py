@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from replayproxy.check.prompts import Prompt
+from replayproxy.errors import BadOption
 
 
 class ScorerError(Exception):
@@ -25,9 +26,9 @@ def split_command(command: str) -> list[str]:
     try:
         argv = shlex.split(command)
     except ValueError as e:
-        raise ValueError(f"--score: cannot split {command!r} ({e})") from e
+        raise BadOption(f"--score: cannot split {command!r} ({e})") from e
     if not argv:
-        raise ValueError("--score: empty command")
+        raise BadOption("--score: empty command")
     return argv
 
 

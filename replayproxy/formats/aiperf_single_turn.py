@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -25,7 +26,7 @@ from replayproxy.trace import Columns
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     if options.prompts is None:
-        raise LookupError("aiperf needs the replayer's prompt synthesis; run it via `replayproxy export`")
+        raise BadOption("aiperf needs the replayer's prompt synthesis; run it via `replayproxy export`")
     rows = write_json_lines(path, _rows(cols, options.prompts(cols)))
     command = (
         f"AIPerf:   aiperf profile --model {options.model} --url {options.url} --endpoint-type chat "

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.trace import Columns
 
 
@@ -24,7 +25,7 @@ def source_blocks(cols: Columns) -> tuple[int, str]:
     """The one block size and unit of all loaded files (ids from different blockings cannot match)."""
     kinds = {(h.block_size, h.block_unit) for h in cols.headers}
     if len(kinds) != 1:
-        raise ValueError(
+        raise BadInputFile(
             f"traces hashed with different block sizes/units {sorted(kinds)}; export them separately"
         )
     return kinds.pop()
@@ -59,7 +60,7 @@ def iter_block_ids(
     carried from chunk to chunk holds those identities alone, not every block of the trace.
     """
     if block_tokens <= 0:
-        raise ValueError(f"--block-size must be positive, got {block_tokens}")
+        raise BadOption(f"--block-size must be positive, got {block_tokens}")
     size, unit = source_blocks(cols)
     tokens = input_tokens_of(cols)
     recurring = _recurring(cols.prefix_hashes)

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from replayproxy import results, trace, workload_stats
+from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
@@ -73,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
         return _export_results(args)
     write = writer(args.format)
     if args.block_size is not None and args.block_size <= 0:
-        raise ValueError(f"--block-size must be positive, got {args.block_size}")
+        raise BadOption(f"--block-size must be positive, got {args.block_size}")
     cols = trace.load(args.traces)
     if not len(cols):
-        raise ValueError("the traces hold no readable requests" + _losses(cols.report))
+        raise BadInputFile("the traces hold no readable requests" + _losses(cols.report))
     notes: list[str] = []
     bad = failed(cols)
     if bad.any() and not args.include_failed and args.format not in KEEPS_EVERY_REQUEST:
         if bad.all():
-            raise ValueError(f"all {len(cols)} requests failed at the source (--include-failed keeps them)")
+            raise BadInputFile(f"all {len(cols)} requests failed at the source (--include-failed keeps them)")
         cols = select_rows(cols, np.flatnonzero(~bad))
         notes.append(
             f"note: left out {int(bad.sum())} requests that failed at the source"
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         inspect=workload_stats.workload_stats(cols) if args.format == "profile" else None,
         prompts=functools.partial(replayer_prompts, tokenizer=args.tokenizer),
     )
-    result = write(cols, args.output, options)
+    with user_file(args.output):
+        result = write(cols, args.output, options)
     print(f"wrote {result.rows} requests to {args.output} ({args.format})")
     for note in notes:
         print(note)
@@ -134,7 +136,8 @@ def _losses(report: trace.ReadReport) -> str:
 
 def _export_results(args: argparse.Namespace) -> int:
     files = results.load_results(args.traces)
-    count = write_rows(results.request_rows(files), results.ROW_KINDS, args.format, args.output)
+    with user_file(args.output):
+        count = write_rows(results.request_rows(files), results.ROW_KINDS, args.format, args.output)
     print(f"wrote {count} requests of {len(files)} run(s) to {args.output} ({args.format})")
     return 0
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from replayproxy import clock
+from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.importing import ImportOptions, paused_gc, span_warning, write_imported
 from replayproxy.formats.registry import importers, listing, reader
 from replayproxy.replay import progress
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     read = reader(args.format)
     if args.block_size is not None and args.block_size <= 0:
-        raise ValueError(f"--block-size must be positive, got {args.block_size}")
+        raise BadOption(f"--block-size must be positive, got {args.block_size}")
     options = ImportOptions(
         skip_bad=args.skip_bad,
         block_size=args.block_size,
@@ -64,11 +65,13 @@ def run(args: argparse.Namespace) -> int:
     size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():
         with progress.stage(mode, "import", f"reading {args.file} ({size_mib:.1f} MiB, {args.format})"):
-            imported = read(args.file, options)
+            with user_file(args.file):
+                imported = read(args.file, options)
         if not len(imported):
-            raise ValueError(f"{args.file}: no requests to import")
+            raise BadInputFile(f"{args.file}: no requests to import")
         with progress.stage(mode, "import", f"writing {len(imported)} requests to {args.output}"):
-            written = write_imported(imported, args.output, clock.wall_ns)
+            with user_file(args.output):
+                written = write_imported(imported, args.output, clock.wall_ns)
     print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
     if imported.bad.count:
         print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")

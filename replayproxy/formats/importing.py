@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from replayproxy.errors import BadInputFile
 from replayproxy.formats.idchain import IMPORT_HASH_SCHEME, chain_hashes
 from replayproxy.shape import UNKNOWN
 from replayproxy.trace import TraceHeader, write_columns
 
 
-class ImportFormatError(ValueError):
+class ImportFormatError(BadInputFile):
     """A malformed input line; the message names the file, the line and the reason."""
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
 from replayproxy.trace import Columns
@@ -18,7 +19,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
         pa = importlib.import_module("pyarrow")
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError as e:
-        raise LookupError("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
+        raise BadOption("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
     columns = request_columns(cols)
     arrays: dict[str, Any] = {}
     for name, kind in COLUMNS.items():

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.profile_fit import FORMAT, VERSION
-from replayproxy.shape import RequestShape
+from replayproxy.shape import RequestShape, endpoint_named
 from replayproxy.trace import TraceHeader
 
 _MASK = (1 << 64) - 1
@@ -32,15 +33,16 @@ FIT_TRIES = 8  # open small groups looked at for one with a prompt long enough f
 def load_profile(path: str | Path) -> dict[str, Any]:
     """Read and check a profile file (ValueError with the reason when it is not one)."""
     try:
-        profile = orjson.loads(Path(path).read_bytes())
+        with user_file(path):
+            profile = orjson.loads(Path(path).read_bytes())
     except orjson.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON profile ({e})") from e
+        raise BadInputFile(f"{path}: not a JSON profile ({e})") from e
     if not isinstance(profile, dict) or profile.get("format") != FORMAT:
-        raise ValueError(
+        raise BadInputFile(
             f"{path}: not a replayproxy profile (export one with `replayproxy export --format profile`)"
         )
     if int(profile.get("version", 0)) > VERSION:
-        raise ValueError(
+        raise BadInputFile(
             f"{path}: profile version {profile['version']} is newer than this replayproxy ({VERSION})"
         )
     return profile
@@ -56,7 +58,7 @@ def shapes_from_profile(
 ) -> Iterator[RequestShape]:
     """Request shapes in arrival order with the profile's statistics, scaled as asked."""
     if rate_scale <= 0 or length_scale <= 0:
-        raise ValueError("--rate-scale and --length-scale must be positive")
+        raise BadOption("--rate-scale and --length-scale must be positive")
     rng = np.random.default_rng(seed)
     times = arrival_times(profile["arrivals"], rate_scale, duration_s or profile["duration_s"], rng)
     inputs, outputs = sample_lengths(profile["lengths"], len(times), rng)
@@ -66,12 +68,16 @@ def shapes_from_profile(
     sessions = _Sessions(profile.get("sessions", {}), rate_scale, rng)
     models, endpoints = (_choices(profile["mix"][k], len(times), rng) for k in ("model", "endpoint"))
     streams = rng.random(len(times)) < profile["mix"].get("stream", 1.0)
+    try:
+        endpoint_of = {name: endpoint_named(name) for name in set(map(str, endpoints))}
+    except ValueError as e:
+        raise BadInputFile(f"profile mix: {e}") from e
     for i, t in enumerate(times.tolist()):
         session, turn = sessions.next()
         hashes = prefixes.next(int(inputs[i]), session if turn else 0)
         yield RequestShape(
             offset_ns=round(t * 1e9),
-            endpoint=str(endpoints[i]),
+            endpoint=endpoint_of[str(endpoints[i])],
             model=str(models[i]),
             stream=bool(streams[i]),
             input_tokens=int(inputs[i]),

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from replayproxy.errors import BadOption
 from replayproxy.formats import (
     aiperf_single_turn,
     azure,
@@ -99,8 +100,8 @@ def writer(name: str) -> Writer:
     return write
 
 
-def _unknown(name: str, formats: dict[str, Format]) -> ValueError:
-    return ValueError(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
+def _unknown(name: str, formats: dict[str, Format]) -> BadOption:
+    return BadOption(f"--format: invalid choice: {name!r} (choose from {', '.join(sorted(formats))})")
 
 
 def listing(formats: dict[str, Format]) -> str:

@@ -16,13 +16,15 @@ from typing import Any
 
 import orjson
 
+from replayproxy.errors import BadOption
+
 ROW_FORMATS = ("csv", "jsonl", "parquet")
 
 
 def write_rows(rows: Iterable[dict[str, Any]], kinds: Mapping[str, str], fmt: str, path: Path) -> int:
     """Write every row to `path` in `fmt`; returns the number of rows."""
     if fmt not in ROW_FORMATS:
-        raise ValueError(
+        raise BadOption(
             f"--format: invalid choice for result files: {fmt!r} (choose from {', '.join(ROW_FORMATS)})"
         )
     if fmt == "parquet":
@@ -56,7 +58,7 @@ def _parquet(rows: list[dict[str, Any]], kinds: Mapping[str, str], path: Path) -
         pa = importlib.import_module("pyarrow")
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError as e:
-        raise LookupError("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
+        raise BadOption("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
     scalar = {
         "i8": pa.int64(),
         "f8": pa.float64(),

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import ExportOptions, ExportResult, output_lengths, write_json_lines
 from replayproxy.trace import Columns
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     if options.prompts is None:
-        raise LookupError(
-            "vllm-custom needs the replayer's prompt synthesis; run it via `replayproxy export`"
-        )
+        raise BadOption("vllm-custom needs the replayer's prompt synthesis; run it via `replayproxy export`")
     prompts = options.prompts(cols)
     rows = write_json_lines(path, ({"prompt": prompt} for prompt in prompts))
     outputs, _ = output_lengths(cols)

@@ -1,1 +1,1 @@
-"""The sidecar recorder: a transparent streaming reverse proxy that records request shapes (issue 4)."""
+"""The sidecar recorder: a transparent streaming reverse proxy that records request shapes."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from replayproxy.errors import CannotListen
 from replayproxy.proxy.metrics import ProxyMetrics
 
 METRICS = web.AppKey("metrics", ProxyMetrics)
@@ -51,5 +52,9 @@ async def start_admin(app: web.Application, host: str, port: int) -> tuple[web.A
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise CannotListen(e.errno, f"admin listener: {e.strerror or e}") from e
     return runner, runner.addresses[0][1]

@@ -22,6 +22,7 @@ from replayproxy.proxy import heads, http1
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.seam import Pool, UpstreamLink
 from replayproxy.proxy.usage import UsageStripper, inject
+from replayproxy.shape import ENDPOINT_PATHS, Endpoint, ErrorClass
 
 _RETRY_KEEP_BYTES = 1 << 20  # request bytes kept to resend once if a reused connection was stale
 _INJECTABLE = ("chat", "completions")
@@ -89,7 +90,7 @@ class Context(Protocol):
     def observer_wants(self, endpoint: str) -> bool: ...
     def forwarded_fields(self, peer: bytes | None) -> http1.Headers: ...
     def exchange_finished(self, exchange: Exchange) -> None: ...
-    def count_upstream_error(self, error: str) -> None: ...
+    def count_upstream_error(self, error: ErrorClass) -> None: ...
     def count_cancel(self) -> None: ...
 
 
@@ -107,15 +108,21 @@ class ClientEnd(Protocol):
     def upgrade_answered(self, exchange: Exchange, switched: bool) -> None: ...
 
 
-def endpoint_of(method: bytes, path: bytes) -> str:
+# Path tails of the endpoint classes, longest first ("/chat/completions" also ends in "/completions").
+_ENDPOINT_TAILS = tuple(
+    sorted(
+        ((path.removeprefix("/v1").encode(), e) for e, path in ENDPOINT_PATHS.items()),
+        key=lambda t: -len(t[0]),
+    )
+)
+
+
+def endpoint_of(method: bytes, path: bytes) -> Endpoint:
     """Endpoint class from the path's tail, so any prefix before /v1/... is accepted."""
     if method == b"POST":
-        if path.endswith(b"/chat/completions"):
-            return "chat"
-        if path.endswith(b"/completions"):
-            return "completions"
-        if path.endswith(b"/embeddings"):
-            return "embeddings"
+        for tail, endpoint in _ENDPOINT_TAILS:
+            if path.endswith(tail):
+                return endpoint
     return "other"
 
 
@@ -348,7 +355,7 @@ class Exchange:
         if not self.client.feeding:  # else the client side flushes after its read: head + body, one write
             self.flush_up()
 
-    def upstream_failed(self, error: str) -> None:
+    def upstream_failed(self, error: ErrorClass) -> None:
         """Connect failure or timeout, reset, or a broken response: 502/504 before the head, else cut."""
         if self.state is State.DONE:
             return

@@ -17,7 +17,7 @@ from replayproxy.proxy.links import Conversation, Reply, SessionLinker, chat_id,
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
-from replayproxy.shape import UNKNOWN, RequestShape, keep_sampling, role_letters
+from replayproxy.shape import UNKNOWN, ErrorClass, RequestShape, keep_sampling, role_letters
 from replayproxy.sse import Usage, parse_usage
 
 
@@ -55,7 +55,7 @@ def build_shape(
     return RequestShape(**fields)
 
 
-def _error_class(cap: Capture) -> str:
+def _error_class(cap: Capture) -> ErrorClass:
     if cap.error:
         return cap.error
     if cap.status >= 500:
@@ -122,7 +122,7 @@ def _link_fields(
     }
 
 
-def _stream_fields(cap: Capture, error: str, reply: Reply | None) -> dict[str, Any]:
+def _stream_fields(cap: Capture, error: ErrorClass, reply: Reply | None) -> dict[str, Any]:
     scan = StreamScan(cap.pieces, cap.piece_ns, reply)
     fields = _usage_fields(scan.usage)
     if scan.content_ns:
@@ -132,7 +132,8 @@ def _stream_fields(cap: Capture, error: str, reply: Reply | None) -> dict[str, A
         fields["output_tokens"] = len(scan.content_ns)
         fields["output_estimated"] = True
     if scan.bad and not error:
-        fields["error"] = "bad_stream"
+        bad: ErrorClass = "bad_stream"  # annotated so mypy checks the name against the set
+        fields["error"] = bad
     return fields
 
 

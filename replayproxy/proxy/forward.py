@@ -23,6 +23,7 @@ from replayproxy.proxy.metrics import HotCounters
 from replayproxy.proxy.observe import Observer, RateLimitedLog, guarded
 from replayproxy.proxy.settings import ProxySettings
 from replayproxy.proxy.upstream import UpstreamPool
+from replayproxy.shape import ErrorClass
 
 TICK_S = 0.05
 
@@ -109,7 +110,7 @@ class Forwarder:
         if cap is not None and observer is not None:
             guarded(lambda: observer.finished(cap), self._observer_failed, self.log)
 
-    def count_upstream_error(self, error: str) -> None:
+    def count_upstream_error(self, error: ErrorClass) -> None:
         errors = self.hot.upstream_errors
         errors[error] = errors.get(error, 0) + 1
 

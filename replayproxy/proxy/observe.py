@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from replayproxy.clock import now_ns
+from replayproxy.shape import Endpoint, ErrorClass
 
 _log = logging.getLogger("replayproxy.proxy")
 
@@ -23,7 +24,7 @@ class Capture:
     """One observed exchange; times are monotonic ns (replayproxy.clock.now_ns)."""
 
     arrival_ns: int
-    endpoint: str  # ENDPOINT_CLASSES
+    endpoint: Endpoint
     method: str
     path: str  # without query string; used only to classify, never recorded
     limit_bytes: int = 1 << 62  # response bytes kept at most (max_captured_response_bytes)
@@ -39,7 +40,7 @@ class Capture:
     response_bytes: int = 0
     response_truncated: bool = False
     end_ns: int = -1  # response complete, cut, or cancelled
-    error: str = ""  # shape.ERROR_CLASSES
+    error: ErrorClass = ""
 
 
 class Observer(Protocol):

@@ -25,8 +25,8 @@ from replayproxy.proxy.links import SessionLinker
 from replayproxy.proxy.metrics import EndpointFigures, ProxyMetrics
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.settings import ENDPOINT_CLASSES, ProxySettings
-from replayproxy.shape import RequestShape, key_fingerprint
+from replayproxy.proxy.settings import ProxySettings
+from replayproxy.shape import ENDPOINTS, RequestShape, key_fingerprint
 from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
 
 _log = logging.getLogger("replayproxy.proxy")
@@ -79,7 +79,7 @@ class Recorder:
         self._rotate = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayproxy-recorder", daemon=True)
-        for endpoint in ENDPOINT_CLASSES:
+        for endpoint in ENDPOINTS:
             metrics.recorded[endpoint] = EndpointFigures()
         metrics.queue_depth.set_function(lambda: len(self._queue))  # read at scrape time
         self.failing = ""  # why records are being dropped (trace writing fails); "" while it works

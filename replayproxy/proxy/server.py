@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from replayproxy.config import ConfigError
+from replayproxy.errors import CannotListen
 from replayproxy.proxy.admin import make_admin_app, start_admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
@@ -156,7 +157,9 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     except OSError as e:  # worded as asyncio's create_server words it
         sock.close()
         reason = (e.strerror or str(e)).lower()
-        raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}") from e
+        raise CannotListen(
+            e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}"
+        ) from e
     except BaseException:
         sock.close()
         raise

@@ -16,8 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from replayproxy.config import ConfigError, build, read_toml
+from replayproxy.errors import BadOption
+from replayproxy.shape import ENDPOINTS
 
-ENDPOINT_CLASSES = ("chat", "completions", "embeddings", "other")
 FORWARDED_MODES = ("none", "x-forwarded-for", "forwarded", "both")
 
 
@@ -79,20 +80,20 @@ class ProxySettings:
 
     def __post_init__(self) -> None:
         if not self.upstream:
-            raise ValueError("upstream is required (--upstream URL)")
+            raise BadOption("upstream is required (--upstream URL)")
         parts = urlsplit(self.upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"upstream must be an http:// or https:// URL, got {self.upstream!r}")
+            raise BadOption(f"upstream must be an http:// or https:// URL, got {self.upstream!r}")
         if self.record and self.trace_dir is None:
-            raise ValueError("trace_dir is required when recording (--trace-dir DIR, or --no-record)")
+            raise BadOption("trace_dir is required when recording (--trace-dir DIR, or --no-record)")
         if not 0.0 <= self.sample_rate <= 1.0:
-            raise ValueError(f"sample_rate must be within [0, 1], got {self.sample_rate}")
+            raise BadOption(f"sample_rate must be within [0, 1], got {self.sample_rate}")
         for name in ("include_endpoints", "exclude_endpoints"):
-            unknown = set(getattr(self, name)) - set(ENDPOINT_CLASSES)
+            unknown = set(getattr(self, name)) - set(ENDPOINTS)
             if unknown:
-                raise ValueError(f"{name}: unknown {sorted(unknown)}; valid: {', '.join(ENDPOINT_CLASSES)}")
+                raise BadOption(f"{name}: unknown {sorted(unknown)}; valid: {', '.join(ENDPOINTS)}")
         if self.forwarded_headers not in FORWARDED_MODES:
-            raise ValueError(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
+            raise BadOption(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
         parse_hostport(self.listen, "listen")
         if self.admin_listen:
             parse_hostport(self.admin_listen, "admin_listen")
@@ -102,7 +103,7 @@ class ProxySettings:
                 _check_number(f.name, value)
         unit = "token" if self.tokenizer is not None else "char"
         if 0 < self.block_size < MIN_BLOCK[unit] and not self.allow_small_blocks:
-            raise ValueError(
+            raise BadOption(
                 f"block_size {self.block_size} is under {MIN_BLOCK[unit]} {unit}s: a holder of the hash key "
                 "could recover short blocks by guessing; pass --allow-small-blocks to accept that"
             )
@@ -120,7 +121,7 @@ class ProxySettings:
         )
         for name in positive:
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+                raise BadOption(f"{name} must be > 0, got {getattr(self, name)}")
 
     @property
     def endpoints_recorded(self) -> frozenset[str]:
@@ -154,19 +155,19 @@ _MAX_COUNT = 1 << 53  # any other count or size (retention, rotation): exact as 
 def _check_number(name: str, value: float) -> None:
     """A number setting is finite, not negative, and within its bound; the error names it."""
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value}")
+        raise BadOption(f"{name} must be a finite number, got {value}")
     if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+        raise BadOption(f"{name} must be >= 0, got {value}")
     limit = MAX_SECONDS if name.endswith("_s") else _MAX_BY_NAME.get(name, _MAX_COUNT)
     if value > limit:
-        raise ValueError(f"{name} must be at most {limit:g}, got {value:g}")
+        raise BadOption(f"{name} must be at most {limit:g}, got {value:g}")
 
 
 def parse_hostport(text: str, name: str) -> tuple[str, int]:
     """'HOST:PORT' or '[v6]:PORT' -> (host, port)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not host or int(port) > 65535:
-        raise ValueError(f"{name} must be HOST:PORT, got {text!r}")
+        raise BadOption(f"{name} must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
 
 

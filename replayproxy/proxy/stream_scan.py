@@ -1,7 +1,7 @@
 """Which reads of a captured SSE body carried generated content, and the usage it reported.
 
 Runs on the recorder thread for every recorded stream, so its cost is most of what recording
-costs (issue 4's CPU budget). Engines write one `data:` event per read with the same envelope
+costs (the proxy's CPU budget for recording). Engines write one `data:` event per read with the same envelope
 around every token; once `StreamClassifier` has learned that envelope, a whole run of such reads
 is accepted by comparing the joined reads with the envelope put back around their tokens
 (`_all_whole_events`) instead of a test per read: in CPython a bytes method call costs about a

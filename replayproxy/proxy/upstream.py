@@ -15,6 +15,7 @@ import ssl
 from collections import deque
 
 from replayproxy.proxy.seam import Borrower, UpstreamLink
+from replayproxy.shape import ErrorClass
 from replayproxy.tasks import spawn
 
 
@@ -171,7 +172,7 @@ class UpstreamPool:
         else:
             self._lend(conn, borrower)
 
-    def _failed(self, borrower: Borrower, error: str) -> None:
+    def _failed(self, borrower: Borrower, error: ErrorClass) -> None:
         self.open -= 1
         borrower.upstream_failed(error)
         if self.waiting and self.open < self._max_connections:

@@ -19,6 +19,7 @@ import aiohttp
 import numpy as np
 import orjson
 
+from replayproxy.errors import UserError
 from replayproxy.replay import flavors, synth
 from replayproxy.replay.plan import Prepared
 
@@ -30,7 +31,7 @@ VERIFY_REQUESTS = 4
 PROBE_ATTEMPTS = 3
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UserError, ValueError):
     """The target did not report usage, so exact lengths cannot be calibrated."""
 
 

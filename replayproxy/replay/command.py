@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from replayproxy import clock, config
+from replayproxy.errors import RunAborted
 from replayproxy.replay import (
     contract,
     procedure,
@@ -280,36 +281,54 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
             sidecars.start(start_ns)
             return start_ns
 
-        if options.workers > 1:
-            results, start_ns = await workers.run_workers(options, plan, tracker.update, start)
-            return _finish(options, plan, results, start_ns, tracker, sidecars)
-        readings = session.RunnerReadings()
-        show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
         outcome = session.Outcome()
         try:
-            await session.run_local(
-                options,
-                plan.share(options, plan.send),
-                plan.pool_size,
-                start,
-                progress=show,
-                outcome=outcome,
-                closed_loop=plan.closed_loop,
-            )
-        except asyncio.CancelledError:
-            if outcome.start_ns:
-                stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
-                _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
-                print(
-                    f"replayproxy replay: interrupted; {len(outcome.results)} results in {options.output}",
-                    file=sys.stderr,
+            if options.workers > 1:
+                await workers.run_workers(options, plan, tracker.update, start, outcome)
+            else:
+                readings = session.RunnerReadings()
+                show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
+                await session.run_local(
+                    options,
+                    plan.share(options, plan.send),
+                    plan.pool_size,
+                    start,
+                    progress=show,
+                    outcome=outcome,
+                    closed_loop=plan.closed_loop,
                 )
+        except asyncio.CancelledError:
+            _save_partial(options, plan, outcome, tracker, sidecars, "interrupted")
+            raise
+        except (RunAborted, workers.WorkerCrashed):  # a worker died or failed: the others were stopped
+            _save_partial(options, plan, outcome, tracker, sidecars, "stopped early")
             raise
         return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
         if tracker is not None:
             tracker.close()  # likewise; after a failure it gives the terminal back
+
+
+def _save_partial(
+    options: ReplayOptions,
+    plan: RunPlan,
+    outcome: session.Outcome,
+    tracker: progress.Tracker,
+    sidecars: Sidecars,
+    how: str,
+) -> None:
+    """Write what an interrupted or aborted run received, marked partial, and say where it went."""
+    if not outcome.start_ns:
+        return  # stopped before the start: nothing was sent, nothing to save
+    stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
+    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
+    lost = plan.requests - len(outcome.results)
+    unsent = f", {lost} of {plan.requests} planned requests not sent or lost" if lost else ""
+    print(
+        f"replayproxy replay: {how}; {len(outcome.results)} results in {options.output}{unsent}",
+        file=sys.stderr,
+    )
 
 
 def _finish(

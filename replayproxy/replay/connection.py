@@ -21,6 +21,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from replayproxy.errors import BadOption, TargetUnreachable
+from replayproxy.shape import ErrorClass
+
 Clock = Callable[[], int]
 
 
@@ -33,7 +36,7 @@ class Receiver(Protocol):
 
     def on_complete(self, at_ns: int) -> None: ...
 
-    def fail(self, at_ns: int, error: str, message: str) -> None: ...
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,7 @@ class Target:
     def parse(cls, url: str) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"target must be an http:// or https:// URL, got {url!r}")
+            raise BadOption(f"target must be an http:// or https:// URL, got {url!r}")
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         base = parts.path.rstrip("/")
@@ -149,7 +152,7 @@ class Connection(asyncio.Protocol):
         self.transport.write(wire)
         return self.clock()
 
-    def abort(self, error: str, message: str) -> None:
+    def abort(self, error: ErrorClass, message: str) -> None:
         """Give up on the request in flight (timeout): report it and drop the connection."""
         self._fail(error, message)
 
@@ -159,7 +162,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _fail(self, error: str, message: str) -> None:
+    def _fail(self, error: ErrorClass, message: str) -> None:
         receiver = self.receiver
         self.receiver = self.parser = None
         self.close()
@@ -183,7 +186,7 @@ class _Probe:
     def on_complete(self, at_ns: int) -> None:
         pass
 
-    def fail(self, at_ns: int, error: str, message: str) -> None:
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None:
         if not self.done.done():
             self.done.set_exception(ConnectionError(message))
 
@@ -222,8 +225,12 @@ class Pool:
 
     async def fill(self, count: int) -> None:
         """Open `count` connections and push one small request through each, all before the run."""
-        connections = await asyncio.gather(*(self.open() for _ in range(count)))
-        await asyncio.gather(*(self._warm(c) for c in connections))
+        try:
+            connections = await asyncio.gather(*(self.open() for _ in range(count)))
+            await asyncio.gather(*(self._warm(c) for c in connections))
+        except OSError as e:  # TimeoutError included
+            where = f"{self.target.host}:{self.target.port}"
+            raise TargetUnreachable(f"cannot open connections to {where}: {type(e).__name__}: {e}") from e
 
     async def refresh(self, idle_for_ns: int, limit: int = 50) -> None:
         """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET;

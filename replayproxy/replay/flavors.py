@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replayproxy.errors import BadOption
+
 # Harmless stand-ins for recorded tools / response formats, whose content is never recorded.
 DUMMY_TOOL = {
     "type": "function",
@@ -94,7 +96,7 @@ def get(name: str) -> Flavor:
     try:
         return FLAVORS[name]
     except KeyError:
-        raise ValueError(f"unknown flavor {name!r}; valid: {', '.join(FLAVORS)}") from None
+        raise BadOption(f"unknown flavor {name!r}; valid: {', '.join(FLAVORS)}") from None
 
 
 # `owned_by` substrings in /v1/models -> flavor (the simulated engine is vLLM-compatible).

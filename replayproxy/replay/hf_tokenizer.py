@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from replayproxy.errors import user_file
 from replayproxy.replay.tokenizer import Chat, TokenizerError, chat_messages
 
 
@@ -69,7 +70,8 @@ class LocalTokenizer:
             config = loaded if isinstance(loaded, dict) else {}
         if chat_template is not None:
             source = Path(chat_template)
-            template = source.read_text(encoding="utf-8") if source.is_file() else str(chat_template)
+            with user_file(source):
+                template = source.read_text(encoding="utf-8") if source.is_file() else str(chat_template)
         else:
             template = _template_of(config, directory)
         self._template = _compile(template) if template else None

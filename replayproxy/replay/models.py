@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from replayproxy.errors import BadOption
+
 
 class ModelChoice(NamedTuple):
     model_map: dict[str, str]  # recorded name -> name sent
@@ -35,7 +37,7 @@ def choose(
     listed = ", ".join(served)
     if model:
         if model not in served:
-            raise ValueError(f"--model {model!r} is not served by the target; it serves: {listed}")
+            raise BadOption(f"--model {model!r} is not served by the target; it serves: {listed}")
         return ModelChoice(mapping, "")
     missing = sorted({mapping.get(name, name) for name in recorded} - set(served) - {""})
     if not missing:
@@ -49,7 +51,7 @@ def choose(
             "the only model the target serves (--model chooses another)"
         )
         return ModelChoice(mapping, note)
-    raise ValueError(
+    raise BadOption(
         f"the trace's model {_names(missing)} is not served by the target; it serves: {listed}; "
         "choose one with --model (or map names with model_map in [replay])"
     )

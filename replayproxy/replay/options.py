@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from replayproxy.config import check_finite
+from replayproxy.errors import BadOption
 from replayproxy.replay import schedule, turns
 from replayproxy.replay.connection import Target
 from replayproxy.replay.progress import MODES
@@ -62,31 +63,31 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         check_finite(self)
         if self.speed <= 0:
-            raise ValueError(f"speed must be > 0, got {self.speed}")
+            raise BadOption(f"speed must be > 0, got {self.speed}")
         if self.request_rate < 0:
-            raise ValueError(f"request rate must be > 0, got {self.request_rate}")
+            raise BadOption(f"request rate must be > 0, got {self.request_rate}")
         if not 0 <= self.max_error_rate <= 1:
-            raise ValueError(f"max error rate must be between 0 and 1, got {self.max_error_rate}")
+            raise BadOption(f"max error rate must be between 0 and 1, got {self.max_error_rate}")
         if self.workers < 1 or self.max_concurrency < 0 or self.timeout <= 0:
-            raise ValueError("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
+            raise BadOption("workers must be >= 1, max_concurrency >= 0 and timeout > 0")
         if self.limit is not None and self.limit < 0:
-            raise ValueError(f"limit must be >= 0, got {self.limit}")
+            raise BadOption(f"limit must be >= 0, got {self.limit}")
         if self.shard:
             schedule.parse_shard(self.shard)
         if self.progress not in MODES:
-            raise ValueError(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
+            raise BadOption(f"progress must be one of {', '.join(MODES)}, got {self.progress!r}")
         if self.scrape_interval <= 0:
-            raise ValueError(f"scrape interval must be > 0, got {self.scrape_interval}")
+            raise BadOption(f"scrape interval must be > 0, got {self.scrape_interval}")
         if self.repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+            raise BadOption(f"repeat must be >= 1, got {self.repeat}")
         if self.sessions not in turns.MODES:
-            raise ValueError(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+            raise BadOption(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
         if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
-            raise ValueError(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
+            raise BadOption(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
         if self.prepare not in PREPARE_MODES:
-            raise ValueError(f"prepare must be one of {', '.join(PREPARE_MODES)}, got {self.prepare!r}")
+            raise BadOption(f"prepare must be one of {', '.join(PREPARE_MODES)}, got {self.prepare!r}")
         if self.prepare_window <= 0 or self.prepare_memory < 1:
-            raise ValueError("prepare window must be > 0 seconds and prepare memory >= 1 MiB")
+            raise BadOption("prepare window must be > 0 seconds and prepare memory >= 1 MiB")
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in the result header: everything but secrets."""
@@ -120,7 +121,7 @@ def parse_start_at(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as e:
-        raise ValueError(f"--start-at must be unix seconds or an ISO 8601 time, got {text!r}") from e
+        raise BadOption(f"--start-at must be unix seconds or an ISO 8601 time, got {text!r}") from e
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1e9)

@@ -16,9 +16,10 @@ import orjson
 
 from replayproxy.replay import exact, flavors, layout, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
+from replayproxy.shape import ENDPOINT_PATHS
 from replayproxy.trace import Columns
 
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+PATHS = {e: ENDPOINT_PATHS[e] for e in ("chat", "completions")}  # the endpoints a trace is replayed on
 DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 256
 _ENDPOINT_SALT = {"chat": 0, "completions": 0x5A17_C0DE_5A17_C0DE}

@@ -17,6 +17,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import trace
+from replayproxy.errors import BadOption
 from replayproxy.replay import calibrate, exact, exactness, flavors, models, plan, schedule, synth, turns
 from replayproxy.replay.connection import Target
 from replayproxy.replay.feed import FeedSpec
@@ -79,16 +80,20 @@ class RunPlan:
         return Share(feed, part)
 
     def deal(self, count: int) -> list[np.ndarray]:
-        """`send` dealt to `count` senders round-robin in schedule order; in closed loop by session
-        (a worker waits only for turns it sent itself), sessions taken in order of their first turns."""
-        if not self.closed_loop:
-            return [self.send[worker::count] for worker in range(count)]
-        groups = self.schedule.group[self.send]
-        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-        worker_of = rank[inverse.reshape(-1)] % count
-        return [self.send[worker_of == worker] for worker in range(count)]
+        return deal(self.schedule, self.send, count, self.closed_loop)
+
+
+def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
+    """The positions `send` dealt to `count` senders round-robin in schedule order; by session (a
+    worker waits only for turns it sent itself), sessions taken in the order of their first turns."""
+    if not by_session:
+        return [send[worker::count] for worker in range(count)]
+    groups = planned.group[send]
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    worker_of = rank[inverse.reshape(-1)] % count
+    return [send[worker_of == worker] for worker in range(count)]
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
@@ -177,7 +182,7 @@ def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
     """The time scale that replays these arrivals at `rate` requests/s on average."""
     span_s = (int(offsets_ns.max()) - int(offsets_ns.min())) / 1e9 if len(offsets_ns) else 0.0
     if len(offsets_ns) < 2 or span_s <= 0:
-        raise ValueError("--request-rate needs two requests at different times in the replayed window")
+        raise BadOption("--request-rate needs two requests at different times in the replayed window")
     return rate * span_s / (len(offsets_ns) - 1)
 
 

@@ -19,6 +19,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import clock
+from replayproxy.errors import BadOption
 from replayproxy.replay import session, telemetry
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
@@ -40,11 +41,11 @@ class Warmup:
     def parse(cls, text: str) -> Warmup:
         match = _WARMUP.match(text.strip().lower())
         if match is None:
-            raise ValueError(f"--warmup must be a request count or seconds, e.g. 20 or 30s; got {text!r}")
+            raise BadOption(f"--warmup must be a request count or seconds, e.g. 20 or 30s; got {text!r}")
         if match["unit"]:
             return cls(seconds=float(match["value"]))
         if "." in match["value"]:
-            raise ValueError(f"--warmup request count must be a whole number, got {text!r}")
+            raise BadOption(f"--warmup request count must be a whole number, got {text!r}")
         return cls(requests=int(match["value"]))
 
     def select(self, scheduled_ns: np.ndarray) -> int:

@@ -24,6 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from replayproxy import clock
+from replayproxy.errors import BadOption
 
 MODES = ("auto", "tty", "log", "none")
 LOG_EVERY_S = 10.0
@@ -33,7 +34,7 @@ TTFT_WINDOW = 2000  # running TTFT percentiles over the most recent successful r
 def resolve(mode: str, quiet: bool, stream: IO[str]) -> str:
     """`auto` is a live panel on a terminal and log lines elsewhere; `--quiet` is `none`."""
     if mode not in MODES:
-        raise ValueError(f"--progress: invalid choice: {mode!r} (choose from {', '.join(MODES)})")
+        raise BadOption(f"--progress: invalid choice: {mode!r} (choose from {', '.join(MODES)})")
     if quiet:
         return "none"
     if mode == "auto":

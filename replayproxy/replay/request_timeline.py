@@ -17,6 +17,7 @@ import orjson
 from replayproxy import sse
 from replayproxy.replay.plan import Prepared
 from replayproxy.results import ReplayResult
+from replayproxy.shape import ErrorClass
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # non-streaming answers and error bodies are kept up to this
 MAX_MESSAGE_CHARS = 200
@@ -45,7 +46,7 @@ class RequestTimeline:
         self.last_at = UNSET
         self.end_at = UNSET
         self.status = 0
-        self.error = ""
+        self.error: ErrorClass = ""
         self.message = ""
         self.gaps_us: list[int] = []
         self.tokens: list[int] = []
@@ -79,7 +80,7 @@ class RequestTimeline:
             self.complete = True
             self.finish(at_ns)
 
-    def fail(self, at_ns: int, error: str, message: str) -> None:
+    def fail(self, at_ns: int, error: ErrorClass, message: str) -> None:
         if not self.done:
             self.error = error
             self.message = message[:MAX_MESSAGE_CHARS]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayproxy.errors import BadOption
+
 # Fallback service-time model for peak-concurrency estimates when the trace has no recorded E2E.
 EST_BASE_NS = 500_000_000
 EST_PER_OUTPUT_TOKEN_NS = 30_000_000
@@ -44,7 +46,7 @@ def select(offsets_ns: np.ndarray, window: Window) -> np.ndarray:
 def scheduled_ns(offsets_ns: np.ndarray, speed: float) -> np.ndarray:
     """Send times relative to the run start: the first selected request goes at 0."""
     if speed <= 0:
-        raise ValueError(f"speed must be > 0, got {speed}")
+        raise BadOption(f"speed must be > 0, got {speed}")
     if len(offsets_ns) == 0:
         return np.zeros(0, np.int64)
     relative: np.ndarray = (offsets_ns - offsets_ns[0]) / speed
@@ -57,9 +59,9 @@ def parse_shard(text: str) -> tuple[int, int]:
         index_text, count_text = text.split("/")
         index, count = int(index_text), int(count_text)
     except ValueError as e:
-        raise ValueError(f"--shard must look like i/N (e.g. 0/4), got {text!r}") from e
+        raise BadOption(f"--shard must look like i/N (e.g. 0/4), got {text!r}") from e
     if count < 1 or not 0 <= index < count:
-        raise ValueError(f"--shard {text}: need 0 <= i < N")
+        raise BadOption(f"--shard {text}: need 0 <= i < N")
     return index, count
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replayproxy import clock
+from replayproxy.errors import BadOption
 from replayproxy.replay import window as windows
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.feed import FeedReader
@@ -33,7 +34,7 @@ def start_ns_for(options: ReplayOptions) -> int:
         return anchor.mono_ns + START_LEAD_NS
     start = anchor.mono_ns + (parse_start_at(options.start_at) - anchor.wall_ns)
     if start < anchor.mono_ns:
-        raise ValueError(f"--start-at {options.start_at} is in the past")
+        raise BadOption(f"--start-at {options.start_at} is in the past")
     return start
 
 

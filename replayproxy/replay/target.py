@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from replayproxy.errors import TargetRefused, TargetUnreachable
 from replayproxy.replay.flavors import Flavor
 from replayproxy.replay.models import served_models
 
@@ -46,7 +47,7 @@ async def describe(
             status = resp.status
             raw = await resp.read()
     except (aiohttp.ClientError, TimeoutError) as e:
-        raise ConnectionError(f"cannot reach target {url}: {e}") from e
+        raise TargetUnreachable(f"cannot reach target {url}: {e}") from e
     models = None
     if status == 200:
         try:
@@ -54,7 +55,7 @@ async def describe(
         except orjson.JSONDecodeError:
             models = None
     elif status in (401, 403):
-        raise PermissionError(
+        raise TargetRefused(
             f"target {url} answered {status} to GET /v1/models: give its API key (--api-key, OPENAI_API_KEY)"
         )
     version = ""

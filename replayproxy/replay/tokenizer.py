@@ -18,11 +18,13 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from replayproxy.errors import UserError
+
 Message = Mapping[str, Any]  # an OpenAI chat message: {"role": ..., "content": ...}
 CONCURRENCY = 32  # tokenize calls in flight against an engine (they are short)
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """A tokenizer could not be loaded or did not answer; the message says which and why."""
 
 

@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.replay.schedule import Window, select
 from replayproxy.trace import Columns
 
@@ -32,7 +33,7 @@ def has_multi_turn(cols: Columns) -> bool:
 
 def resolve(mode: str, cols: Columns) -> Mode:
     if mode not in MODES:
-        raise ValueError(f"--sessions must be one of {', '.join(MODES)}, got {mode!r}")
+        raise BadOption(f"--sessions must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "auto":
         return "closed" if has_multi_turn(cols) else "open"
     return "closed" if mode == "closed" else "open"
@@ -61,7 +62,7 @@ def select_rows(
     keep = np.ones(len(cols), dtype=bool)
     if sample_sessions is not None:
         if not 0 < sample_sessions <= 1:
-            raise ValueError(f"--sample-sessions must be in (0, 1], got {sample_sessions}")
+            raise BadOption(f"--sample-sessions must be in (0, 1], got {sample_sessions}")
         keep = _chosen(_group_keys(cols), seed, sample_sessions)
     if mode == "open":
         inside = select(cols.offset_ns[keep], Window(window.start_offset_s, window.duration_s))

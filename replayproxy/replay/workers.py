@@ -2,19 +2,30 @@
 
 One core sends a few hundred streaming requests per second within a millisecond of schedule;
 beyond that, more processes rather than a silently late schedule. Each worker starts its own
-preparer (replay.feed) for its share, so it holds only its own window; it warms its pool, says
-"ready", receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes of a
-host), runs, and sends its results back; progress counters arrive once a second.
+preparer (replay.feed) for its share, so it holds only its own window; it warms its pool,
+says `Ready`, receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes
+of a host), runs, and sends its results back in `Done`; progress counters arrive once a second.
+
+Stopping is the parent's decision: workers ignore SIGINT (a terminal sends it to the whole process
+group) and stop on SIGTERM, which the parent sends when it is interrupted or a worker dies; each
+stopped worker still sends the results it has, its in-flight requests marked `client_cancel`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import multiprocessing
+import signal
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
-from typing import Any
+from multiprocessing.process import BaseProcess
 
+from replayproxy import clock
+from replayproxy.errors import RunAborted, UserError
 from replayproxy.replay import session
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan, Share
@@ -23,6 +34,46 @@ from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
 
 READY_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0  # a stopped worker's last answer: cancelling, then pickling its results
+
+log = logging.getLogger(__name__)
+
+
+# The pipe protocol. Worker -> parent: Ready, then Progress readings, then Done or Failed.
+# Parent -> worker: Start (or nothing: the parent terminates a worker it no longer needs).
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The worker's pool is warm; it waits for `Start`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    start_ns: int  # absolute monotonic start shared by all workers
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    reading: Reading
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    results: list[ReplayResult]
+    stopped: bool = False  # stopped by SIGTERM before the end: results are partial
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    message: str  # one line, "worker N: Type: text"
+    user_error: bool  # a UserError (the user can fix it) rather than a bug
+    traceback: str = ""
+
+
+ToParent = Ready | Progress | Done | Failed
+
+
+class WorkerCrashed(RuntimeError):
+    """A worker raised something that is not a user error: a bug, shown as one."""
 
 
 def _worker_main(
@@ -34,6 +85,7 @@ def _worker_main(
     closed_loop: bool = False,
 ) -> None:
     """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the run stops
     try:
         import uvloop
 
@@ -42,10 +94,12 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            outcome = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop))
-        pipe.send(("done", outcome.results))
+            done = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop))
+        pipe.send(done)
     except Exception as e:  # reported to the parent, which stops the run with one line
-        pipe.send(("error", f"worker {worker}: {type(e).__name__}: {e}"))
+        message = f"worker {worker}: {type(e).__name__}: {e}"
+        with contextlib.suppress(OSError):  # the parent may be gone already
+            pipe.send(Failed(message, isinstance(e, UserError), traceback.format_exc()))
     finally:
         pipe.close()
 
@@ -57,28 +111,90 @@ async def _work(
     worker: int,
     pipe: Pipe,
     closed_loop: bool,
-) -> session.Outcome:
+) -> Done:
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+
     def wait_for_start() -> int:
-        pipe.send(("ready", None))
-        message, start_ns = pipe.recv()
-        if message != "start":
-            raise RuntimeError("stopped before the start")
-        return int(start_ns)
+        pipe.send(Ready())
+        message = pipe.recv()
+        if not isinstance(message, Start):
+            raise RuntimeError(f"expected the start, got {message!r}")
+        return message.start_ns
 
     readings = session.RunnerReadings()
 
     def progress(runner: Runner) -> None:
-        pipe.send(("progress", tuple(readings(runner))))
+        pipe.send(Progress(readings(runner)))
 
-    return await session.run_local(
-        options,
-        share,
-        pool_size,
-        wait_for_start,
-        worker=worker,
-        progress=progress,
-        closed_loop=closed_loop,
-    )
+    outcome = session.Outcome()
+    try:
+        await session.run_local(
+            options,
+            share,
+            pool_size,
+            wait_for_start,
+            worker=worker,
+            progress=progress,
+            outcome=outcome,
+            closed_loop=closed_loop,
+        )
+    except asyncio.CancelledError:  # SIGTERM: the parent stops the run and wants what we have
+        return Done(outcome.results, stopped=True)
+    return Done(outcome.results)
+
+
+@dataclass(slots=True)
+class Crew:
+    """The worker processes of one run, and what each has answered so far."""
+
+    pipes: list[Pipe]
+    processes: list[BaseProcess]
+    shares: list[int]  # requests dealt to each worker
+    pending: set[int] = field(default_factory=set)  # workers whose results have not arrived
+    closed: set[int] = field(default_factory=set)  # workers whose pipe ended (the process is gone)
+    lost: list[str] = field(default_factory=list)  # one line per worker whose results are missing
+
+    def stop(self) -> None:
+        """Ask every worker still running to stop and send what it has."""
+        for worker in sorted(self.pending):
+            if self.processes[worker].is_alive():
+                self.processes[worker].terminate()  # SIGTERM: the worker cancels its run, answers Done
+
+    def receive(self, worker: int) -> list[ToParent]:
+        """The messages waiting on a worker's pipe; its end (the worker is gone) is noted in `closed`."""
+        pipe, messages = self.pipes[worker], []
+        try:
+            while pipe.poll():
+                messages.append(pipe.recv())
+        except (EOFError, OSError):
+            self.closed.add(worker)
+        return messages
+
+    def lose(self, worker: int, why: str) -> None:
+        self.pending.discard(worker)
+        self.lost.append(f"worker {worker} {why}: its {self.shares[worker]} requests are missing")
+
+    def lose_if_gone(self, worker: int) -> bool:
+        if worker not in self.closed or worker not in self.pending:
+            return False
+        self.processes[worker].join(timeout=1)
+        self.lose(worker, _exit_of(self.processes[worker]))
+        return True
+
+    def close(self) -> None:
+        """End every process (those still running after their answer or the wait: killed), then pipes."""
+        for worker, process in enumerate(self.processes):
+            if worker in self.pending and process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        for pipe in self.pipes:
+            pipe.close()
 
 
 async def run_workers(
@@ -86,73 +202,125 @@ async def run_workers(
     plan: RunPlan,
     on_reading: Callable[[Reading, int], None],
     start: Callable[[], int],
-) -> tuple[list[ReplayResult], int]:
-    """Run the plan over `options.workers` processes; returns merged results and the shared start."""
+    outcome: session.Outcome,
+) -> None:
+    """Run the plan over `options.workers` processes, merging their results into `outcome`.
+
+    When cancelled (Ctrl-C) after the start, every worker is stopped and its results so far are
+    collected into `outcome` before the cancellation goes on. When a worker dies or fails, the
+    others are stopped likewise and `RunAborted` (or `WorkerCrashed` for a bug) says what was lost.
+    """
     count = options.workers
     context = multiprocessing.get_context("spawn")
-    pipes, processes = [], []
-    for worker, positions in enumerate(plan.deal(count)):
+    shares = plan.deal(count)
+    crew = Crew([], [], [len(share) for share in shares], set(range(count)))
+    for worker in range(count):
         parent, child = context.Pipe()
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, plan.share(options, positions), size, worker, child, plan.closed_loop),
+            args=(options, plan.share(options, shares[worker]), size, worker, child, plan.closed_loop),
             name=f"replay-worker-{worker}",
-            daemon=False,  # it starts its own preparer process; stopped in the finally below
+            daemon=False,  # it starts its own preparer process; ended in Crew.close
         )
         process.start()
         child.close()
-        pipes.append(parent)
-        processes.append(process)
+        crew.pipes.append(parent)
+        crew.processes.append(process)
     try:
-        for pipe in pipes:
-            await _expect(pipe, "ready", READY_TIMEOUT_S)
-        start_ns = start()
-        for pipe in pipes:
-            pipe.send(("start", start_ns))
-        results = await _collect(pipes, lambda reading: on_reading(reading, start_ns))
+        for worker, pipe in enumerate(crew.pipes):
+            await _expect_ready(crew, worker, pipe)
+        outcome.start_ns = start()
+        for pipe in crew.pipes:
+            pipe.send(Start(outcome.start_ns))
+        start_ns = outcome.start_ns
+        failure = await _collect(crew, outcome, lambda reading: on_reading(reading, start_ns))
+        if failure is not None:
+            crew.stop()
+            await _drain(crew, outcome)
+            raise failure
+    except asyncio.CancelledError:
+        if outcome.start_ns:
+            crew.stop()
+            await _drain(crew, outcome)
+        raise
     finally:
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.terminate()
-    return results, start_ns
+        crew.close()
+    if crew.lost:
+        raise RunAborted("; ".join(crew.lost))
 
 
-async def _expect(pipe: Pipe, wanted: str, timeout_s: float) -> Any:
-    async with asyncio.timeout(timeout_s):  # not wait_for, which can lose a cancellation on 3.11
-        message, payload = await asyncio.to_thread(pipe.recv)
-    if message == "error":
-        raise RuntimeError(payload)
-    if message != wanted:
-        raise RuntimeError(f"worker said {message!r} where {wanted!r} was expected")
-    return payload
+async def _expect_ready(crew: Crew, worker: int, pipe: Pipe) -> None:
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):  # not wait_for, which can lose a cancellation on 3.11
+            message = await asyncio.to_thread(pipe.recv)
+    except EOFError:
+        raise RunAborted(f"worker {worker} {_exit_of(crew.processes[worker])} before it was ready") from None
+    if isinstance(message, Failed):
+        raise _failure(message)
+    if not isinstance(message, Ready):
+        raise WorkerCrashed(f"worker {worker} said {message!r} where Ready was expected")
 
 
-async def _collect(pipes: list[Pipe], on_reading: Callable[[Reading], None]) -> list[ReplayResult]:
-    """Wait for every worker's results, merging their progress readings into one meanwhile."""
-    results: list[ReplayResult] = []
+def _failure(message: Failed) -> Exception:
+    if message.user_error:
+        return RunAborted(message.message)
+    log.debug("%s\n%s", message.message, message.traceback)
+    return WorkerCrashed(message.message)
+
+
+async def _collect(
+    crew: Crew, outcome: session.Outcome, on_reading: Callable[[Reading], None]
+) -> Exception | None:
+    """Take every worker's results into `outcome`, merging their progress readings meanwhile;
+    returns the first failure instead (a worker that died or raised), for the caller to stop on."""
     latest: dict[int, Reading] = {}
-    pending = dict(enumerate(pipes))
-    while pending:
+    while crew.pending:
         await asyncio.sleep(0.2)
-        for worker, pipe in list(pending.items()):
-            while pending.get(worker) is not None and pipe.poll():
-                message, payload = pipe.recv()
-                if message == "progress":
-                    fresh = Reading(*payload)
-                    old = latest.get(worker)
+        for worker in sorted(crew.pending):
+            for message in crew.receive(worker):
+                if isinstance(message, Progress):
+                    fresh, old = message.reading, latest.get(worker)
                     if old is not None:  # not passed on yet: keep its new values
                         fresh = fresh._replace(
                             lags_ns=old.lags_ns + fresh.lags_ns, ttfts_ns=old.ttfts_ns + fresh.ttfts_ns
                         )
                     latest[worker] = fresh
-                elif message == "done":
-                    results.extend(payload)
-                    del pending[worker]
-                else:
-                    raise RuntimeError(payload)
+                elif isinstance(message, Done):
+                    outcome.results.extend(message.results)
+                    crew.pending.discard(worker)
+                elif isinstance(message, Failed):
+                    crew.lose(worker, "failed")
+                    return _failure(message)
+            if crew.lose_if_gone(worker):
+                return RunAborted("; ".join(crew.lost))
         if latest:
             on_reading(merge(list(latest.values())))
             latest = {w: r._replace(lags_ns=[], ttfts_ns=[]) for w, r in latest.items()}
-    return results
+    return None
+
+
+async def _drain(crew: Crew, outcome: session.Outcome) -> None:
+    """After `Crew.stop`: wait for the stopped workers' last results; count the silent ones as lost."""
+    deadline = clock.now_ns() + int(STOP_TIMEOUT_S * 1e9)
+    while crew.pending and clock.now_ns() < deadline:
+        for worker in sorted(crew.pending):
+            for message in crew.receive(worker):
+                if isinstance(message, Done):
+                    outcome.results.extend(message.results)
+                    crew.pending.discard(worker)
+                elif isinstance(message, Failed):
+                    crew.lose(worker, "failed while stopping")
+            crew.lose_if_gone(worker)
+        await asyncio.sleep(0.05)
+    for worker in sorted(crew.pending):
+        crew.lose(worker, f"did not answer within {STOP_TIMEOUT_S:g} s of the stop")
+
+
+def _exit_of(process: BaseProcess) -> str:
+    code = process.exitcode
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"

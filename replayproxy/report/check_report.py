@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from replayproxy.errors import BadOption
 from replayproxy.report.check_summary import build_check_document
 from replayproxy.report.check_tables import render_check_markdown, render_check_text
 from replayproxy.report.check_verdict import GATE_METRICS, gate_values
@@ -51,7 +52,7 @@ def parse_check_gate(spec: str) -> tuple[GateRule, ...]:
     rules = parse_gate(spec, GATE_METRICS)
     for rule in rules:
         if rule.relative or rule.stat:
-            raise ValueError(f"--gate {rule.text!r}: check metrics take a plain threshold, e.g. match>=0.95")
+            raise BadOption(f"--gate {rule.text!r}: check metrics take a plain threshold, e.g. match>=0.95")
     return rules
 
 

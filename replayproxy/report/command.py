@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from replayproxy.errors import BadOption, user_file
 from replayproxy.report import check_report
 from replayproxy.report.baseline import baseline_run
 from replayproxy.report.document import build_document
@@ -78,18 +79,18 @@ def run(args: argparse.Namespace) -> int:
     check_spec, replay_spec = check_report.split_gate(args.gate or "")
     gate_clauses = parse_gate(replay_spec) if replay_spec else ()
     if args.resamples < 100:
-        raise ValueError(f"--resamples must be at least 100, got {args.resamples}")
+        raise BadOption(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)
     check_paths, replay_paths = check_report.split_inputs(args.results)
     gate = check_report.parse_check_gate(check_spec) if check_spec else ()
     if gate and not check_paths:
-        raise ValueError("--gate rules without *BASE read output-check results (.rpc); none given")
+        raise BadOption("--gate rules without *BASE read output-check results (.rpc); none given")
     if gate_clauses and not replay_paths:
-        raise ValueError("--gate rules with *BASE read replay results (.rpr); none given")
+        raise BadOption("--gate rules with *BASE read replay results (.rpr); none given")
     checks = check_report.check_documents(check_paths, gate, check_spec) if check_paths else []
     if not replay_paths:
         if args.html or args.baseline:
-            raise ValueError("--html and --baseline need replay results (.rpr); only check results given")
+            raise BadOption("--html and --baseline need replay results (.rpr); only check results given")
         _write(args, check_report.render_checks(checks, args.json, args.markdown))
         return 1 if check_report.gate_failed(checks) else 0
     runs = load_runs(replay_paths)
@@ -106,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from replayproxy.report.render_html import render_html  # matplotlib only when asked for
 
-        Path(args.html).write_text(
-            render_html(doc, [*runs, *([baseline] if baseline else [])]), encoding="utf-8"
-        )
+        html = render_html(doc, [*runs, *([baseline] if baseline else [])])
+        with user_file(args.html):
+            Path(args.html).write_text(html, encoding="utf-8")
     if args.json:
         text = render_json({**doc, "checks": checks} if checks else doc)
     else:
@@ -128,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        with user_file(args.output):
+            Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)

@@ -14,6 +14,7 @@ import numpy as np
 
 from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
+from replayproxy.report.document_types import Document, GoodputDoc, RunDoc, SloClause, StepDoc, SweepDoc
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import Requests, concurrency, exact_share
 from replayproxy.report.runs import Run, candidates
@@ -41,10 +42,10 @@ def build_document(
     resamples: int = 1000,
     seed: int = 0,
     max_error_rate: float = 0.01,
-) -> dict[str, Any]:
+) -> Document:
     columns = [*runs, *([baseline] if baseline is not None else [])]
     sweeps = [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)]
-    doc: dict[str, Any] = {
+    doc: Document = {
         "verdict": verdict.build(runs, baseline, slos, slo_spec, sweeps, resamples=resamples, seed=seed),
         "schema": SCHEMA,
         "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
@@ -58,11 +59,11 @@ def build_document(
     return doc
 
 
-def slo_doc(slo: Slo) -> dict[str, Any]:
+def slo_doc(slo: Slo) -> SloClause:
     return {"metric": slo.metric, "percentile": slo.percentile, "limit_ms": slo.limit_ms, "text": slo.text}
 
 
-def run_doc(run: Run, slos: tuple[Slo, ...]) -> dict[str, Any]:
+def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
     m = run.measures
     req = m.requests
     duration = m.duration_s if m.duration_s > 0 else math.nan
@@ -167,7 +168,7 @@ def _rate(tokens: np.ndarray, duration_s: float) -> float | None:
     return num(float(known.sum()) / duration_s) if len(known) else None
 
 
-def goodput_doc(g: Goodput) -> dict[str, Any]:
+def goodput_doc(g: Goodput) -> GoodputDoc:
     return {
         "requests_per_s": num(g.requests_per_s),
         "fraction": num(g.fraction),
@@ -262,7 +263,7 @@ def sweep_doc(
     max_error_rate: float,
     best_speed: float | None = None,
     attainment: float = ATTAINMENT,
-) -> dict[str, Any]:
+) -> SweepDoc:
     steps = [step_of(r, slos) for r in group]
     knee = find_knee(steps, max_error_rate)
     point = steps[knee.step] if knee.step is not None else None
@@ -286,7 +287,7 @@ def sweep_doc(
     }
 
 
-def step_doc(s: Step) -> dict[str, Any]:
+def step_doc(s: Step) -> StepDoc:
     return {
         "speed": s.speed,
         "concurrency_limit": s.concurrency_limit or None,

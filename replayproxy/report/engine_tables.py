@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
+from replayproxy.report.document_types import Document, summary_of
 
 CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     ("engine version", lambda c: c["engine_version"]),
@@ -31,7 +32,7 @@ CONTRACT_CONFIG = (
 )  # fmt: skip
 
 
-def contract_section(doc: dict[str, Any]) -> list[Table]:
+def contract_section(doc: Document) -> list[Table]:
     """The conditions each candidate was measured under (first run of each), side by side."""
     cs = doc["contracts"]
     if not cs:
@@ -61,20 +62,21 @@ ENGINE_LATENCY = (
 )
 
 
-def telemetry_section(doc: dict[str, Any]) -> list[Table]:
+def telemetry_section(doc: Document) -> list[Table]:
     """Why a run was slow, in the engine's own words, beside the client's view of the same run."""
-    runs = [r for r in doc["runs"] if r.get("telemetry")]
-    if not runs:
+    pairs = [(r, telemetry) for r in doc["runs"] if (telemetry := r["telemetry"])]
+    if not pairs:
         return []
-    rows = [[title, *(get(r["telemetry"].get(key)) for r in runs)] for title, key, get in TELEMETRY_ROWS]
-    rows.append(["trace prefix reuse", *(pct(r.get("trace_prefix_reuse")) for r in runs)])
+    runs, figures = [r for r, _ in pairs], [t for _, t in pairs]
+    rows = [[title, *(get(t.get(key)) for t in figures)] for title, key, get in TELEMETRY_ROWS]
+    rows.append(["trace prefix reuse", *(pct(r["trace_prefix_reuse"]) for r in runs)])
     for name, engine_key, client_key in ENGINE_LATENCY:
-        engine = [r["telemetry"].get(engine_key) or {} for r in runs]
+        engine = [t.get(engine_key) or {} for t in figures]
         rows.append(
             [
                 f"{name} mean ms: engine / client",
                 *(
-                    f"{fmt(e.get('mean'))} / {fmt(r[client_key]['mean'])}"
+                    f"{fmt(e.get('mean'))} / {fmt(summary_of(r, client_key)['mean'])}"
                     for e, r in zip(engine, runs, strict=True)
                 ),
             ]
@@ -100,16 +102,17 @@ def _bucket(bounds: list[float | None] | None) -> str:
     return f"> {fmt(low)}" if high is None else f"{fmt(low)}..{fmt(high)}"
 
 
-def gpu_section(doc: dict[str, Any]) -> list[Table]:
+def gpu_section(doc: Document) -> list[Table]:
     """GPU memory and utilization per run, from the replayer's --gpu-sampler lines."""
-    runs = [r for r in doc["runs"] if r.get("gpu")]
-    if not runs:
+    pairs = [(r, gpu) for r in doc["runs"] if (gpu := r["gpu"])]
+    if not pairs:
         return []
+    runs, gpus = [r for r, _ in pairs], [g for _, g in pairs]
     rows = [
-        ["GPU memory used, peak MiB", *(fmt(r["gpu"]["memory_used_peak_mib"]) for r in runs)],
-        ["GPU utilization, mean %", *(fmt(r["gpu"]["utilization_mean_pct"]) for r in runs)],
-        ["GPUs", *(fmt(r["gpu"]["gpus"]) for r in runs)],
-        ["samples (unparsed)", *(f"{r['gpu']['samples']} ({r['gpu']['unparsed']})" for r in runs)],
+        ["GPU memory used, peak MiB", *(fmt(g["memory_used_peak_mib"]) for g in gpus)],
+        ["GPU utilization, mean %", *(fmt(g["utilization_mean_pct"]) for g in gpus)],
+        ["GPUs", *(fmt(g["gpus"]) for g in gpus)],
+        ["samples (unparsed)", *(f"{g['samples']} ({g['unparsed']})" for g in gpus)],
     ]
     notes = [
         "from --gpu-sampler, e.g. "

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from replayproxy.errors import BadOption
+
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -47,12 +49,12 @@ def parse_gate(spec: str, metrics: Collection[str]) -> tuple[GateRule, ...]:
     for part in spec.split(","):
         match = _RULE.match("".join(part.split()).lower())
         if not match:
-            raise ValueError(
+            raise BadOption(
                 f"--gate: cannot read {part.strip()!r}; expected METRIC>=NUMBER, e.g. match>=0.95"
             )
         metric, suffix = match["metric"], match["suffix"] or ""
         if metric not in metrics:
-            raise ValueError(f"--gate: unknown metric {metric!r}; valid: {', '.join(sorted(metrics))}")
+            raise BadOption(f"--gate: unknown metric {metric!r}; valid: {', '.join(sorted(metrics))}")
         number = float(match["number"])
         threshold = number / 100 if suffix == "%" else number
         rules.append(

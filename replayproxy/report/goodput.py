@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.report.measures import Measures
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -22,7 +23,7 @@ _CLAUSE = re.compile(
 )
 
 
-class SloError(ValueError):
+class SloError(BadOption):
     """An SLO spec that cannot be parsed; the message names the clause and what is wrong."""
 
 

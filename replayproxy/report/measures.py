@@ -16,6 +16,7 @@ import numpy as np
 def _unknown() -> np.ndarray:
     return np.zeros(0, np.int64)
 
+
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
 

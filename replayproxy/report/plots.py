@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.report import telemetry
+from replayproxy.report.document_types import Document
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.measures import in_flight_series
 from replayproxy.report.runs import Run
@@ -28,7 +30,7 @@ SCATTER_POINTS = 3000
 MAX_TIME_PANELS = 8
 
 
-class MissingDependency(ValueError):
+class MissingDependency(BadOption):
     """An optional dependency the asked-for output needs is not installed."""
 
 
@@ -65,7 +67,7 @@ CDF_FIGURES = (
 )
 
 
-def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def latency_cdfs(doc: Document, runs: list[Run]) -> Figure | None:
     """TTFT, TPOT, E2E, ITL and the replayer's own schedule lag, one CDF panel each."""
     fig = new_figure(12, 6.8)
     axes = fig.subplots(2, 3).ravel()
@@ -89,10 +91,10 @@ def latency_cdfs(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
 GOODPUT_SCALES = np.geomspace(0.25, 4.0, 17)  # the SLO's limits times these
 
 
-def goodput_vs_slo(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def goodput_vs_slo(doc: Document, runs: list[Run]) -> Figure | None:
     """Goodput as the SLO is tightened or relaxed: every per-request limit scaled by one factor."""
-    slo = doc.get("slo")
-    clauses = [c for c in (slo or {}).get("clauses", []) if c["percentile"] is None]
+    slo = doc["slo"]
+    clauses = [c for c in slo["clauses"] if c["percentile"] is None] if slo is not None else []
     if not clauses:
         return None
     fig = new_figure(12, 3.4)
@@ -120,7 +122,7 @@ def _bins(run: Run) -> tuple[np.ndarray, int, float]:
     return ids, int(ids.max()) + 1 if len(ids) else 0, width
 
 
-def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def latency_over_time(doc: Document, runs: list[Run]) -> Figure | None:
     shown = runs[:MAX_TIME_PANELS]
     fig = new_figure(12, 2.6 * len(shown))
     # One y range for every panel, so a slower run looks slower at a glance.
@@ -151,7 +153,7 @@ def latency_over_time(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
-def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def in_flight(doc: Document, runs: list[Run]) -> Figure | None:
     fig = new_figure(12, 3.2)
     ax = fig.subplots()
     for run in runs:
@@ -165,7 +167,7 @@ def in_flight(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
-def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def ttft_by_input(doc: Document, runs: list[Run]) -> Figure | None:
     if not any(np.isfinite(r.measures.input_tokens).any() for r in runs):
         return None
     fig = new_figure(12, 3.8)
@@ -198,7 +200,7 @@ def ttft_by_input(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
-def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def sweep_curves(doc: Document, runs: list[Run]) -> Figure | None:
     sweeps = doc["sweeps"]
     if not sweeps:
         return None
@@ -206,13 +208,13 @@ def sweep_curves(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     grid = fig.subplots(len(sweeps), 2, squeeze=False)
     for (left, right), sweep in zip(grid, sweeps, strict=True):
         closed = sweep["closed_loop"]
-        key = "concurrency_limit" if closed else "offered_requests_per_s"
-        speeds = [np.nan if s[key] is None else s[key] for s in sweep["steps"]]
+        loads = [s["concurrency_limit"] if closed else s["offered_requests_per_s"] for s in sweep["steps"]]
+        speeds = [np.nan if load is None else load for load in loads]
         left.plot(speeds, [s["requests_per_s"] for s in sweep["steps"]], marker="o", label="achieved req/s")
         if any(s["goodput"] for s in sweep["steps"]):
             left.plot(
                 speeds,
-                [s["goodput"]["requests_per_s"] for s in sweep["steps"]],
+                [g["requests_per_s"] if (g := s["goodput"]) else None for s in sweep["steps"]],
                 marker="s",
                 label="goodput req/s",
             )
@@ -242,7 +244,7 @@ TELEMETRY_SERIES = (
 )
 
 
-def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
+def engine_telemetry(doc: Document, runs: list[Run]) -> Figure | None:
     """The engine's gauges over the run, one panel per gauge, one line per run."""
     records = [(run, run.extras["telemetry"][0]) for run in runs if run.extras.get("telemetry")]
     if not records:
@@ -262,7 +264,7 @@ def engine_telemetry(doc: dict[str, Any], runs: list[Run]) -> Figure | None:
     return fig
 
 
-PLOTS: list[tuple[str, Callable[[dict[str, Any], list[Run]], Figure | None]]] = [
+PLOTS: list[tuple[str, Callable[[Document, list[Run]], Figure | None]]] = [
     ("Latency CDFs", latency_cdfs),
     ("Goodput against the SLO", goodput_vs_slo),
     ("Latency over time", latency_over_time),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from replayproxy.report.cells import Table
+from replayproxy.report.document_types import Document
 from replayproxy.report.plots import PLOTS, to_svg
 from replayproxy.report.runs import Run
 from replayproxy.report.sections import report_tables
@@ -25,7 +25,7 @@ div.verdict p.warning { color: #8a4b00; }
 """
 
 
-def _verdict(doc: dict[str, Any]) -> str:
+def _verdict(doc: Document) -> str:
     """The verdict box, on top: the same lines the text report opens with."""
     lines = []
     for line in doc["verdict"]["lines"]:
@@ -46,7 +46,7 @@ def _table(t: Table) -> str:
     return "\n".join(parts)
 
 
-def render_html(doc: dict[str, Any], runs: list[Run]) -> str:
+def render_html(doc: Document, runs: list[Run]) -> str:
     """The whole report; `runs` are the columns in document order (the plots need per-request data)."""
     figures = []
     for title, draw in PLOTS:

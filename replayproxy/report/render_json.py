@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
-def render_json(doc: dict[str, Any]) -> str:
+def render_json(doc: Mapping[str, object]) -> str:
     return json.dumps(doc, indent=2, allow_nan=False, default=_default) + "\n"
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from replayproxy.report.cells import Table
+from replayproxy.report.document_types import Document
 from replayproxy.report.sections import report_tables
 
 
@@ -24,7 +23,7 @@ def format_text(ts: list[Table]) -> str:
     return "\n\n".join("\n".join(_aligned(t)) for t in ts) + "\n"
 
 
-def render_text(doc: dict[str, Any]) -> str:
+def render_text(doc: Document) -> str:
     return format_text(report_tables(doc))
 
 
@@ -48,5 +47,5 @@ def format_markdown(ts: list[Table]) -> str:
     return "\n".join(line for t in ts for line in [*_markdown(t), ""])
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
+def render_markdown(doc: Document) -> str:
     return format_markdown(report_tables(doc))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.errors import BadInputFile
 from replayproxy.report import telemetry
 from replayproxy.report.measures import Measures, Requests, measure
 from replayproxy.results import ResultFile, RunHeader, load_results
@@ -137,7 +138,7 @@ def _run(files: list[ResultFile]) -> Run:
     seen: dict[str, str] = {}
     for f in files:
         if f.header.shard in seen:
-            raise ValueError(
+            raise BadInputFile(
                 f"{f.path} and {seen[f.header.shard]} are both shard {f.header.shard} of one run; "
                 "pass one run's shard files at a time"
             )

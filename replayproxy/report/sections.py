@@ -10,6 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
+from replayproxy.report.document_types import (
+    Breakdowns,
+    Document,
+    GoodputDoc,
+    RunDoc,
+    SloSection,
+    stat,
+    summary_of,
+)
 from replayproxy.report.engine_tables import contract_section, gpu_section, telemetry_section
 from replayproxy.report.stats import STAT_NAMES
 
@@ -26,20 +35,20 @@ LATENCY_ROWS = (
 )
 
 
-def verdict_section(doc: dict[str, Any]) -> list[Table]:
+def verdict_section(doc: Document) -> list[Table]:
     """The report's first lines: which candidate, by how much, how sure, and what weakens it."""
     return [Table("Verdict", [], [], list(doc["verdict"]["lines"]), "verdict")]
 
 
-def latency_section(doc: dict[str, Any]) -> list[Table]:
+def latency_section(doc: Document) -> list[Table]:
     runs = doc["runs"]
     rows = []
     for title, key in LATENCY_ROWS:
         if key == "itl_ms":
             units = {r["itl_unit"] for r in runs if r["itl_ms"]["count"]}
             title = f"ITL ms (per {'/'.join(sorted(units))})" if units else title
-        for i, stat in enumerate(STAT_NAMES):
-            rows.append([title if i == 0 else "", stat, *(fmt(r[key][stat]) for r in runs)])
+        for i, name in enumerate(STAT_NAMES):
+            rows.append([title if i == 0 else "", name, *(fmt(stat(summary_of(r, key), name)) for r in runs)])
     notes = [
         "latency covers successful requests; count = requests (ITL: gaps) measured; "
         "TPOT only over streaming replies of at least 2 output tokens"
@@ -53,10 +62,10 @@ NO_TIMINGS = (
 )
 
 
-def throughput_section(doc: dict[str, Any]) -> list[Table]:
+def throughput_section(doc: Document) -> list[Table]:
     runs = doc["runs"]
 
-    def row(name: str, get: Callable[[dict[str, Any]], str]) -> list[str]:
+    def row(name: str, get: Callable[[RunDoc], str]) -> list[str]:
         return [name, *(get(r) for r in runs)]
 
     rows = [
@@ -85,7 +94,7 @@ def throughput_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Throughput and load", ["", *(r["name"] for r in runs)], rows, [], "throughput")]
 
 
-def errors_section(doc: dict[str, Any]) -> list[Table]:
+def errors_section(doc: Document) -> list[Table]:
     runs = doc["runs"]
     classes = sorted({c for r in runs for c in r["errors"]["by_class"]})
     rows = [["error rate", *(f"{pct(r['errors']['rate'])} ({r['errors']['count']})" for r in runs)]]
@@ -93,12 +102,13 @@ def errors_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Errors", ["", *(r["name"] for r in runs)], rows, [], "errors")]
 
 
-def goodput_section(doc: dict[str, Any]) -> list[Table]:
-    if doc["slo"] is None:
+def goodput_section(doc: Document) -> list[Table]:
+    slo = doc["slo"]
+    if slo is None:
         return []
     runs = doc["runs"]
 
-    def meeting(g: dict[str, Any] | None) -> str:
+    def meeting(g: GoodputDoc | None) -> str:
         return MISSING if g is None else f"{pct(g['fraction'])} ({g['good']}/{g['of']})"
 
     rows = [
@@ -108,7 +118,7 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
         ],
         ["meeting all SLOs", *(meeting(r["goodput"]) for r in runs)],
     ]
-    for i, clause in enumerate(c for c in doc["slo"]["clauses"] if c["percentile"] is not None):
+    for i, clause in enumerate(c for c in slo["clauses"] if c["percentile"] is not None):
         cells = []
         for r in runs:
             check = None if r["goodput"] is None else r["goodput"]["percentile_checks"][i]
@@ -121,11 +131,11 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
         f"{r['name']}: {r['goodput']['not_applicable']} non-streaming or one-token replies have no TPOT/ITL; "
         "those clauses do not apply to them"
         for r in runs
-        if r["goodput"] is not None and r["goodput"]["not_applicable"] and _per_token_clause(doc)
+        if r["goodput"] is not None and r["goodput"]["not_applicable"] and _per_token_clause(slo)
     ]
     return [
         Table(
-            f"Goodput ({doc['slo']['spec']})",
+            f"Goodput ({slo['spec']})",
             ["", *(r["name"] for r in runs)],
             rows,
             notes + skipped,
@@ -134,11 +144,11 @@ def goodput_section(doc: dict[str, Any]) -> list[Table]:
     ]
 
 
-def _per_token_clause(doc: dict[str, Any]) -> bool:
-    return any(c["metric"] in ("tpot", "itl") and c["percentile"] is None for c in doc["slo"]["clauses"])
+def _per_token_clause(slo: SloSection) -> bool:
+    return any(c["metric"] in ("tpot", "itl") and c["percentile"] is None for c in slo["clauses"])
 
 
-def comparison_section(doc: dict[str, Any]) -> list[Table]:
+def comparison_section(doc: Document) -> list[Table]:
     tables = []
     for c in doc["comparisons"]:
         rows = []
@@ -198,11 +208,15 @@ def _group_cells(g: dict[str, Any]) -> list[str]:
     ]
 
 
-def breakdown_section(doc: dict[str, Any]) -> list[Table]:
+def _groups(breakdowns: Breakdowns, key: str) -> list[dict[str, Any]]:
+    return breakdowns["input_length"] if key == "input_length" else breakdowns["endpoint"]
+
+
+def breakdown_section(doc: Document) -> list[Table]:
     runs = doc["runs"]
     tables = []
     for key, title in (("input_length", "By input length (tokens)"), ("endpoint", "By endpoint")):
-        rows = [[g["name"], r["name"], *_group_cells(g)] for r in runs for g in r["breakdowns"][key]]
+        rows = [[g["name"], r["name"], *_group_cells(g)] for r in runs for g in _groups(r["breakdowns"], key)]
         tables.append(Table(title, ["group", "run", *GROUP_HEADER], rows, ["latency in ms"], f"by_{key}"))
     windows = sum(len(r["breakdowns"]["window_10s"]) for r in runs)
     if windows <= MAX_TEXT_WINDOWS:
@@ -227,7 +241,7 @@ def breakdown_section(doc: dict[str, Any]) -> list[Table]:
     return tables
 
 
-def sweep_section(doc: dict[str, Any]) -> list[Table]:
+def sweep_section(doc: Document) -> list[Table]:
     """The operating line: one row per load step, offered against achieved, latency, errors, goodput."""
     tables = []
     for sweep in doc["sweeps"]:
@@ -242,7 +256,7 @@ def sweep_section(doc: dict[str, Any]) -> list[Table]:
                     fmt(s["requests_per_s"]),
                     fmt(s["output_tokens_per_s"]),
                     fmt(s["mean_concurrency"]),
-                    *(fmt(s[f"{m}_ms"][q]) for m in ("ttft", "tpot", "e2e") for q in ("p50", "p95")),
+                    *(fmt(d[q]) for d in (s["ttft_ms"], s["tpot_ms"], s["e2e_ms"]) for q in ("p50", "p95")),
                     f"{pct(s['error_rate'])} ({s['errors']})",
                     MISSING if g is None else f"{fmt(g['requests_per_s'])} ({pct(g['fraction'])})",
                 ]
@@ -285,22 +299,20 @@ SESSION_ROWS = (
 )
 
 
-def sessions_section(doc: dict[str, Any]) -> list[Table]:
+def sessions_section(doc: Document) -> list[Table]:
     """Per-session figures beside the per-request ones, for runs of traces with multi-turn sessions."""
-    runs = [r for r in doc["runs"] if r.get("sessions")]
-    if not runs:
+    pairs = [(r, sessions) for r in doc["runs"] if (sessions := r["sessions"])]
+    if not pairs:
         return []
+    runs, figures = [r for r, _ in pairs], [f for _, f in pairs]
     rows = [
-        [
-            "sessions (multi-turn)",
-            *(f"{r['sessions']['sessions']} ({r['sessions']['multi_turn_sessions']})" for r in runs),
-        ],
-        ["later turns", *(fmt(r["sessions"]["later_turns"]) for r in runs)],
-        ["overlapping turns", *(fmt(r["sessions"]["overlapping_turns"]) for r in runs)],
+        ["sessions (multi-turn)", *(f"{f['sessions']} ({f['multi_turn_sessions']})" for f in figures)],
+        ["later turns", *(fmt(f["later_turns"]) for f in figures)],
+        ["overlapping turns", *(fmt(f["overlapping_turns"]) for f in figures)],
     ]
-    for title, key, stats in SESSION_ROWS:
-        for stat in stats:
-            rows.append([f"{title} {stat}", *(fmt((r["sessions"].get(key) or {}).get(stat)) for r in runs)])
+    for title, key, names in SESSION_ROWS:
+        for name in names:
+            rows.append([f"{title} {name}", *(fmt((f.get(key) or {}).get(name)) for f in figures)])
     notes = [
         "overlapping: a turn sent before the previous turn of its session ended (production never did)",
         "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
@@ -315,13 +327,14 @@ CACHE_ROWS = (
 )
 
 
-def prefix_cache_section(doc: dict[str, Any]) -> list[Table]:
+def prefix_cache_section(doc: Document) -> list[Table]:
     """The trace's sharing at the engine's block size beside the engine's own hit counter."""
-    runs = [r for r in doc["runs"] if r.get("prefix_cache")]
-    if not runs:
+    pairs = [(r, cache) for r in doc["runs"] if (cache := r["prefix_cache"])]
+    if not pairs:
         return []
-    rows = [[title, *(fmt(r["prefix_cache"].get(key)) for r in runs)] for title, key in CACHE_ROWS]
-    rows.append(["engine / implied", *(pct(r["prefix_cache"].get("engine_over_implied")) for r in runs)])
+    runs, caches = [r for r, _ in pairs], [c for _, c in pairs]
+    rows = [[title, *(fmt(c.get(key)) for c in caches)] for title, key in CACHE_ROWS]
+    rows.append(["engine / implied", *(pct(c.get("engine_over_implied")) for c in caches)])
     notes = [
         "implied: each request's prefix shared with an earlier request of the trace, in whole engine blocks "
         "(the last prompt token is always computed); engine: its prefix-cache hit counter over the run",
@@ -329,13 +342,13 @@ def prefix_cache_section(doc: dict[str, Any]) -> list[Table]:
     return [Table("Prefix cache", ["figure", *(r["label"] for r in runs)], rows, notes, "prefix_cache")]
 
 
-def warnings_section(doc: dict[str, Any]) -> list[Table]:
+def warnings_section(doc: Document) -> list[Table]:
     if not doc["warnings"]:
         return []
     return [Table("Warnings", [], [], list(doc["warnings"]), "warnings")]
 
 
-SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
+SECTIONS: list[Callable[[Document], list[Table]]] = [
     verdict_section,
     contract_section,
     latency_section,
@@ -353,6 +366,6 @@ SECTIONS: list[Callable[[dict[str, Any]], list[Table]]] = [
 ]
 
 
-def report_tables(doc: dict[str, Any]) -> list[Table]:
+def report_tables(doc: Document) -> list[Table]:
     """Every section's tables, in SECTIONS order."""
     return [t for section in SECTIONS for t in section(doc)]

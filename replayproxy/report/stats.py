@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayproxy.report.document_types import Summary as SummaryDoc
+
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("p50", "p90", "p95", "p99", "max", "mean", "count")
 
@@ -27,10 +29,18 @@ class Summary:
     max: float = math.nan
     mean: float = math.nan
 
-    def to_dict(self) -> dict[str, float | int | None]:
-        out: dict[str, float | int | None] = {name: _json_number(getattr(self, name)) for name in STAT_NAMES}
-        out["count"] = self.count
-        return out
+    def to_dict(self) -> SummaryDoc:
+        """In STAT_NAMES order, NaN as None."""
+        j = _json_number
+        return {
+            "p50": j(self.p50),
+            "p90": j(self.p90),
+            "p95": j(self.p95),
+            "p99": j(self.p99),
+            "max": j(self.max),
+            "mean": j(self.mean),
+            "count": self.count,
+        }
 
 
 def _json_number(value: float) -> float | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayproxy.errors import BadOption
 from replayproxy.report.goodput import Goodput, Slo, goodput, pooled_values
 from replayproxy.report.measures import concurrency
 from replayproxy.report.runs import Run
@@ -182,15 +183,15 @@ def find_knee(steps: list[Step], max_error_rate: float = MAX_ERROR_RATE) -> Knee
 def check_share(option: str, value: float) -> None:
     """Reject a rate or share option outside (0, 1] (NaN included) before any work is done."""
     if not 0 < value <= 1:
-        raise ValueError(f"{option} must be in (0, 1], got {value:g}")
+        raise BadOption(f"{option} must be in (0, 1], got {value:g}")
 
 
 def check_search_options(max_runs: int, start_speed: float, max_error_rate: float, attainment: float) -> None:
     """The rate search's own options (sweep --auto and tune share them), refused before any work."""
     if max_runs < 1:
-        raise ValueError(f"--max-runs must be at least 1, got {max_runs}")
+        raise BadOption(f"--max-runs must be at least 1, got {max_runs}")
     if not 0 < start_speed < math.inf:
-        raise ValueError(f"--start-speed must be a positive number, got {start_speed:g}")
+        raise BadOption(f"--start-speed must be a positive number, got {start_speed:g}")
     check_share("--max-error-rate", max_error_rate)
     check_share("--attainment", attainment)
 

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from replayproxy.errors import BadInputFile, BadOption, RunAborted
 from replayproxy.report.document import build_document, sweep_doc
 from replayproxy.report.goodput import Slo, parse_slo
 from replayproxy.report.render_json import render_json
@@ -98,16 +99,16 @@ def parse_speeds(text: str, option: str = "--speeds") -> list[float]:
     try:
         speeds = sorted({float(s) for s in text.split(",") if s.strip()})
     except ValueError as e:
-        raise ValueError(f"{option} must be numbers separated by commas, got {text!r}") from e
+        raise BadOption(f"{option} must be numbers separated by commas, got {text!r}") from e
     if not speeds or speeds[0] <= 0 or not math.isfinite(speeds[-1]):
-        raise ValueError(f"{option} must be positive numbers, got {text!r}")
+        raise BadOption(f"{option} must be positive numbers, got {text!r}")
     return speeds
 
 
 def parse_concurrency(text: str) -> list[int]:
     values = parse_speeds(text, "--concurrency")
     if any(v != int(v) for v in values):
-        raise ValueError(f"--concurrency must be whole numbers, got {text!r}")
+        raise BadOption(f"--concurrency must be whole numbers, got {text!r}")
     return [int(v) for v in values]
 
 
@@ -117,7 +118,7 @@ def refuse_conflicts(args: argparse.Namespace) -> None:
     for arg in args.replay_args:
         name = arg.split("=", 1)[0]
         if name in taken:
-            raise ValueError(
+            raise BadOption(
                 f"--replay-args must not set {name}: the sweep sets each step's load and output "
                 "(use --speeds, --rates or --concurrency, and -o DIR)"
             )
@@ -127,7 +128,7 @@ def trace_rate(paths: Sequence[str]) -> float:
     """The trace's own mean arrival rate (req/s), which a speed of 1 replays."""
     offsets = load(paths).offset_ns
     if len(offsets) < 2 or offsets.max() <= offsets.min():
-        raise ValueError("--rates needs a trace of at least two requests at different times")
+        raise BadInputFile("--rates needs a trace of at least two requests at different times")
     return float(len(offsets) / ((offsets.max() - offsets.min()) / 1e9))
 
 
@@ -175,13 +176,13 @@ def run_replay(command: Sequence[str]) -> None:
     code = step.returncode
     written = "-o" in command and Path(command[list(command).index("-o") + 1]).exists()
     if code != 0 and not (code == 1 and written):
-        raise ValueError(f"replay step failed: {last or f'exit status {code}'}")
+        raise RunAborted(f"replay step failed: {last or f'exit status {code}'}")
 
 
 def run(args: argparse.Namespace) -> int:
     slos: tuple[Slo, ...] = parse_slo(args.slo) if args.slo else ()
     if args.auto and not slos:
-        raise ValueError("--auto needs --slo (the target the search must meet)")
+        raise BadOption("--auto needs --slo (the target the search must meet)")
     check_search_options(args.max_runs, args.start_speed, args.max_error_rate, args.attainment)
     refuse_conflicts(args)
     steps_asked: list[tuple[float, str, float, tuple[str, ...]]] = []  # (speed, kind, value, extra args)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.report import contracts, noise
+from replayproxy.report.document_types import SweepDoc
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import Interval, summarize
@@ -60,7 +61,7 @@ def build(
     baseline: Run | None,
     slos: tuple[Slo, ...],
     slo_spec: str,
-    sweeps: list[dict[str, Any]],
+    sweeps: list[SweepDoc],
     *,
     resamples: int = 1000,
     seed: int = 0,
@@ -80,10 +81,8 @@ def build(
         rate = f"{g.requests_per_s:.3g} req/s ({g.fraction:.1%})"
         lines.append(f"{baseline.label}: goodput {rate}, as recorded in production")
     for sweep in sweeps:
-        if sweep.get("max_rate_under_slo") is not None:
-            lines.append(
-                f"{sweep['label']}: max rate under the SLO {sweep['max_rate_under_slo']:.3g} req/s (sweep)"
-            )
+        if (max_rate := sweep["max_rate_under_slo"]) is not None:
+            lines.append(f"{sweep['label']}: max rate under the SLO {max_rate:.3g} req/s (sweep)")
     decision = _decide(groups, slos, resamples, seed)
     lines.append(decision["sentence"])
     lines.append(f"decided by: {decision['metric_text'] if not slos else 'goodput under ' + slo_spec}")

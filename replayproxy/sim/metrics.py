@@ -156,11 +156,29 @@ class Metrics(Collector):
         stats = engine.stats
         config = engine.config
         # vLLM publishes its CacheConfig as the labels of an info gauge of value 1 (strings, as vLLM does).
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                 labels=["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine",
-                                         "cache_dtype", "gpu_memory_utilization"])
-        info.add_metric([str(config.block_size), str(config.num_gpu_blocks), str(config.prefix_cache), "0",
-                         config.kv_cache_dtype, "0.9"], 1)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=[
+                "block_size",
+                "num_gpu_blocks",
+                "enable_prefix_caching",
+                "engine",
+                "cache_dtype",
+                "gpu_memory_utilization",
+            ],
+        )
+        info.add_metric(
+            [
+                str(config.block_size),
+                str(config.num_gpu_blocks),
+                str(config.prefix_cache),
+                "0",
+                config.kv_cache_dtype,
+                "0.9",
+            ],
+            1,
+        )
         yield info
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", len(engine.running))
         yield gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", len(engine.waiting))

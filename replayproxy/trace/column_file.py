@@ -11,7 +11,7 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
+from replayproxy.errors import MissingFile, user_file
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 
@@ -112,10 +113,11 @@ class ColumnFileWriter:
     """
 
     def __init__(self, path: Path, header: dict[str, Any], level: int, exclusive: bool) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._kinds = [header["kinds"][name] for name in header["fields"]]
-        self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
+        with user_file(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream = open(path, "xb" if exclusive else "wb")  # noqa: SIM115 — closed in close()
         self._frames = FrameWriter(self._stream, level)
         self._packer = msgpack.Packer(use_bin_type=True)
         self._rows: list[tuple[Any, ...]] = []
@@ -190,20 +192,6 @@ class ColumnFileData:
     n: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     ragged: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        """Positional rows in the header's field order, ragged fields packed as bytes again."""
-        cols: list[list[Any]] = []
-        for name in self.header["fields"]:
-            if name in self.ragged:
-                flat, lengths = self.ragged[name]
-                ends = np.cumsum(lengths).tolist()
-                blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
-                size = flat.dtype.itemsize
-                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends][:-1], ends, strict=True)])
-            else:
-                cols.append(self.columns[name].tolist())
-        return zip(*cols, strict=True) if self.n else iter(())
 
 
 class _Growing:
@@ -447,7 +435,7 @@ def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
 
 def _read_bytes(path: Path) -> bytes | mmap.mmap:
     """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
-    with open(path, "rb") as f:
+    with user_file(path), open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 1 << 20:
             return f.read()
@@ -611,8 +599,8 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) 
         else:
             matches = sorted(Path(m) for m in glob.glob(str(raw)))
             if not matches:
-                raise FileNotFoundError(f"no such file: {raw}")
+                raise MissingFile(f"no such file: {raw}")
             found.extend(matches)
     if not found:
-        raise FileNotFoundError(f"no {suffix} files in {', '.join(map(str, paths))}")
+        raise MissingFile(f"no {suffix} files in {', '.join(map(str, paths))}")
     return found

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,26 +42,8 @@ def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFile
         raise TraceFormatError(f"{path}: {e}") from e
 
 
-def iter_shapes(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> Iterator[RequestShape]:
-    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
-
-    Recorders write a record when its response ends, so records are sorted here.
-    """
-    pairs = read_trace_files(paths, report)
-    base = pairs[0][0].start_wall_ns
-    shapes: list[RequestShape] = []
-    for header, table in pairs:
-        shift = header.start_wall_ns - base
-        for values in table.rows():
-            shape = RequestShape.from_record(values, header.fields)
-            shapes.append(shape._replace(offset_ns=shape.offset_ns + shift) if shift else shape)
-    shapes.sort(key=lambda s: s.offset_ns)
-    return iter(shapes)
-
-
 RAGGED = ("prefix_hashes", "chunk_gaps_us")
+SCALAR_FIELDS = tuple(name for name in FIELDS if name not in RAGGED)
 
 
 @dataclass(slots=True)
@@ -69,7 +51,8 @@ class Columns:
     """A whole trace as numpy arrays, sorted by arrival; ragged fields are flat + index arrays.
 
     Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
-    Scalar columns are reached by field name: `columns.input_tokens`, `columns.model`, ...
+    `scalar` holds the other fields by name; each is also an attribute (`columns.input_tokens`),
+    set from `scalar` on construction, so `dataclasses.replace(columns, scalar=...)` keeps them in step.
     """
 
     headers: list[TraceHeader]
@@ -79,22 +62,48 @@ class Columns:
     prefix_index: np.ndarray
     chunk_gaps_us: np.ndarray
     chunk_index: np.ndarray
+    # The scalar fields of shape.FIELDS, in its order (tests/trace checks that they agree).
+    offset_ns: np.ndarray = field(init=False)
+    endpoint: np.ndarray = field(init=False)
+    model: np.ndarray = field(init=False)
+    stream: np.ndarray = field(init=False)
+    input_tokens: np.ndarray = field(init=False)
+    output_tokens: np.ndarray = field(init=False)
+    output_estimated: np.ndarray = field(init=False)
+    max_tokens: np.ndarray = field(init=False)
+    sampling: np.ndarray = field(init=False)
+    roles: np.ndarray = field(init=False)
+    has_tools: np.ndarray = field(init=False)
+    has_response_format: np.ndarray = field(init=False)
+    prefix_units: np.ndarray = field(init=False)
+    status: np.ndarray = field(init=False)
+    error: np.ndarray = field(init=False)
+    ttft_ns: np.ndarray = field(init=False)
+    e2e_ns: np.ndarray = field(init=False)
+    cached_tokens: np.ndarray = field(init=False)
+    session: np.ndarray = field(init=False)
+    turn: np.ndarray = field(init=False)
+    method: np.ndarray = field(init=False)
+    request_bytes: np.ndarray = field(init=False)
+    response_bytes: np.ndarray = field(init=False)
+    think_ns: np.ndarray = field(init=False)
+    chat_id: np.ndarray = field(init=False)
+    parent_id: np.ndarray = field(init=False)
+    tool_chars: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in SCALAR_FIELDS:
+            setattr(self, name, self.scalar[name])
 
     def __len__(self) -> int:
-        return len(self.scalar["offset_ns"])
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        scalar = object.__getattribute__(self, "scalar")
-        if name in scalar:
-            return scalar[name]  # type: ignore[no-any-return]
-        raise AttributeError(name)
+        return len(self.offset_ns)
 
     def hashes_of(self, i: int) -> np.ndarray:
         return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
 
     @property
     def message_count(self) -> np.ndarray:
-        return np.fromiter((len(r) for r in self.scalar["roles"]), dtype=np.int64, count=len(self))
+        return np.fromiter((len(r) for r in self.roles), dtype=np.int64, count=len(self))
 
 
 def load(
@@ -113,7 +122,7 @@ def load(
     tables = [_with_defaults(table) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
         table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
-    scalar = {name: _joined([t.columns[name] for t in tables]) for name in FIELDS if name not in RAGGED}
+    scalar = {name: _joined([t.columns[name] for t in tables]) for name in SCALAR_FIELDS}
     order = np.argsort(scalar["offset_ns"], kind="stable")
     if not _is_identity(order):
         scalar = {name: column[order] for name, column in scalar.items()}

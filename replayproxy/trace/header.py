@@ -7,6 +7,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from replayproxy.errors import BadInputFile
 from replayproxy.shape import FIELD_KINDS, FIELDS, HASH_SCHEME
 
 FORMAT_NAME = "replayproxy-trace"
@@ -14,7 +15,7 @@ FORMAT_VERSION = 2  # major: a reader refuses files with a larger one; 2: sessio
 SUFFIX = ".rpt"
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(BadInputFile):
     """The file is not a readable trace (not ours, newer major version, or unreadable header)."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from replayproxy.clock import now_ns
+from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
 from replayproxy.tune.candidates import Config, Engine, load_candidates
@@ -125,11 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _settings(args: argparse.Namespace) -> Settings:
     if args.repeat < 1:
-        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+        raise BadOption(f"--repeat must be at least 1, got {args.repeat}")
     if not 0 < args.precision < 1:
-        raise ValueError(f"--precision must be in (0, 1), got {args.precision:g}")
+        raise BadOption(f"--precision must be in (0, 1), got {args.precision:g}")
     if args.warmup < 0:
-        raise ValueError(f"--warmup must not be negative, got {args.warmup}")
+        raise BadOption(f"--warmup must not be negative, got {args.warmup}")
     check_search_options(args.max_runs, args.start_speed, args.max_error_rate, args.attainment)
     return Settings(
         traces=tuple(args.traces),

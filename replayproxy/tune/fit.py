@@ -19,6 +19,7 @@ import numpy as np
 
 from replayproxy.capacity.command import load_model, parse_memory_size
 from replayproxy.capacity.memory import GIB, Plan, Setup, plan
+from replayproxy.errors import BadInputFile
 from replayproxy.trace import load
 from replayproxy.tune.candidates import Config, Knob
 
@@ -59,7 +60,7 @@ class Fit:
 def trace_facts(paths: Iterable[str | os.PathLike[str]]) -> TraceFacts:
     cols = load(list(paths))
     if not len(cols):
-        raise ValueError("the trace holds no requests")
+        raise BadInputFile("the trace holds no requests")
     tokens = np.maximum(cols.input_tokens, 0) + np.maximum(cols.output_tokens, 0)
     offsets = cols.offset_ns
     return TraceFacts(

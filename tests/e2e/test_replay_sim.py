@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,50 @@ def test_speed_two_halves_the_span(tmp_path: Path) -> None:
     assert np.array_equal(fast.column("scheduled_ns") * 2, normal.column("scheduled_ns")) or np.allclose(
         fast.column("scheduled_ns") * 2, normal.column("scheduled_ns"), atol=2
     )
+
+
+def _replay_process(trace: Path, url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out)]
+        + ["--flavor", "vllm", "--quiet", "--sessions", "open", *extra],
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell without job control starts background jobs with SIGINT ignored, and a child
+        # inherits that: give the replayer the default, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _wait_for_lines(path: Path, count: int) -> None:
+    for _ in range(1200):  # well into the trace, however slow the workers' start on a busy machine
+        if path.exists() and len(path.read_bytes().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+
+
+def test_an_interrupted_two_worker_replay_keeps_every_result(tmp_path: Path) -> None:
+    trace = traces.write_synthetic(
+        tmp_path / "long.rpt", requests=150, rate_rps=10.0, input_len="uniform:20,60", output_len="fixed:4"
+    )
+    truth_log, out = tmp_path / "truth.jsonl", tmp_path / "partial.rpr"
+    with sim("--speed", "20", "--truth-log", str(truth_log)) as server:
+        process = _replay_process(trace, server.url, out, "--workers", "2")
+        _wait_for_lines(truth_log, 12)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        answered = len(truth(truth_log))  # every request the engine saw, answered or cut off
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    result = load_results([out])[0]
+    indices = result.column("index").tolist()
+    errors = result.column("error").tolist()
+    assert len(set(indices)) == len(indices) and 12 <= len(indices) < 150
+    assert set(result.column("worker").tolist()) == {0, 1}  # both workers' results came back
+    assert len(indices) >= answered  # nothing the engine saw is missing from the file
+    assert errors.count("") >= 10 and set(errors) <= {"", "client_cancel"}
+    summary = result.footer["summary"]
+    assert summary["partial"] is True and summary["planned_requests"] == 150
+    assert f"{len(indices)} results in {out}" in err
 
 
 def test_workers_and_shards_split_the_trace(tmp_path: Path) -> None:

@@ -36,8 +36,10 @@ def test_an_equal_or_better_candidate_passes(tmp_path: Path, capsys: pytest.Capt
     ("spec", "message"),
     [
         ("ttft<=1.1*BASE", "needs a statistic"),
-        ("speed>=1*BASE", "unknown --gate metric"),
-        ("goodput>=0.95", "bad --gate clause"),
+        ("speed>=1*BASE", "unknown metric 'speed'"),
+        ("goodput>=0.95", "compared with BASE"),
+        ("ttft:p95<<1.1*BASE", "cannot read"),
+        ("goodput:p95>=1*BASE", "takes no statistic"),
     ],
 )
 def test_bad_gates_are_one_line_errors(spec: str, message: str) -> None:

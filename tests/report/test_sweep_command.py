@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
+from replayproxy.errors import RunAborted
 from replayproxy.report import sweep_command
 from tests.report.helpers import result, write_run
 from tests.report.test_baseline import write_baseline_trace
@@ -133,7 +134,7 @@ def test_damaged_trace_fails_before_any_replay(
 
 
 def test_failed_replay_step_stops_with_its_last_line(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="replay step failed: boom"):
+    with pytest.raises(RunAborted, match="replay step failed: boom"):
         sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit('boom')"])
 
 
@@ -195,7 +196,7 @@ def test_a_replay_step_that_exits_1_with_its_result_written_is_a_step(tmp_path: 
     out = tmp_path / "speed-8.rpr"
     script = f"import pathlib, sys; pathlib.Path({str(out)!r}).write_bytes(b'x'); sys.exit(1)"
     sweep_command.run_replay([sys.executable, "-c", script, "-o", str(out)])
-    with pytest.raises(ValueError, match="replay step failed"):
+    with pytest.raises(RunAborted, match="replay step failed"):
         sweep_command.run_replay([sys.executable, "-c", "import sys; sys.exit(1)", "-o", str(tmp_path / "x")])
 
 
@@ -204,6 +205,6 @@ def test_a_step_shows_its_progress_lines_as_they_come(capsys: pytest.CaptureFixt
         "import sys; print('replay: 0:10 elapsed, ETA 0:05  sent 9/10', file=sys.stderr);"
         "print('a note', file=sys.stderr); sys.exit(2)"
     )
-    with pytest.raises(ValueError, match="replay step failed: a note"):
+    with pytest.raises(RunAborted, match="replay step failed: a note"):
         sweep_command.run_replay([sys.executable, "-c", script])
     assert capsys.readouterr().err == "sweep: replay: 0:10 elapsed, ETA 0:05  sent 9/10\n"
