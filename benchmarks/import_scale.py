@@ -6,7 +6,9 @@ timestamps and ids, or a synthetic file of the same shape when that trace is abs
 the import time (parse + hash chains + trace write), the time to merely orjson-parse every line
 (the floor any JSON importer pays) and their ratio, then the export back to Mooncake. With
 --formats, each export (and the import) also runs as `replayproxy` in a child process, printing
-its time and peak RSS, at --lines and at a quarter of it (time per row should stay flat).
+its time and peak RSS, and what it wrote is imported back (formats that import), at --lines and
+at a quarter of it (time per row should stay flat). The id formats use --block-size 512 there
+(the source's blocks): 16-token ids of these 12k-token prompts are 770 M ids per million rows.
 
     .venv/bin/python benchmarks/import_scale.py [--lines 1000000] [--formats mooncake,bailian,...]
 """
@@ -81,33 +83,47 @@ def timed_cli(*args: str) -> tuple[float, int]:
     return time.perf_counter() - start, int(run.stdout.split("peak_mb")[-1])
 
 
-def scale_table(lines: int, formats: list[str]) -> None:
-    """Import and each export as the CLI runs them, at `lines` and `lines // 4` (linearity check)."""
-    print(f"{'step':<18} {'rows':>9} {'time s':>8} {'us/row':>7} {'peak MB':>8}")
+IMPORTABLE = {"mooncake", "bailian", "azure", "burstgpt", "jsonl"}
+
+
+def scale_table(lines: int, formats: list[str], block: int) -> None:
+    """Each export, and the import of what it wrote, as the CLI runs them, at `lines` and
+    `lines // 4` (time per row should stay flat, peak memory bounded)."""
+    print(f"hash-id formats at --block-size {block} (the same ids in every format, so rows compare)")
+    print(f"{'step':<18} {'rows':>9} {'time s':>8} {'us/row':>7} {'peak MB':>8} {'file MB':>8}")
+
+    def line(step: str, rows: int, seconds: float, peak: int, path: Path) -> None:
+        size = path.stat().st_size / 1e6
+        print(f"{step:<18} {rows:>9,} {seconds:>8.2f} {seconds / rows * 1e6:>7.2f} {peak:>8} {size:>8.1f}")
+
     for rows in (lines // 4, lines):
         with tempfile.TemporaryDirectory() as tmp:
             source, trace = Path(tmp) / "big.jsonl", Path(tmp) / "big.rpt"
             make_file(source, rows)
             seconds, peak = timed_cli("import", str(source), "-f", "mooncake", "-o", str(trace))
-            print(
-                f"{'import mooncake':<18} {rows:>9,} {seconds:>8.2f} {seconds / rows * 1e6:>7.2f} {peak:>8}"
-            )
+            line("import mooncake", rows, seconds, peak, source)
             for fmt in formats:
-                out = Path(tmp) / f"out.{fmt}"
-                seconds, peak = timed_cli("export", str(trace), "-f", fmt, "-o", str(out))
+                out, back = Path(tmp) / f"out.{fmt}", Path(tmp) / "back.rpt"
+                blocks = ["--block-size", str(block)] if fmt in ("mooncake", "bailian", "jsonl") else []
+                seconds, peak = timed_cli("export", str(trace), "-f", fmt, "-o", str(out), *blocks)
+                line(f"export {fmt}", rows, seconds, peak, out)
+                if fmt in IMPORTABLE:
+                    seconds, peak = timed_cli("import", str(out), "-f", fmt, "-o", str(back), *blocks)
+                    line(f"import {fmt}", rows, seconds, peak, out)
+                    back.unlink()
                 out.unlink()
-                print(
-                    f"{'export ' + fmt:<18} {rows:>9,} {seconds:>8.2f} {seconds / rows * 1e6:>7.2f} {peak:>8}"
-                )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
-    parser.add_argument("--formats", help="comma-separated exports to time as CLI runs (peak memory)")
+    parser.add_argument(
+        "--formats", help="comma-separated formats: export, then import back, as CLI runs (peak memory)"
+    )
+    parser.add_argument("--block-size", type=int, default=512, help="tokens per id in id formats (--formats)")
     args = parser.parse_args()
     if args.formats:
-        scale_table(args.lines, args.formats.split(","))
+        scale_table(args.lines, args.formats.split(","), args.block_size)
         return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the budget says

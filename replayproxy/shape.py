@@ -35,6 +35,10 @@ ENDPOINT_PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
+# A source's request class where it publishes one (Qwen-Bailian's `type`); "" = not recorded. A
+# closed set, so that no text a file puts in that field can reach a trace.
+RequestType = Literal["", "text", "search", "image", "file", "other"]
+REQUEST_TYPES: tuple[RequestType, ...] = get_args(RequestType)
 
 
 # Message roles are a closed vocabulary stored one letter each, so a role can never carry text.
@@ -147,6 +151,7 @@ class RequestShape(NamedTuple):
     chat_id: Hash64 = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
     parent_id: Hash64 = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
+    request_type: RequestType = ""  # the source's request class (imports only)
 
     @property
     def message_count(self) -> int:

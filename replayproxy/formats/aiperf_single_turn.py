@@ -8,7 +8,7 @@ int | float milliseconds and `output_length` > 0; `--fixed-schedule` sends at th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     return ExportResult(rows, [command, note])
 
 
-def _rows(cols: Columns, prompts: list[str]) -> Iterator[dict[str, Any]]:
+def _rows(cols: Columns, prompts: Iterable[str]) -> Iterator[dict[str, Any]]:
     stamps = plain_numbers(relative_ms(cols))
     outputs = output_lengths(cols)[0].tolist()
     for prompt, timestamp, output in zip(prompts, stamps, outputs, strict=True):

@@ -31,6 +31,7 @@ from replayproxy.formats.importing import (
     read_json_lines,
     unit_warnings,
 )
+from replayproxy.shape import REQUEST_TYPES
 from replayproxy.trace import Columns
 
 DEFAULT_BLOCK = 16
@@ -46,6 +47,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
     rows, (ts, inputs, outputs, ids, counts) = mooncake.valid_rows(rows, columns, line_nos, block, bad)
     sessions = _root_sessions(rows)
     unit = options.time_unit or "s"
+    types = [_request_type(r.get("type")) for r in rows]
     return Imported(
         source="bailian",
         offset_ns=np.rint(ts * mooncake.UNIT_NS[unit]).astype(np.int64),
@@ -58,11 +60,23 @@ def read(path: Path, options: ImportOptions) -> Imported:
         columns={
             "session": sessions,
             "turn": np.array([max(int(r["turn"]) - 1, 0) for r in rows], np.int64),
+            "request_type": types,
             **({"model": options.model} if options.model else {}),
         },
-        extra={"request_types": sorted({str(r.get("type", "text")) for r in rows}), "time_unit": unit},
+        extra={"request_types": sorted(set(types)), "time_unit": unit},
         warnings=unit_warnings(ts, unit, str(path)),
     )
+
+
+_TYPES: dict[str, str] = {name: name for name in REQUEST_TYPES if name}
+
+
+def _request_type(value: Any) -> str:
+    """The published types (text, search, image, file) as they are; anything else is "other", so no
+    text a file puts in the field reaches the trace; a row without the field is "" (not recorded)."""
+    if value is None:
+        return ""
+    return _TYPES.get(value, "other") if isinstance(value, str) else "other"
 
 
 def _problem(row: dict[str, Any]) -> str | None:
@@ -108,7 +122,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     seconds = np.round((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9, 6)
     inputs = np.maximum(cols.input_tokens, 0)
     outputs = output_lengths(cols)[0]
-    sessions, turns = cols.session, cols.turn
+    sessions, turns, types = cols.session, cols.turn, cols.request_type
     last_chat: dict[int, int] = {}
     for rows, row_ids in iter_row_ids(cols, block):
         chunk = zip(
@@ -117,17 +131,18 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
             outputs[rows].tolist(),
             sessions[rows].tolist(),
             turns[rows].tolist(),
+            types[rows].tolist(),
             row_ids,
             strict=True,
         )
-        for i, (timestamp, n_in, n_out, session, turn, ids) in enumerate(chunk, rows.start):
+        for i, (timestamp, n_in, n_out, session, turn, kind, ids) in enumerate(chunk, rows.start):
             yield {
                 "chat_id": i,
                 "parent_chat_id": last_chat.get(session, -1) if session else -1,
                 "timestamp": timestamp,
                 "input_length": n_in,
                 "output_length": n_out,
-                "type": "text",
+                "type": kind or "text",  # a request whose class was not recorded is plain text
                 "turn": max(turn, 0) + 1,
                 "hash_ids": ids,
             }

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import dataclasses
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -142,12 +143,13 @@ def _export_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> list[str]:
+def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> Iterator[str]:
     """Every request's prompt exactly as the replayer sends it to /v1/completions (text, default seed).
 
     The replayer's synthesis (replay.plan + replay.synth) is used, not copied: formats may not
     import replay, so this glue module hands it to the vllm-custom writer. With a tokenizer the
-    prompts are exact for it (words of one token each, its special tokens counted).
+    prompts are exact for it (words of one token each, its special tokens counted). One prompt at
+    a time, so a writer never holds them all.
     """
     endpoint = np.full(len(cols), "completions", dtype=object)
     completions = dataclasses.replace(cols, scalar={**cols.scalar, "endpoint": endpoint})
@@ -157,5 +159,5 @@ def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> list[
 
         book = asyncio.run(exact.measure(LocalTokenizer(tokenizer), []))
     options = plan.PlanOptions(book=book)
-    prepared = plan.prepare(completions, np.arange(len(cols)), flavors.get("openai"), options)
-    return [str(orjson.loads(p.body)["prompt"]) for p in prepared]
+    for prepared in plan.iter_prepared(completions, np.arange(len(cols)), flavors.get("openai"), options):
+        yield str(orjson.loads(prepared.body)["prompt"])

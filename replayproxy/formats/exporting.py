@@ -12,8 +12,8 @@ import orjson
 from replayproxy.trace import Columns
 
 # The replayer's prompt synthesis, injected by the export command (formats may not import replay):
-# the prompt text of every request, in arrival order, as the replayer would send it.
-PromptsOf = Callable[[Columns], list[str]]
+# the prompt text of every request, in arrival order, as the replayer would send it, one at a time.
+PromptsOf = Callable[[Columns], Iterable[str]]
 
 
 @dataclass(frozen=True, slots=True)

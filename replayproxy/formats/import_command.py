@@ -15,6 +15,7 @@ from replayproxy.replay import progress
 EXAMPLES = (
     "replayproxy import mooncake_trace.jsonl --format mooncake -o mooncake.rpt",
     "replayproxy import AzureLLMInferenceTrace_conv.csv --format azure -o azure.rpt --skip-bad",
+    "replayproxy import ServeGen/data/language/m-small --format servegen --duration 600 --seed 1 -o sg.rpt",
 )
 
 
@@ -39,6 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines and count them")
     parser.add_argument(
+        "--seed", type=int, default=0, help="servegen: seed of the sampled workload (default: 0)"
+    )
+    parser.add_argument(
+        "--start", type=float, default=0.0, metavar="S", help="servegen: first second sampled (default: 0)"
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="servegen: seconds sampled (default: 600, one window)"
+    )
+    parser.add_argument(
         "--drop-failed", action="store_true", help="leave out requests the source marks failed"
     )
     parser.add_argument(
@@ -60,7 +70,12 @@ def run(args: argparse.Namespace) -> int:
         time_unit=args.time_unit,
         model=args.model,
         drop_failed=args.drop_failed,
+        seed=args.seed,
+        start_s=args.start,
+        duration_s=args.duration,
     )
+    if args.start < 0 or (args.duration is not None and args.duration <= 0):
+        raise ValueError("--start must be >= 0 and --duration positive")
     mode = progress.resolve(args.progress, args.quiet, sys.stderr)
     size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -48,6 +48,9 @@ class ImportOptions:
     time_unit: str | None = None  # "ms" | "s" for numeric timestamps
     model: str = ""  # model name for formats that carry none
     drop_failed: bool = False  # leave out requests the source marks as failed
+    seed: int = 0  # for sources that are distributions to sample (ServeGen)
+    start_s: float = 0.0  # sampled span of such sources: its start and length (None: the format's)
+    duration_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -88,39 +91,90 @@ class Imported:
         return len(self.offset_ns)
 
 
+BATCH_BYTES = 8 << 20  # JSON lines are read and parsed this much of the file at a time
+
+
 def read_json_lines(path: Path, bad: BadLines) -> tuple[list[Any], Sequence[int]]:
-    """Parsed objects and their 1-based line numbers; blank lines are ignored.
+    """Parsed objects and their 1-based line numbers; blank lines are ignored."""
+    rows: list[Any] = []
+    numbers: list[Sequence[int]] = []
+    for batch_rows, batch_nos in iter_json_lines(path, bad):
+        rows += batch_rows
+        numbers.append(batch_nos)
+    if all(isinstance(nos, range) for nos in numbers):
+        return rows, range(1, len(rows) + 1) if rows else range(0)
+    return rows, [no for nos in numbers for no in nos]
 
-    The fast path parses every line in one comprehension; a file with a blank or broken line is
-    read again line by line, so the bad line is found and named.
+
+def iter_json_lines(path: Path, bad: BadLines) -> Iterator[tuple[list[Any], Sequence[int]]]:
+    """`read_json_lines` a batch of lines at a time (memory bounded by the batch, whatever the file).
+
+    The fast path parses a batch in one comprehension; a batch with a blank or broken line is
+    parsed again line by line, so the bad line is found and named. A line longer than
+    MAX_LINE_BYTES is never held: only its length reaches the bad-line report.
     """
-    data = path.read_bytes()
-    lines = (data[len(BOM) :] if data.startswith(BOM) else data).split(b"\n")
-    del data
-    if lines and not lines[-1].strip():
-        lines.pop()
     loads = orjson.loads
-    with paused_gc():
-        try:
-            if max(map(len, lines), default=0) > MAX_LINE_BYTES:
-                raise orjson.JSONDecodeError("line too long", "", 0)
-            rows = [loads(line) for line in lines]
-            if all(type(row) is dict for row in rows):
-                return rows, range(1, len(rows) + 1)
-        except orjson.JSONDecodeError:
-            pass
-        return _read_lines(lines, bad)
+    for first_no, lines in _line_batches(path):
+        with paused_gc():
+            try:
+                if not all(type(line) is bytes for line in lines):
+                    raise orjson.JSONDecodeError("line too long", "", 0)
+                rows = [loads(line) for line in cast(list[bytes], lines)]
+                if all(type(row) is dict for row in rows):
+                    yield rows, range(first_no, first_no + len(rows))
+                    continue
+            except orjson.JSONDecodeError:
+                pass
+            yield _read_lines(lines, first_no, bad)
 
 
-def _read_lines(lines: list[bytes], bad: BadLines) -> tuple[list[Any], list[int]]:
+def _line_batches(path: Path) -> Iterator[tuple[int, list[bytes | int]]]:
+    """The file's lines in batches with the number of each batch's first line; a line over
+    MAX_LINE_BYTES comes as its length in bytes instead, and a trailing blank line is dropped."""
+    limit = MAX_LINE_BYTES
+    next_no = 1
+    carry = b""
+    skipping = -1  # bytes of an over-long line read so far (-1: not inside one)
+    with open(path, "rb") as stream:
+        block = stream.read(BATCH_BYTES)
+        block = block[len(BOM) :] if block.startswith(BOM) else block
+        while block:
+            if skipping >= 0:
+                newline = block.find(b"\n")
+                if newline < 0:
+                    skipping += len(block)
+                    block = stream.read(BATCH_BYTES)
+                    continue
+                yield next_no, [skipping + newline]
+                next_no, skipping, block = next_no + 1, -1, block[newline + 1 :]
+            parts = (carry + block).split(b"\n")
+            tail = parts.pop()
+            carry = tail if len(tail) <= limit else b""
+            skipping = len(tail) if len(tail) > limit else -1
+            lines: list[bytes | int] = (
+                [line if len(line) <= limit else len(line) for line in parts]
+                if max(map(len, parts), default=0) > limit
+                else list(parts)
+            )
+            if lines:
+                yield next_no, lines
+                next_no += len(lines)
+            block = stream.read(BATCH_BYTES)
+    if skipping >= 0:
+        yield next_no, [skipping]
+    elif carry.strip():
+        yield next_no, [carry]
+
+
+def _read_lines(lines: list[bytes | int], first_no: int, bad: BadLines) -> tuple[list[Any], list[int]]:
     rows: list[Any] = []
     line_nos: list[int] = []
     loads = orjson.loads
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
+    for no, line in enumerate(lines, first_no):
+        if isinstance(line, int):
+            bad(no, f"a line of {line} bytes: longer than any request row needs ({MAX_LINE_BYTES})")
             continue
-        if len(line) > MAX_LINE_BYTES:
-            bad(no, f"a line of {len(line)} bytes: longer than any request row needs ({MAX_LINE_BYTES})")
+        if not line.strip():
             continue
         try:
             row = loads(line)

@@ -9,22 +9,22 @@ text, so a shorter segment of the same name is a prefix of a longer one). Two re
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from replayproxy.formats.blocks import block_ids
+from replayproxy.formats.blocks import iter_block_ids, repeated_ids
 from replayproxy.formats.exporting import ExportOptions, ExportResult, session_labels, write_json_lines
 from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
+    iter_json_lines,
     keep_good,
     key_of,
-    read_json_lines,
 )
 from replayproxy.shape import ENDPOINTS, ERROR_CLASSES, UNKNOWN
 from replayproxy.trace import Columns
@@ -35,40 +35,65 @@ _STRINGS = {"model": None, "endpoint": ENDPOINTS, "error": ERROR_CLASSES}
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
+    """Columns a batch of lines at a time, so no line's dict outlives its batch."""
     block = options.block_size or DEFAULT_BLOCK
     bad = BadLines(str(path), options.skip_bad)
-    rows, line_nos = read_json_lines(path, bad)
-    rows, line_nos = keep_good(rows, line_nos, _problem, bad)
-    ids: list[np.ndarray] = []
+    batches: list[dict[str, Any]] = []
     fresh = 0
-    for row in rows:
-        row_ids, fresh = _block_ids(row, block, fresh)
-        ids.append(row_ids)
-    sessions = np.array([key_of(str(r["session"])) if "session" in r else 0 for r in rows], np.uint64)
+    names: dict[str, str] = {}  # one string object per distinct model / endpoint / error
+    for rows, line_nos in iter_json_lines(path, bad):
+        rows, _ = keep_good(rows, line_nos, _problem, bad)
+        batch, fresh = _columns(rows, block, fresh, options.model, names)
+        batches.append(batch)
     columns: dict[str, Any] = {
-        "output_tokens": np.array([r.get("output_tokens", UNKNOWN) for r in rows], np.int64),
-        "max_tokens": np.array([r.get("max_tokens", UNKNOWN) for r in rows], np.int64),
-        "stream": np.array([bool(r.get("stream", True)) for r in rows]),
-        "status": np.array([r.get("status", 200) for r in rows], np.int64),
-        "session": sessions,
-        "turn": np.array([r.get("turn", 0) for r in rows], np.int64),
+        name: np.concatenate([b[name] for b in batches]) if batches else np.zeros(0, np.int64)
+        for name in _NUMERIC
     }
+    columns["session"] = columns["session"].astype(np.uint64)
+    columns["stream"] = columns["stream"].astype(bool)
     for name in _STRINGS:
-        columns[name] = [
-            str(r.get(name, options.model if name == "model" else "chat" if name == "endpoint" else ""))
-            for r in rows
-        ]
+        columns[name] = [value for b in batches for value in b[name]]
+    ids = [b["ids"] for b in batches]
     return Imported(
         source="jsonl",
-        offset_ns=np.array([_offset_ns(r) for r in rows], np.int64),
-        input_tokens=np.array([r["input_tokens"] for r in rows], np.int64),
+        offset_ns=columns.pop("offset_ns"),
+        input_tokens=columns.pop("input_tokens"),
         output_tokens=columns.pop("output_tokens"),
         bad=bad,
         block_size=block,
         ids=np.concatenate(ids) if ids else np.zeros(0, np.int64),
-        id_counts=np.array([len(i) for i in ids], np.int64),
+        id_counts=columns.pop("id_counts"),
         columns=columns,
     )
+
+
+_NUMERIC = (
+    "offset_ns", "input_tokens", "output_tokens", "max_tokens", "stream", "status", "session", "turn",
+    "id_counts",
+)  # fmt: skip
+
+
+def _columns(
+    rows: list[dict[str, Any]], block: int, fresh: int, model: str, names: dict[str, str]
+) -> tuple[dict[str, Any], int]:
+    """One batch of checked rows as columns; `fresh` numbers the unshared blocks across batches."""
+    ids, counts, fresh = _block_ids(rows, block, fresh)
+    defaults = {"model": model, "endpoint": "chat", "error": ""}
+    batch: dict[str, Any] = {
+        "offset_ns": np.array([_offset_ns(r) for r in rows], np.int64),
+        "input_tokens": np.array([r["input_tokens"] for r in rows], np.int64),
+        "output_tokens": np.array([r.get("output_tokens", UNKNOWN) for r in rows], np.int64),
+        "max_tokens": np.array([r.get("max_tokens", UNKNOWN) for r in rows], np.int64),
+        "stream": np.array([bool(r.get("stream", True)) for r in rows], np.int64),
+        "status": np.array([r.get("status", 200) for r in rows], np.int64),
+        "session": np.array([key_of(str(r["session"])) if "session" in r else 0 for r in rows], np.uint64),
+        "turn": np.array([r.get("turn", 0) for r in rows], np.int64),
+        "id_counts": counts,
+        "ids": ids,
+    }
+    for name, default in defaults.items():
+        batch[name] = [names.setdefault(value, value) for value in (str(r.get(name, default)) for r in rows)]
+    return batch, fresh
 
 
 def _offset_ns(row: dict[str, Any]) -> int:
@@ -102,22 +127,41 @@ def _problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _block_ids(row: dict[str, Any], block: int, fresh: int) -> tuple[np.ndarray, int]:
-    """Ids of the row's full blocks: equal ids ⇔ equal segment lists up to the block's end."""
-    parts: list[np.ndarray] = []
-    done = 0  # tokens of the prompt covered so far by whole segments
-    prefix = row.get("prefix", [])
-    for k, (_, tokens) in enumerate(prefix):
-        ends = np.arange((done // block + 1) * block, done + tokens + 1, block)  # block ends inside segment k
-        name = orjson.dumps([*prefix[:k], prefix[k][0]]).decode()  # a shorter same-named segment is a prefix
-        parts.append((key_of(name) >> 1) + (ends - done))
+def _block_ids(rows: list[dict[str, Any]], block: int, fresh: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Ids of every row's full blocks (flat, per-row counts): equal ids ⇔ equal segment lists up to
+    the block's end. Blocks after the segments get fresh negative ids (never a name's), numbered
+    from `fresh` on in row order."""
+    shared: list[int] = []  # ids of blocks that end inside a segment, rows one after another
+    shared_counts = np.zeros(len(rows), np.int64)
+    for i, row in enumerate(rows):
+        segments = row.get("prefix")
+        if segments:
+            segment_ids = _segment_ids(tuple(map(tuple, segments)), block)
+            shared += segment_ids
+            shared_counts[i] = len(segment_ids)
+    counts = np.array([row["input_tokens"] for row in rows], np.int64) // block
+    starts = np.cumsum(counts) - counts
+    position = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    is_shared = position < np.repeat(shared_counts, counts)
+    ids = np.empty(len(position), np.int64)
+    ids[is_shared] = shared
+    tail = len(ids) - len(shared)
+    ids[~is_shared] = -1 - fresh - np.arange(tail, dtype=np.int64)
+    return ids, counts, fresh + tail
+
+
+@functools.lru_cache(maxsize=4096)  # hand-made workloads repeat a few segment lists many times
+def _segment_ids(segments: tuple[tuple[str, int], ...], block: int) -> tuple[int, ...]:
+    """Ids of the blocks that end inside the segments; a shorter same-named segment is a prefix."""
+    ids: list[int] = []
+    done = 0  # tokens covered by the segments so far
+    chain = ""  # the segments so far, so that only equal segment lists give equal ids
+    for name, tokens in segments:
+        key = key_of(f"{chain}\x00{name}") >> 1
+        ids += (key + end - done for end in range((done // block + 1) * block, done + tokens + 1, block))
+        chain = f"{key:x}:{tokens}"
         done += tokens
-    shared = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    unique = row["input_tokens"] // block - len(shared)
-    ids = np.concatenate(
-        [shared, -1 - fresh - np.arange(unique, dtype=np.int64)]
-    )  # negative: never a name's id
-    return ids, fresh + unique
+    return tuple(ids)
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
@@ -127,29 +171,60 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 
 
 def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
-    """Shapes as jsonl; shared leading blocks become `[["b<id>", block], ...]` segments."""
-    flat, counts = block_ids(cols, block)
-    used = np.bincount(flat, minlength=1) if len(flat) else np.zeros(1, np.int64)
-    ends = np.cumsum(counts).tolist()
+    """Shapes as jsonl; shared leading blocks become `[["b<id>", block], ...]` segments.
+
+    Two passes over the re-blocked ids, a chunk of requests at a time: the first finds the ids
+    used more than once, the second writes each row's leading run of them.
+    """
+    repeated = repeated_ids(cols, block)
     labels = session_labels(cols)
-    seconds = ((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9).tolist()
-    start = 0
-    for i in range(len(cols)):
-        row: dict[str, Any] = {
-            "offset_s": round(seconds[i], 6),
-            "input_tokens": max(int(cols.input_tokens[i]), 0),
-        }
-        for name in ("output_tokens", "max_tokens"):
-            if cols.scalar[name][i] >= 0:
-                row[name] = int(cols.scalar[name][i])
-        row.update(model=cols.model[i], endpoint=cols.endpoint[i], stream=bool(cols.stream[i]))
-        row.update(status=int(cols.status[i]), error=cols.error[i])
-        if labels[i] is not None:
-            row.update(session=labels[i], turn=int(cols.turn[i]))
-        ids = flat[start : ends[i]]
-        run = int(np.argmin(used[ids] > 1)) if len(ids) and (used[ids] <= 1).any() else len(ids)
-        full = min(run, max(int(cols.input_tokens[i]), 0) // block)
-        if full:
-            row["prefix"] = [[f"b{b}", block] for b in ids[:full].tolist()]
-        start = ends[i]
-        yield row
+    origin = int(cols.offset_ns[0]) if len(cols) else 0
+    first = 0
+    for flat, counts in iter_block_ids(cols, block):
+        rows = slice(first, first + len(counts))
+        first += len(counts)
+        seconds = ((cols.offset_ns[rows] - origin) / 1e9).round(6).tolist()
+        inputs = np.maximum(cols.input_tokens[rows], 0)
+        at = np.minimum(np.searchsorted(repeated, flat), max(len(repeated) - 1, 0))
+        is_repeated = repeated[at] == flat if len(repeated) else np.zeros(len(flat), bool)
+        full = np.minimum(_leading_run(is_repeated, counts), inputs // block).tolist()
+        starts = (np.cumsum(counts) - counts).tolist()
+        columns = (
+            cols.scalar["output_tokens"][rows].tolist(),
+            cols.scalar["max_tokens"][rows].tolist(),
+            cols.model[rows].tolist(),
+            cols.endpoint[rows].tolist(),
+            cols.stream[rows].tolist(),
+            cols.status[rows].tolist(),
+            cols.error[rows].tolist(),
+            cols.turn[rows].tolist(),
+        )
+        for k, (out, limit, model, endpoint, stream, status, error, turn) in enumerate(
+            zip(*columns, strict=True)
+        ):
+            i = rows.start + k
+            row: dict[str, Any] = {"offset_s": seconds[k], "input_tokens": int(inputs[k])}
+            if out >= 0:
+                row["output_tokens"] = out
+            if limit >= 0:
+                row["max_tokens"] = limit
+            row.update(model=model, endpoint=endpoint, stream=bool(stream), status=status, error=error)
+            if labels[i] is not None:
+                row.update(session=labels[i], turn=turn)
+            if full[k]:
+                lead = flat[starts[k] : starts[k] + full[k]].tolist()
+                row["prefix"] = [[f"b{b}", block] for b in lead]
+            yield row
+
+
+def _leading_run(flags: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per row (a segment of `counts` flags), how many of its first flags are all true."""
+    starts = np.cumsum(counts) - counts
+    position = np.arange(len(flags)) - np.repeat(starts, counts)
+    stops = np.where(flags, np.iinfo(np.int64).max, position)  # a false flag ends the run at its position
+    run = np.full(len(counts), np.iinfo(np.int64).max, np.int64)
+    has = counts > 0
+    if has.any():
+        run[has] = np.minimum.reduceat(stops, starts[has])
+    limited: np.ndarray = np.minimum(run, counts)
+    return limited

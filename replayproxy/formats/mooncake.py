@@ -37,16 +37,17 @@ from replayproxy.formats.importing import (
     ImportOptions,
     drop_rows,
     flatten_ids,
+    iter_json_lines,
     keep_good,
     key_of,
     paused_gc,
-    read_json_lines,
     turns_of,
     unit_warnings,
 )
 from replayproxy.trace import Columns
 
 DEFAULT_BLOCK = 512
+SGLANG_CHUNK = 128  # tokens SGLang's Mooncake reader writes per hash id ("hi" × 128)
 UNIT_NS = {"ms": 1_000_000, "s": 1_000_000_000}
 _NUMBER = (int, float)
 # timestamps, input lengths, output lengths, flat hash ids, ids per row
@@ -67,21 +68,17 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     unit = options.time_unit or "ms"
     unit_ns = UNIT_NS[unit]
     bad = BadLines(str(path), options.skip_bad)
-    rows, line_nos = read_json_lines(path, bad)
-    try:
-        columns = row_columns(rows)
-    except (KeyError, TypeError, ValueError, OverflowError):
-        rows, line_nos = keep_good(rows, line_nos, row_problem, bad)
-        columns = row_columns(rows)
-    rows, (ts, inputs, outputs, ids, counts) = valid_rows(rows, columns, line_nos, block, bad)
+    batches = [_batch(rows, line_nos, block, bad) for rows, line_nos in iter_json_lines(path, bad)]
+    ts, inputs, outputs, ids, counts, sessions, delays = (
+        np.concatenate([b[k] for b in batches]) if batches else np.zeros(0) for k in range(7)
+    )
+    inputs, outputs = inputs.astype(np.int64), outputs.astype(np.int64)  # int64 unless no batch
     extra_columns: dict[str, Any] = {}
-    if any("session_id" in row for row in rows):
-        sessions = np.array(
-            [key_of(str(r["session_id"])) if "session_id" in r else 0 for r in rows], np.uint64
-        )
-        ts, think_ns, inputs = _session_turns(rows, ts, sessions, inputs, outputs, unit_ns)
+    if sessions.any():
+        sessions = sessions.astype(np.uint64)
+        ts, think_ns, inputs = _session_turns(ts, sessions, delays, inputs, outputs, unit_ns)
         order = np.argsort(ts, kind="stable")
-        turns = np.empty(len(rows), np.int64)
+        turns = np.empty(len(ts), np.int64)
         turns[order] = turns_of(sessions[order])
         extra_columns.update(session=sessions, turn=turns, think_ns=think_ns)
     if options.model:
@@ -93,12 +90,33 @@ def _read(path: Path, options: ImportOptions) -> Imported:
         output_tokens=outputs,
         bad=bad,
         block_size=block,
-        ids=ids,
-        id_counts=counts,
+        ids=ids.astype(np.int64),
+        id_counts=counts.astype(np.int64),
         columns=extra_columns,
         extra={"time_unit": unit},
         warnings=unit_warnings(ts, unit, str(path)),
     )
+
+
+def _batch(
+    rows: list[dict[str, Any]], line_nos: Sequence[int], block: int, bad: BadLines
+) -> list[np.ndarray]:
+    """One batch of lines as arrays: row_columns of its valid rows, their session keys (0: none)
+    and delays (NaN: none); no row's dict outlives its batch."""
+    try:
+        columns = row_columns(rows)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        rows, line_nos = keep_good(rows, line_nos, row_problem, bad)
+        columns = row_columns(rows)
+    rows, columns = valid_rows(rows, columns, line_nos, block, bad)
+    sessions = np.zeros(len(rows), np.uint64)
+    delays = np.full(len(rows), math.nan)
+    if any("session_id" in row for row in rows):
+        sessions = np.array(
+            [key_of(str(r["session_id"])) if "session_id" in r else 0 for r in rows], np.uint64
+        )
+        delays = np.array([float(r.get("delay", math.nan)) for r in rows], np.float64)
+    return [*columns, sessions, delays]
 
 
 def row_columns(rows: list[dict[str, Any]]) -> RowColumns:
@@ -193,29 +211,29 @@ def value_problems(
 
 
 def _session_turns(
-    rows: list[dict[str, Any]],
     ts: np.ndarray,
     sessions: np.ndarray,
+    delays: np.ndarray,
     inputs: np.ndarray,
     outputs: np.ndarray,
     unit_ns: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Later turns of a session as AIPerf reads them: the whole prompt is the previous prompt, its
-    reply and this row's new part; `delay` is the think time after the previous reply ended. Its
-    arrival is taken as the previous arrival + delay (the reply's duration is not in the file: a
-    lower bound; closed-loop replay uses the think time). Rows in file order, as AIPerf takes them."""
+    reply and this row's new part; `delay` (NaN: none) is the think time after the previous reply
+    ended. Its arrival is taken as the previous arrival + delay (the reply's duration is not in the
+    file: a lower bound; closed-loop replay uses the think time). Rows in file order, as AIPerf
+    takes them."""
     ts, inputs = ts.copy(), inputs.copy()
-    think_ns = np.full(len(rows), -1, np.int64)
+    has_delay = ~np.isnan(delays)
+    think_ns = np.where(has_delay, np.rint(np.nan_to_num(delays) * unit_ns), -1).astype(np.int64)
     last: dict[int, int] = {}  # session -> row of its latest turn so far
-    for i, row in enumerate(rows):
-        session = int(sessions[i])
+    for i, session in enumerate(sessions.tolist()):
         previous = last.get(session) if session else None
         if previous is not None:
             inputs[i] += inputs[previous] + max(int(outputs[previous]), 0)
-        if "delay" in row:
-            think_ns[i] = round(float(row["delay"]) * unit_ns)
         if math.isnan(ts[i]):
-            ts[i] = (ts[previous] if previous is not None else 0.0) + float(row.get("delay", 0.0))
+            delay = float(delays[i]) if has_delay[i] else 0.0
+            ts[i] = (ts[previous] if previous is not None else 0.0) + delay
         if session:
             last[session] = i
     return ts, think_ns, inputs
@@ -300,13 +318,32 @@ def consumer_commands(path: Path, block: int, rows: int, options: ExportOptions)
         f"--data kind=mooncake,source.kind=json_file,source.path={path},"
         f"hash_id_block_size={block},time_scale=0.001",
     ]
-    sglang = [
-        f"python -m sglang.bench_serving --backend sglang --dataset-name mooncake --dataset-path {path}",
-        f"--num-prompts {rows} --use-trace-timestamps --mooncake-slowdown-factor 1",
-    ]
     return [
         aiperf_command(path, "mooncake_trace", block, options),
         "guidellm: " + " ".join(guidellm),
         vllm_timed_trace_command(path, rows, block, 0.001, options),
-        "SGLang:   " + " ".join(sglang) + "  (prompts from hash_ids alone: input_length is ignored)",
+        sglang_command(path, block, rows, options),
     ]
+
+
+def sglang_command(path: Path, block: int, rows: int, options: ExportOptions) -> str:
+    """SGLang's reader (python/sglang/benchmark/datasets/mooncake.py) ignores `input_length` and
+    writes each hash id as the id followed by 128 × "hi": prompts have the recorded length only when
+    the ids stand for 128-token blocks, so other block sizes get the export command instead."""
+    if block != SGLANG_CHUNK:
+        return (
+            f"SGLang:   needs --block-size {SGLANG_CHUNK} (its reader makes every hash id {SGLANG_CHUNK} "
+            f"tokens and ignores input_length; with {block}-token ids prompts would be "
+            f"{SGLANG_CHUNK / block:g}x the recorded length): replayproxy export TRACE --format mooncake "
+            f"--block-size {SGLANG_CHUNK} -o FILE"
+        )
+    args = [
+        f"python -m sglang.bench_serving --backend sglang --base-url {options.url} --model {options.model}",
+        f"--dataset-name mooncake --dataset-path {path} --num-prompts {rows} --use-trace-timestamps",
+        "--mooncake-slowdown-factor 1 --mooncake-num-rounds 1",
+    ]
+    return (
+        "SGLang:   "
+        + " ".join(args)
+        + f"  (prompts: {SGLANG_CHUNK} tokens and the id's digits per hash id, in the chat template)"
+    )

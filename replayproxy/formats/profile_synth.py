@@ -1,6 +1,7 @@
 """Sampling a workload profile into request shapes: `synth --profile` ("what if traffic doubles?").
 
-Arrivals: a gamma renewal process with the profile's shape, run in the profile's time-changed
+Arrivals: the profile's runs of rate-normalized gaps resampled (older profiles: a gamma renewal
+process with the profile's shape), run in the profile's time-changed
 clock (its rate series, tiled to the duration asked for, times --rate-scale), so both the rate
 over time and the burstiness around it carry over. Lengths: the rank grid picks a cell, the
 quantile tables map it to tokens (times --length-scale). Prefixes: a request joins a big group
@@ -111,7 +112,8 @@ def block_size_of(profile: dict[str, Any]) -> int:
 def arrival_times(
     arrivals: dict[str, Any], rate_scale: float, duration_s: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """Arrival offsets (s) over [0, duration_s): gamma gaps in the rate series' time-changed clock."""
+    """Arrival offsets (s) over [0, duration_s): the source's gap runs (or gamma gaps) in the rate
+    series' time-changed clock."""
     rates = np.asarray(arrivals["rate_per_s"], np.float64) * rate_scale
     window = float(arrivals["window_s"])
     if not len(rates) or rates.sum() <= 0 or duration_s <= 0:
@@ -122,7 +124,16 @@ def arrival_times(
     expected = np.concatenate([[0.0], np.cumsum(tiled * np.diff(edges))])
     shape = float(arrivals["gamma_shape"])
     total = expected[-1]
-    draws = rng.gamma(shape, 1 / shape, int(total * 1.2 + 10 * np.sqrt(total) / min(shape, 1.0) + 16))
+    wanted = int(total * 1.2 + 10 * np.sqrt(total) / min(shape, 1.0) + 16)
+    runs = [np.asarray(run, np.float64) for run in arrivals.get("gap_runs", []) if len(run)]
+    if runs and sum(float(run.sum()) for run in runs) > 0:  # the source's gaps in their own order
+        picked: list[np.ndarray] = []
+        while sum(map(len, picked)) < wanted:
+            picked += [runs[i] for i in rng.integers(len(runs), size=max(1, wanted // len(runs[0])))]
+        draws = np.concatenate(picked)
+        draws /= draws.mean()
+    else:  # profiles without runs: a gamma renewal process with the fitted shape
+        draws = rng.gamma(shape, 1 / shape, wanted)
     clock = np.cumsum(draws) - draws[0] * rng.random()  # a random phase, so t=0 is not always an arrival
     clock = clock[(clock >= 0) & (clock < total)]
     return np.interp(clock, expected, edges)  # type: ignore[no-any-return]

@@ -17,6 +17,7 @@ from replayproxy.formats import (
     mooncake,
     parquet_format,
     profile_fit,
+    servegen,
     trace_csv,
     tracelab,
     vllm_custom,
@@ -57,6 +58,10 @@ FORMATS: dict[str, Format] = {
     "aiperf": Format(
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
+    ),
+    "servegen": Format(
+        "ServeGen client distributions (a model directory of chunk-<id>-trace.csv/-dataset.json), sampled",
+        servegen.read,
     ),
     "tracelab": Format(
         "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",

@@ -44,6 +44,7 @@ COLUMNS: dict[str, str] = {
     "turn": "int64",
     "request_bytes": "int64",
     "response_bytes": "int64",
+    "request_type": "string",
 }
 RAGGED = {
     "prefix_hashes": ("prefix_hashes", "prefix_index"),

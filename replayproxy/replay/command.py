@@ -15,6 +15,7 @@ from replayproxy.replay import (
     contract,
     procedure,
     progress,
+    replies,
     result_file,
     session,
     summary,
@@ -73,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "closed", "open"],
         help="closed: a session's next turn goes at the previous turn's end plus its think time; "
         "open: every request at its recorded offset (default: auto, closed if any session has 2+ turns)",
+    )
+    add(
+        "--replies",
+        choices=list(replies.MODES),
+        help="live: in closed loop a later turn carries the candidate's reply to the turn before it, "
+        "its new part sized to the recorded input length (needs exact prompts); planned: synthetic "
+        "words where the reply stood (default: live)",
     )
     add(
         "--sample-sessions",
@@ -296,6 +304,7 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
                     progress=show,
                     outcome=outcome,
                     closed_loop=plan.closed_loop,
+                    live=plan.live,
                 )
         except asyncio.CancelledError:
             _save_partial(options, plan, outcome, tracker, sidecars, "interrupted")
@@ -303,7 +312,8 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
         except (RunAborted, workers.WorkerCrashed):  # a worker died or failed: the others were stopped
             _save_partial(options, plan, outcome, tracker, sidecars, "stopped early")
             raise
-        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
+        live = outcome.live_replies
+        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, live_replies=live)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
         if tracker is not None:
@@ -322,7 +332,8 @@ def _save_partial(
     if not outcome.start_ns:
         return  # stopped before the start: nothing was sent, nothing to save
     stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
-    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
+    live = outcome.live_replies
+    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s, live)
     lost = plan.requests - len(outcome.results)
     unsent = f", {lost} of {plan.requests} planned requests not sent or lost" if lost else ""
     print(
@@ -339,8 +350,10 @@ def _finish(
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
+    live_replies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
+    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
+    `live_replies` (counts of the turns built from replies) becomes a side record."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
     errors = sum(1 for r in results if r.error)
     lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
@@ -350,4 +363,6 @@ def _finish(
     extras = dict(sidecars.stop())
     after = telemetry.scrape_cache_state(options.cache_metrics_url)
     extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
+    if live_replies:
+        extras["live_replies"] = live_replies
     return result_file.write_results(options, plan, results, start_wall_ns, extras, stopped_s)

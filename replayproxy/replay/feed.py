@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import signal
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
@@ -59,14 +59,20 @@ def entries(spec: FeedSpec, cols: trace.Columns | None = None) -> Iterator[tuple
     cols = cols if cols is not None else trace.load(spec.traces)
     planner = Planner(cols, spec.rows, spec.flavor, spec.options, spec.schedule)
     target = Target.parse(spec.target)
-    headers = {"Accept": "text/event-stream", **spec.headers}
     wanted = np.zeros(len(planner), dtype=bool)
     wanted[spec.send] = True
     last = int(spec.send[-1]) if len(spec.send) else -1
     for position in range(last + 1):
         prepared = planner.next(render=bool(wanted[position]))
         if prepared is not None:
-            yield prepared, target.request_bytes("POST", prepared.path, prepared.body, headers)
+            yield prepared, wire_of(target, spec.headers, prepared)
+
+
+def wire_of(target: Target, headers: Mapping[str, str], prepared: Prepared) -> bytes:
+    """The whole HTTP request of `prepared`, ready for `transport.write`."""
+    return target.request_bytes(
+        "POST", prepared.path, prepared.body, {"Accept": "text/event-stream", **headers}
+    )
 
 
 def _encode(prepared: Prepared, wire: bytes) -> list[Any]:

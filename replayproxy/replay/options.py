@@ -8,7 +8,7 @@ from typing import Any
 
 from replayproxy.config import check_finite
 from replayproxy.errors import BadOption
-from replayproxy.replay import schedule, turns
+from replayproxy.replay import replies, schedule, turns
 from replayproxy.replay.connection import Target
 from replayproxy.replay.progress import MODES
 
@@ -56,6 +56,7 @@ class ReplayOptions:
     note: str = ""  # free text kept with the run
     sessions: str = "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
     sample_sessions: float | None = None  # keep this fraction of whole sessions (seeded)
+    replies: str = "live"  # replies.MODES: a later turn carries the candidate's reply, or the planned one
     prepare: str = "stream"  # stream: bodies prepared ahead of the clock in a window; upfront: all first
     prepare_window: float = 20.0  # seconds of schedule whose bodies are held ready ahead of the clock
     prepare_memory: int = 512  # MiB the ready bodies may take (per sender process)
@@ -82,6 +83,8 @@ class ReplayOptions:
             raise BadOption(f"repeat must be >= 1, got {self.repeat}")
         if self.sessions not in turns.MODES:
             raise BadOption(f"sessions must be one of {', '.join(turns.MODES)}, got {self.sessions!r}")
+        if self.replies not in replies.MODES:
+            raise BadOption(f"replies must be one of {', '.join(replies.MODES)}, got {self.replies!r}")
         if self.sample_sessions is not None and not 0 < self.sample_sessions <= 1:
             raise BadOption(f"sample-sessions must be in (0, 1], got {self.sample_sessions}")
         if self.prepare not in PREPARE_MODES:

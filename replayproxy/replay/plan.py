@@ -7,7 +7,7 @@ options and template give byte-identical bodies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -113,6 +113,12 @@ def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
     first = turns.first_turns(rows, links.after)
     times = scheduled_ns(cols.offset_ns[rows], speed)
     return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
+
+
+def schedule_of(prepared: Sequence[Prepared]) -> Schedule:
+    """The schedule of requests prepared up front (in schedule order)."""
+    names = ("index", "scheduled_ns", "after", "think_ns", "first")  # Schedule's fields, in order
+    return Schedule(*(np.array([getattr(p, name) for p in prepared], np.int64) for name in names))
 
 
 class Planner:
@@ -235,7 +241,15 @@ class Planner:
 def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
     """Plan and serialize the requests at `rows` (arrival order) all at once, each later turn of a
     session naming the turn before it (`after`), which a closed-loop run waits for."""
-    return list(Planner(cols, rows, flavor, options))
+    return list(iter_prepared(cols, rows, flavor, options))
+
+
+def iter_prepared(
+    cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions
+) -> Iterator[Prepared]:
+    """`prepare` one request at a time: a caller that writes each body out (an export of millions
+    of prompts) never holds them all."""
+    return iter(Planner(cols, rows, flavor, options))
 
 
 def _ragged_positions(starts: np.ndarray, lengths: np.ndarray, index: np.ndarray) -> np.ndarray:

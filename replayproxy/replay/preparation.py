@@ -18,10 +18,22 @@ import numpy as np
 
 from replayproxy import trace
 from replayproxy.errors import BadOption
-from replayproxy.replay import calibrate, exact, exactness, flavors, models, plan, schedule, synth, turns
+from replayproxy.replay import (
+    calibrate,
+    exact,
+    exactness,
+    flavors,
+    models,
+    plan,
+    replies,
+    schedule,
+    synth,
+    turns,
+)
 from replayproxy.replay.connection import Target
 from replayproxy.replay.feed import FeedSpec
 from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.plan import Prepared
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.trace.reuse import prefix_reuse
 
@@ -33,10 +45,12 @@ CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """The requests one sender sends: how its preparer makes them, and their schedule."""
+    """The requests one sender sends: how its preparer makes them, and their schedule; or, in
+    closed loop, the requests themselves, prepared up front (`prepared`)."""
 
     feed: FeedSpec
     schedule: plan.Schedule
+    prepared: list[Prepared] | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +73,10 @@ class RunPlan:
     warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
+    live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
+    # Closed loop: every request prepared up front, since replies.py rewrites later turns (their
+    # links, bodies, expected sharing) from the whole list; None: bodies are streamed.
+    prepared: list[Prepared] | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -77,7 +95,8 @@ class RunPlan:
         part = self.schedule.take(positions)
         if shift_ns:
             part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
-        return Share(feed, part)
+        listed = [self.prepared[i] for i in positions.tolist()] if self.prepared is not None else None
+        return Share(feed, part, listed)
 
     def deal(self, count: int) -> list[np.ndarray]:
         return deal(self.schedule, self.send, count, self.closed_loop)
@@ -154,7 +173,15 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         approximate = [p for p in first if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
-    planned = plan.schedule(cols, rows, speed)
+        live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
+    upfront: list[Prepared] | None = None
+    if mode == "closed":
+        upfront = plan.prepare(cols, rows, flavor, plan_options)
+        if live is not None:
+            upfront = replies.expect_live_sharing(replies.ask_for_token_ids(upfront, flavor))
+        upfront, followers = replies.link_edits(cols, upfront, speed, whole=live is not None)
+        live = replace(live, followers=followers) if live is not None else None
+    planned = plan.schedule(cols, rows, speed) if upfront is None else plan.schedule_of(upfront)
     send = np.arange(len(planned.trace_index), dtype=np.int64)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
@@ -175,6 +202,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     return RunPlan(
         planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
+        live=live, prepared=upfront,
     )  # fmt: skip
 
 
@@ -226,6 +254,24 @@ async def _calibrate(
         template, record["completions"] = await calibrate.text_template(prober)
         options = replace(options, text_template=template)
     return options, record
+
+
+def _live_replies(
+    options: ReplayOptions,
+    mode: turns.Mode,
+    book: exact.Book | None,
+    flavor: flavors.Flavor,
+    target: Target,
+    model: str,
+) -> tuple[replies.Setup | None, str]:
+    """Live replies in closed loop with an exact tokenizer (else each later turn as planned, and why)."""
+    if mode != "closed":
+        return None, "planned: open loop sends every turn at its recorded time"
+    if options.replies != "live":
+        return None, "planned: --replies planned"
+    return replies.setup_for(
+        book, options.tokenizer, options.chat_template, flavor, target.url, model, options.headers
+    )
 
 
 def _checked(cols: trace.Columns, rows: np.ndarray) -> np.ndarray:

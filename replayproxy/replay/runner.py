@@ -10,7 +10,9 @@ kept; a digester turns finished requests into results in the gaps between sends,
 connections and feeds the progress line. Open loop: a request is sent at its time whether or not
 earlier ones finished, unless `max_concurrency` caps requests in flight. Closed loop across the
 turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
-end plus its think time, and its schedule lag is measured against that deadline.
+end plus its think time, and its schedule lag is measured against that deadline. With live
+replies (`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build
+that takes longer than the think time makes the turn late, and its lag says so.
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ import asyncio
 import contextlib
 import gc
 import heapq
+import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from replayproxy.replay.connection import Connection, Pool
+from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.schedule import Waiter
 from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn
+
+_log = logging.getLogger("replayproxy.replay")
+# A later turn's bytes, built once the turn before it ended (None: its planned bytes)
+Rebuild = Callable[[RequestTimeline, Prepared], Awaitable[bytes | None]]
 
 HOUSEKEEPING_S = 0.1
 REFRESH_EVERY = 10  # housekeeping rounds between keep-alive refreshes
@@ -90,6 +98,7 @@ class Runner:
         spin_ns: int = 1_000_000,
         results: list[ReplayResult] | None = None,
         closed_loop: bool = False,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.window = window
         self.schedule = window.schedule
@@ -114,6 +123,8 @@ class Runner:
         self._due: list[tuple[int, int]] = []  # heap of (absolute deadline, position) of released turns
         self._released = asyncio.Event()
         self._fed = asyncio.Event()  # the feeder took in a batch
+        self.rebuild = rebuild
+        self._rebuilt: dict[int, bytes] = {}  # position -> bytes built from the previous turn's reply
 
     @property
     def next_deadline_ns(self) -> int:
@@ -153,6 +164,7 @@ class Runner:
                 self.counters.prepared_late += 1
                 await self._arrival(position)
             prepared, wire = self.window.take(position)
+            wire = self._rebuilt.pop(position, wire)
             timeline = RequestTimeline(prepared, deadline, self._finished)
             timeline.prepared_late = late
             self._flying.add(timeline)
@@ -262,9 +274,10 @@ class Runner:
 
     def _finished(self, timeline: RequestTimeline) -> None:
         for position in self._waiting.pop(timeline.prepared.index, ()):
-            think = max(int(self.schedule.think_ns[position]), 0)
-            heapq.heappush(self._due, (timeline.end_at + think, position))
-            self._released.set()
+            if self.rebuild is None:
+                self._release(timeline, position)
+            else:
+                spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
         self._flying.discard(timeline)
         self.counters.done += 1
         self._undigested.append(timeline)
@@ -272,6 +285,24 @@ class Runner:
         self._slot.set()
         if not self._flying:
             self._idle.set()
+
+    def _release(self, timeline: RequestTimeline, position: int) -> None:
+        think = max(int(self.schedule.think_ns[position]), 0)
+        heapq.heappush(self._due, (timeline.end_at + think, position))
+        self._released.set()
+
+    async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
+        assert self.rebuild is not None
+        try:
+            if self.window.missing(position):  # a turn ahead of the window: read up to it first
+                await self._arrival(position)
+            wire = await self.rebuild(timeline, self.window.peek(position))
+        except Exception as e:  # noqa: BLE001 — a failed build costs that turn its live reply, nothing more
+            _log.warning("live reply not built (%s: %s); the turn stays as planned", type(e).__name__, e)
+            wire = None
+        if wire is not None:
+            self._rebuilt[position] = wire
+        self._release(timeline, position)
 
     def _digest(self, timeline: RequestTimeline) -> None:
         result = timeline.result(self.start_ns, self.worker)

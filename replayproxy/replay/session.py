@@ -2,21 +2,25 @@
 
 Everything slow happens off the send path: a preparer process (replay.feed) makes the bodies and
 the runner reads them into a bounded window (replay.window) between sends, so the send loop only
-sees prepared bytes and warm connections. With `workers > 1` each worker process runs this for
-its share (replay.workers) against one absolute start time.
+sees prepared bytes and warm connections. A closed-loop share comes prepared up front instead.
+With `workers > 1` each worker process runs this for its share (replay.workers) against one
+absolute start time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from replayproxy import clock
 from replayproxy.errors import BadOption
+from replayproxy.replay import replies
 from replayproxy.replay import window as windows
 from replayproxy.replay.connection import Pool, Target
-from replayproxy.replay.feed import FeedReader
+from replayproxy.replay.feed import FeedReader, wire_of
 from replayproxy.replay.options import ReplayOptions, parse_start_at
 from replayproxy.replay.preparation import Share
 from replayproxy.replay.progress import Reading
@@ -44,6 +48,7 @@ class Outcome:
 
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
+    live_replies: dict[str, Any] = field(default_factory=dict)  # replies.Counts.record(), if live
 
 
 async def run_local(
@@ -56,47 +61,65 @@ async def run_local(
     progress: Callable[[Runner], None] | None = None,
     outcome: Outcome | None = None,
     closed_loop: bool = False,
+    live: replies.Setup | None = None,
 ) -> Outcome:
     """Start the share's preparer, warm a pool, fill the window's first part (or all of it, when
-    prepared up front), wait for the start, send; fills and returns `outcome`."""
+    prepared up front), wait for the start, send; fills and returns `outcome`. With `live` (closed
+    loop), later turns are built from the replies to the turns before them."""
     outcome = outcome if outcome is not None else Outcome()
-    pool = Pool(Target.parse(options.target), clock.now_ns, options.headers)
-    window = windows.Window(
+    target = Target.parse(options.target)
+    pool = Pool(target, clock.now_ns, options.headers)
+    window = _window(options, share, target)
+    upfront = options.prepare == "upfront"
+    if upfront:
+        window.horizon_ns = window.max_bytes = windows.UNLIMITED
+    async with contextlib.AsyncExitStack() as stack:
+        threader = None
+        if live is not None and closed_loop and share.prepared is not None:
+            opened = replies.opened(live, target, options.headers, share.prepared)
+            threader = await stack.enter_async_context(opened)
+        try:
+            until = windows.UNLIMITED if upfront else windows.PRIME_NS
+            await asyncio.gather(pool.fill(pool_size), windows.fill(window, until))
+            runner = Runner(
+                window,
+                pool,
+                clock=clock.now_ns,
+                timeout_s=options.timeout,
+                max_concurrency=options.max_concurrency,
+                worker=worker,
+                results=outcome.results,
+                closed_loop=closed_loop,
+                rebuild=threader.wire_after if threader is not None else None,
+            )
+            settle_memory()
+            outcome.start_ns = start if isinstance(start, int) else start()
+            reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
+            try:
+                await runner.run(outcome.start_ns)
+            finally:
+                if reporter is not None:
+                    reporter.cancel()
+        finally:
+            window.close()
+            pool.close()
+            restore_memory()
+            if threader is not None:
+                outcome.live_replies = threader.counts.record()
+    return outcome
+
+
+def _window(options: ReplayOptions, share: Share, target: Target) -> windows.Window:
+    """The share's requests as they were prepared up front, else streamed from a preparer."""
+    if share.prepared is not None:
+        wires = [wire_of(target, options.headers, p) for p in share.prepared]
+        return windows.Window.of(share.prepared, wires, share.schedule)
+    return windows.Window(
         share.schedule,
         FeedReader(share.feed) if len(share.schedule.trace_index) else None,
         horizon_ns=int(options.prepare_window * 1e9),
         max_bytes=options.prepare_memory << 20,
     )
-    upfront = options.prepare == "upfront"
-    if upfront:
-        window.horizon_ns = window.max_bytes = windows.UNLIMITED
-    try:
-        await asyncio.gather(
-            pool.fill(pool_size), windows.fill(window, windows.UNLIMITED if upfront else windows.PRIME_NS)
-        )
-        runner = Runner(
-            window,
-            pool,
-            clock=clock.now_ns,
-            timeout_s=options.timeout,
-            max_concurrency=options.max_concurrency,
-            worker=worker,
-            results=outcome.results,
-            closed_loop=closed_loop,
-        )
-        settle_memory()
-        outcome.start_ns = start if isinstance(start, int) else start()
-        reporter = spawn(_report_progress(runner, progress), name="replay-progress") if progress else None
-        try:
-            await runner.run(outcome.start_ns)
-        finally:
-            if reporter is not None:
-                reporter.cancel()
-    finally:
-        window.close()
-        pool.close()
-        restore_memory()
-    return outcome
 
 
 PROGRESS_ROOM_NS = 5_000_000  # draw progress when the next send is at least this far away...

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import numpy as np
-
 from replayproxy.replay.feed import FeedReader
-from replayproxy.replay.plan import Prepared, Schedule
+from replayproxy.replay.plan import Prepared, Schedule, schedule_of
 
 HORIZON_NS = 20_000_000_000  # bodies are read up to this far ahead of the run clock...
 MAX_BYTES = 512 * 1024 * 1024  # ...while they take at most this much memory
@@ -50,15 +48,12 @@ class Window:
         self._refilling = True  # reading until the horizon is covered
 
     @classmethod
-    def of(cls, prepared: Sequence[Prepared], wires: Sequence[bytes]) -> Window:
-        """A window holding requests prepared up front (in schedule order)."""
-        schedule = Schedule(
-            *(
-                np.array([getattr(p, name) for p in prepared], np.int64)
-                for name in ("index", "scheduled_ns", "after", "think_ns", "first")  # Schedule's order
-            )
-        )
-        window = cls(schedule)
+    def of(
+        cls, prepared: Sequence[Prepared], wires: Sequence[bytes], schedule: Schedule | None = None
+    ) -> Window:
+        """A window holding requests prepared up front (in schedule order); `schedule`: theirs, when
+        it differs from what they say (a warm-up's, moved to start at 0)."""
+        window = cls(schedule if schedule is not None else schedule_of(prepared))
         for entry in zip(prepared, wires, strict=True):
             window._add(entry)
         return window
@@ -69,6 +64,10 @@ class Window:
 
     def has(self, position: int) -> bool:
         return position in self._entries
+
+    def peek(self, position: int) -> Prepared:
+        """The request at `position` while it is held (a live reply builds its body from it)."""
+        return self._entries[position][0]
 
     def take(self, position: int) -> Entry:
         prepared, wire = self._entries.pop(position)

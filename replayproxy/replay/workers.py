@@ -26,7 +26,7 @@ from multiprocessing.process import BaseProcess
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
-from replayproxy.replay import session
+from replayproxy.replay import replies, session
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan, Share
 from replayproxy.replay.progress import Reading, merge
@@ -83,6 +83,7 @@ def _worker_main(
     worker: int,
     pipe: Pipe,
     closed_loop: bool = False,
+    live: replies.Setup | None = None,
 ) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the run stops
@@ -94,7 +95,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            done = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop))
+            done = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop, live))
         pipe.send(done)
     except Exception as e:  # reported to the parent, which stops the run with one line
         message = f"worker {worker}: {type(e).__name__}: {e}"
@@ -111,6 +112,7 @@ async def _work(
     worker: int,
     pipe: Pipe,
     closed_loop: bool,
+    live: replies.Setup | None,
 ) -> Done:
     main = asyncio.current_task()
     assert main is not None
@@ -139,6 +141,7 @@ async def _work(
             progress=progress,
             outcome=outcome,
             closed_loop=closed_loop,
+            live=live,
         )
     except asyncio.CancelledError:  # SIGTERM: the parent stops the run and wants what we have
         return Done(outcome.results, stopped=True)
@@ -219,7 +222,15 @@ async def run_workers(
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, plan.share(options, shares[worker]), size, worker, child, plan.closed_loop),
+            args=(
+                options,
+                plan.share(options, shares[worker]),
+                size,
+                worker,
+                child,
+                plan.closed_loop,
+                plan.live,
+            ),
             name=f"replay-worker-{worker}",
             daemon=False,  # it starts its own preparer process; ended in Crew.close
         )

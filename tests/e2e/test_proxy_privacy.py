@@ -43,6 +43,7 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     follow_ups = [secret(f"follow{i}") for i in range(6)]
     replies: list[str] = []
     system, tool, stop, user_id = secret("system"), secret("toolname"), secret("stop"), secret("user")
+    request_type = secret("type")  # a body field named like Bailian's `type`: request_type stays unset
     path_secret, query_secret = secrets.token_hex(10), secrets.token_hex(10)
     seen_text: list[str] = []
     headers = {"Authorization": f"Bearer {api_key}", "X-Tenant": tenant, "Cookie": cookie}
@@ -69,6 +70,7 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
                         "stream": i % 2 == 0,
                         "max_tokens": 8,
                         "user": user_id,
+                        "type": request_type,
                         "stop": [stop],
                         "tools": [{"type": "function", "function": {"name": tool}}],
                         "tool_choice": "none",  # a text reply, which the second turn quotes as content
@@ -119,9 +121,11 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     assert len(payloads) > 1000 and b"footer" in payloads
     logs = "\n".join(proxy.output).encode()
     secrets_all = [api_key, tenant, cookie, system, tool, stop, user_id, path_secret, query_secret, *prompts]
+    secrets_all.append(request_type)
     secrets_all += [*follow_ups, *(r for r in replies if len(r) >= WINDOW)]
     cols = trace.load(sorted(trace_dir.glob("*.rpt")))
     assert replies and int((cols.turn > 0).sum()) >= 1  # linked turns were recorded, by hashes only
+    assert set(cols.request_type.tolist()) == {""}  # the proxy records no request class
     generated = [text for text in seen_text if '"choices"' in text]
     assert len(generated) >= 6
     completions = [

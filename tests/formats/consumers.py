@@ -10,8 +10,9 @@ Sources read (see docs/formats.md for commits):
 - guidellm: src/guidellm/data/deserializers/trace_mooncake.py `_validate_row`.
 - vLLM: `vllm bench serve --dataset-name timed_trace` (PR #39795): each id expands to
   --timed-trace-chunk-hash-size tokens, so ids * size must cover input_length.
-- SGLang: python/sglang/benchmark/datasets/mooncake.py: json.loads per line, sorted by timestamp,
-  timestamps in ms, prompt from hash_ids.
+- SGLang: python/sglang/benchmark/datasets/mooncake.py: json.loads per line, the first
+  --num-prompts lines, sorted by timestamp, timestamps in ms; the prompt is built from hash_ids
+  alone (`f"{hash_id}" + " ".join(["hi"] * 128)` per id, then a fixed question), input_length unused.
 """
 
 from __future__ import annotations
@@ -92,3 +93,20 @@ def all_problems(path: Path, block: int) -> list[str]:
         + vllm_timed_trace_problems(rows, block)
         + sglang_problems(rows)
     )
+
+
+SGLANG_CHUNK = 128
+
+
+def sglang_requests(rows: list[dict[str, Any]], num_prompts: int) -> list[tuple[float, str, int]]:
+    """(arrival s, user message, output length) per request, as SGLang's Mooncake reader builds
+    them with --mooncake-num-rounds 1 (before its chat template)."""
+    chosen = sorted(rows[:num_prompts], key=lambda r: r["timestamp"])
+    first = chosen[0]["timestamp"] if chosen else 0
+    requests = []
+    for record in chosen:
+        query = "".join(f"{h}" + " ".join(["hi"] * SGLANG_CHUNK) for h in record.get("hash_ids", []))
+        query += "Tell me a story based on this context."
+        arrival = (record["timestamp"] - first) / 1000.0
+        requests.append((arrival, f"Round 1: {query}", record.get("output_length", 256)))
+    return requests

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import secrets
 from pathlib import Path
 
 import pytest
 
-from replayproxy.formats import bailian
+from replayproxy.formats import bailian, csv_format
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
-from replayproxy.trace import load
+from replayproxy.trace import ReadReport, iter_frame_payloads, load
 from tests.formats import consumers
 from tests.formats.helpers import conversation_trace
 
@@ -106,3 +108,39 @@ def test_export_is_the_published_layout_and_reads_back(tmp_path: Path) -> None:
     assert not any("bailian_trace" in n for n in result.notes) and "mooncake --sessions" in result.notes[-1]
     again = bailian.read(out, ImportOptions())
     assert again.input_tokens.tolist() == cols.input_tokens.tolist() and len(again) == 6
+
+
+def test_request_type_is_kept_through_import_and_export(tmp_path: Path) -> None:
+    rows = [ROWS[0], {**ROWS[1], "type": "image"}, {**ROWS[2], "type": "file"}]
+    src = tmp_path / "typed.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_imported(bailian.read(src, ImportOptions()), tmp_path / "t.rpt", lambda: 0)
+    cols = load(tmp_path / "t.rpt")
+    assert cols.request_type.tolist() == ["text", "image", "file"]
+    out = tmp_path / "out.jsonl"
+    bailian.write(cols, out, ExportOptions())
+    assert [r["type"] for r in consumers.read_rows(out)] == ["text", "image", "file"]
+    csv_out = tmp_path / "t.csv"
+    csv_format.write(cols, csv_out, ExportOptions())
+    with open(csv_out, newline="") as stream:
+        assert [r["request_type"] for r in csv.DictReader(stream)] == ["text", "image", "file"]
+
+
+def test_request_type_never_carries_a_files_text_into_the_trace(tmp_path: Path) -> None:
+    """The field is a closed set: a crafted value (any text) becomes "other", in rows and header."""
+    secret = "type-" + secrets.token_hex(16)
+    rows = [
+        {**ROWS[0], "type": secret},
+        {**ROWS[1], "type": 7},
+        {k: v for k, v in ROWS[2].items() if k != "type"},
+    ]
+    src = tmp_path / "crafted.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace_file = tmp_path / "t.rpt"
+    write_imported(bailian.read(src, ImportOptions()), trace_file, lambda: 0)
+    cols = load(trace_file)
+    assert cols.request_type.tolist() == ["other", "other", ""]
+    assert cols.headers[0].extra["request_types"] == ["", "other"]
+    data = trace_file.read_bytes()
+    plain = b"".join(bytes(p) for p in iter_frame_payloads(data, str(trace_file), ReadReport()))
+    assert secret.encode()[5:13] not in plain and b"other" in plain  # decompressed: the class, no text

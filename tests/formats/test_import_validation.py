@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,21 @@ def test_zone_offsets_are_honoured_per_row_and_a_stray_one_is_reported(
     cols = load(out)
     assert cols.input_tokens.tolist() == [10, 11, 12, 13]  # 02:00:02.5+02:00 is 00:00:02.5 UTC
     assert cols.offset_ns.tolist() == [0, 990_070_000, 2_490_070_000, 2_990_070_000]
+
+
+def test_a_huge_single_line_is_measured_in_pieces_never_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importing, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(importing, "BATCH_BYTES", 1 << 20)
+    src = tmp_path / "one.jsonl"
+    line = b'{"timestamp": 0, "input_length": 1, "pad": "' + b"x" * (24 << 20) + b'"}'
+    src.write_bytes(line)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImportFormatError, match=rf"one.jsonl:1: a line of {len(line)} bytes"):
+            mooncake.read(src, ImportOptions())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak} bytes for a 24 MiB line"

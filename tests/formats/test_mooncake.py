@@ -85,7 +85,7 @@ def test_export_obeys_every_consumers_rules(tmp_path: Path, block: int) -> None:
         f"--timed-trace-chunk-hash-size {block}" in commands
         and "--timed-trace-sec-multiplier 0.001" in commands
     )
-    assert "time_scale=0.001" in commands and "--dataset-name mooncake" in commands
+    assert "time_scale=0.001" in commands and "SGLang:   needs --block-size 128" in commands
 
 
 def test_consumer_checks_can_fail() -> None:
@@ -303,3 +303,27 @@ def test_timestamps_keep_sub_millisecond_precision(tmp_path: Path) -> None:
     back = load(import_file(tmp_path / "m.jsonl", tmp_path / "b.rpt", block_size=16))
     source = load(trace).offset_ns
     assert np.abs(back.offset_ns - (source - source[0])).max() <= 1000  # ns: microseconds kept
+
+
+def test_sglang_reader_gets_the_recorded_lengths_and_sharing_from_128_token_ids(tmp_path: Path) -> None:
+    """SGLang builds each prompt from hash_ids alone, 128 "hi" per id: only a 128-token export gives
+    prompts of the recorded length (within one chunk), and shared ids give shared prompt text."""
+    cols = load(conversation_trace(tmp_path / "t.rpt"))
+    out = tmp_path / "m.jsonl"
+    result = mooncake.write(cols, out, ExportOptions(block_size=128, url="http://h:30000", model="m"))
+    (command,) = [n for n in result.notes if n.startswith("SGLang:")]
+    assert f"--dataset-path {out} --num-prompts 6 " in command and "--base-url http://h:30000" in command
+    requests = consumers.sglang_requests(consumers.read_rows(out), num_prompts=6)
+    assert [arrival for arrival, _, _ in requests] == [0, 0.25, 0.9, 1.5, 1.5, 3.001]
+    recorded = cols.input_tokens.tolist()
+    chunk = " ".join(["hi"] * 128)
+    for (_, prompt, output), n_in, n_out in zip(requests, recorded, cols.output_tokens.tolist(), strict=True):
+        chunks = prompt.count(chunk)  # one 128-token chunk per id
+        assert n_in <= chunks * 128 < n_in + 128 and output == n_out
+    # the first two requests share a 1024-token system prompt: 8 chunks of identical text
+    common = os.path.commonprefix([requests[0][1], requests[1][1]])
+    assert common.count(chunk) == 1024 // 128
+    # the default 512-token ids would give prompts a quarter of the length: the export says so
+    default = mooncake.write(cols, tmp_path / "d.jsonl", ExportOptions())
+    (note,) = [n for n in default.notes if n.startswith("SGLang:")]
+    assert "needs --block-size 128" in note and "bench_serving" not in note

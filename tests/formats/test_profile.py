@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from replayproxy.formats import mooncake, profile_fit
+from replayproxy.formats import azure, mooncake, profile_fit
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportOptions, write_imported
 from replayproxy.formats.profile_synth import load_profile, profile_header, shapes_from_profile
@@ -70,6 +70,32 @@ def test_full_public_trace_profile_synth_and_rate_scale(tmp_path: Path) -> None:
     assert doubled["rate_mean_rps"] == pytest.approx(2 * source["rate_mean_rps"], rel=0.1)
     assert doubled["input_tokens"]["p50"] == pytest.approx(source["input_tokens"]["p50"], rel=0.1)
     assert doubled["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03)
+
+
+def per_minute_rate_cv(cols: Columns) -> float:
+    """How much the request rate varies from minute to minute (CV of the per-minute counts)."""
+    counts = np.bincount(((cols.offset_ns - cols.offset_ns[0]) // 60_000_000_000).astype(np.int64))
+    return float(counts.std() / counts.mean())
+
+
+@pytest.mark.parametrize(
+    ("name", "reader"),
+    [("conversation_trace.jsonl", mooncake.read), ("AzureLLMInferenceTrace_conv.csv", azure.read)],
+)
+def test_rate_variability_carries_over_at_1x_and_2x(tmp_path: Path, name: str, reader: Any) -> None:
+    """Per-minute rate CV and inter-arrival CV within 15 %: the Mooncake trace's regular ~3 s clumps
+    (gap CV 3, steady minutes) would double the per-minute CV as a gamma renewal process."""
+    if not (SHARED_TRACES / name).exists():
+        pytest.skip(f"public trace {name} not present in {SHARED_TRACES}")
+    write_imported(reader(SHARED_TRACES / name, ImportOptions()), tmp_path / "src.rpt", lambda: 0)
+    cols = load(tmp_path / "src.rpt")
+    fitted = profile_fit.fit_profile(cols)
+    for rate_scale in (1.0, 2.0):
+        synth = synthesized(fitted, tmp_path, rate_scale=rate_scale)
+        assert per_minute_rate_cv(synth) == pytest.approx(per_minute_rate_cv(cols), rel=0.15), rate_scale
+        assert workload_stats(synth)["interarrival_cv"] == pytest.approx(
+            workload_stats(cols)["interarrival_cv"], rel=0.15
+        ), rate_scale
 
 
 def test_sessions_and_length_scale(tmp_path: Path) -> None:

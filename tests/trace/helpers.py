@@ -53,6 +53,7 @@ shapes = st.builds(
     chat_id=U64,
     parent_id=U64,
     tool_chars=I64,
+    request_type=st.sampled_from(["", "text", "search"]),
 )
 
 
