@@ -80,9 +80,15 @@ def conversation_trace(source: Path, work: Path) -> Path:
         command = [sys.executable, "-m", "replayproxy", "import", str(source), "--format", "mooncake",
                    "-o", str(imported), "--model", "bench", "--quiet"]  # fmt: skip
         subprocess.run(command, check=True, cwd=ROOT)
-        header = trace.load(imported).headers[0]
-        shapes = (s._replace(endpoint="completions", roles="") for s in trace.iter_shapes([imported]))
-        write_trace(out, header, shapes, mono_ns=clock.now_ns, wall_ns=clock.wall_ns)
+        cols = trace.load(imported)
+        columns = {
+            **cols.scalar,
+            "endpoint": "completions",  # one value for every row
+            "roles": "",
+            "prefix_hashes": (cols.prefix_hashes, np.diff(cols.prefix_index)),
+            "chunk_gaps_us": (cols.chunk_gaps_us, np.diff(cols.chunk_index)),
+        }
+        trace.write_columns(out, cols.headers[0], columns, len(cols), wall_ns=clock.wall_ns)
     return out
 
 
