@@ -28,7 +28,7 @@ from replayproxy.replay import exact, exactness, flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
-from replayproxy.replay.tokenizer import Chat, Tokenizer
+from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError
 from replayproxy.trace import Columns
 
 _log = logging.getLogger("replayproxy.replay")
@@ -376,6 +376,6 @@ async def opened(
             setup.model, setup.headers,
         )  # fmt: skip
         if tokenizer is None:
-            raise ValueError(f"live replies: no tokenizer for the run ({why})")
+            raise TokenizerError(f"live replies: no tokenizer for the run ({why})")
         continued = Counter(p.after for p in prepared if p.after >= 0)
         yield Threader(setup, tokenizer, target, headers, continued)

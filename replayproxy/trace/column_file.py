@@ -463,6 +463,9 @@ def read_column_file(
     name = str(path)
     seen_warnings = len(report.warnings)
     data = _read_bytes(path)
+    report.paths.append(name)
+    if report.content is not None:
+        report.content.update(data)
     header: dict[str, Any] | None = None
     columns: _ColumnsBeingRead | None = None
     for payload in iter_frame_payloads(data, name, report):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -106,11 +107,17 @@ class Columns:
         return np.fromiter((len(r) for r in self.roles), dtype=np.int64, count=len(self))
 
 
-def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Columns:
-    """Load traces into columns: the fast path for inspect, export and replay planning."""
+def load(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, digest: bool = False
+) -> Columns:
+    """Load traces into columns: the fast path for inspect, export and replay planning.
+
+    With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
+    the bytes read here (so a replay need not read its trace twice to name it in its results).
+    """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    report = ReadReport()
+    report = ReadReport(content=hashlib.sha256() if digest else None)
     pairs = read_trace_files(paths, report)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table) for _, table in pairs]

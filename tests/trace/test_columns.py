@@ -4,6 +4,7 @@ every format version keep loading."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -228,3 +229,14 @@ def test_the_shape_helper_reads_what_the_writer_wrote(tmp_path: Path) -> None:
         wall_ns=clock.wall_ns,
     )
     assert shapes_of(tmp_path / "t.rpt") == written
+
+
+def test_a_load_can_digest_the_files_it_reads_in_path_order(tmp_path: Path) -> None:
+    """The replayer names its trace by this digest: the sha256 of the files' bytes, in name order."""
+    write(tmp_path / "b.rpt", [RequestShape(offset_ns=0)], start_wall_ns=5)
+    write(tmp_path / "a.rpt", [RequestShape(offset_ns=0)])
+    expected = hashlib.sha256((tmp_path / "a.rpt").read_bytes() + (tmp_path / "b.rpt").read_bytes())
+    cols = trace.load([tmp_path], digest=True)
+    assert cols.report.content.hexdigest() == expected.hexdigest()
+    assert cols.report.paths == [str(tmp_path / "a.rpt"), str(tmp_path / "b.rpt")]
+    assert trace.load([tmp_path]).report.content is None  # not asked: no hashing
