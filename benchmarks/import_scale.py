@@ -66,10 +66,11 @@ def make_file(path: Path, lines: int) -> None:
 
 
 CHILD = (
-    "import resource, sys\n"
+    "import sys\n"
     "from replayproxy import cli\n"
     "code = cli.main(sys.argv[1:])\n"
-    "print('peak_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    "status = open('/proc/self/status').read()\n"  # VmHWM: this process's own peak (ru_maxrss is inherited)
+    "print('peak_mb', int(status.split('VmHWM:')[1].split()[0]) // 1024)\n"
     "sys.exit(code)\n"
 )
 

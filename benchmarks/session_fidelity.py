@@ -4,10 +4,12 @@
 
 A multi-turn trace (sessions 250 ms apart; each turn's prompt = the previous prompt, its reply and a
 new message; production answered in 60 ms and the next turn came `--think-ms` later) is replayed
-against the simulated engine at `--sim-speed` (slower than the recorded 60 ms), once closed loop
-and once open loop, in one run. Printed per mode: overlapping turns (sent before the previous turn
-of the session ended), think time as replayed minus the planned one (p50 / p99 / max, ms) and the
-schedule lag p99. The replayer runs pinned to its own core, the sim to another, when there are two.
+against the simulated engine at `--sim-speed` (slower than the recorded 60 ms) in one run: closed
+loop with live replies (each later turn built from the sim's reply when the previous turn ends,
+through the sim's /tokenize), closed loop with planned replies, and open loop. Printed per mode:
+overlapping turns (sent before the previous turn of the session ended), think time as replayed
+minus the planned one (p50 / p99 / max, ms) and the schedule lag p99. The replayer runs pinned to
+its own core, the sim to another, when there are two.
 """
 
 from __future__ import annotations
@@ -80,14 +82,14 @@ def main() -> None:
             if len(cores) >= 2:
                 os.sched_setaffinity(sim.pid, {cores[-1]})
             print(f"{args.sessions} sessions x {args.turns} turns, think {args.think_ms} ms")
-            for mode in ("closed", "open"):
-                out = work / f"{mode}.rpr"
+            for mode, replies in (("closed", "live"), ("closed", "planned"), ("open", "planned")):
+                out = work / f"{mode}-{replies}.rpr"
                 command = [sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o",
                            str(out), "--flavor", "vllm", "--quiet", "--no-calibrate"]  # fmt: skip
-                command += ["--sessions", mode]
+                command += ["--sessions", mode, "--replies", replies]
                 pinned = (lambda: os.sched_setaffinity(0, {cores[0]})) if len(cores) >= 2 else None
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL, preexec_fn=pinned)
-                print(f"  {mode:6} {figures(load_results([out])[0])}")
+                print(f"  {mode:6} {replies:7} {figures(load_results([out])[0])}")
         finally:
             sim.terminate()
             sim.wait(10)

@@ -62,6 +62,7 @@ class ReplayResult:
     cached_tokens: int = UNKNOWN
     expected_shared_tokens: int = 0  # prompt prefix an earlier request of the trace had (tokens)
     new_connection: bool = False  # a connection had to be opened on the send path
+    prepared_late: bool = False  # its body was not prepared by its scheduled time (the sender waited)
     worker: int = 0
     session: int = 0  # the trace's session id (0: not in a session)
     turn: int = 0  # 0-based turn within the session
@@ -97,6 +98,7 @@ RESULT_KINDS: dict[str, str] = {
     "cached_tokens": "i8",
     "expected_shared_tokens": "i8",
     "new_connection": "b1",
+    "prepared_late": "b1",
     "worker": "i8",
     "session": "u8",
     "turn": "i8",

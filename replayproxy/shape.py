@@ -162,25 +162,6 @@ class RequestShape(NamedTuple):
         """Content chunks seen: the first one plus one per recorded gap."""
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
 
-    def to_record(self) -> tuple[Any, ...]:
-        """The positional record in FIELDS order, the ragged fields packed as a trace stores them."""
-        values = list(self)
-        values[_HASHES_AT] = pack_u64(self.prefix_hashes)
-        values[_GAPS_AT] = pack_u32(self.chunk_gaps_us) if self.chunk_gaps_us else b""
-        return tuple(values)
-
-    @classmethod
-    def from_record(cls, values: Sequence[Any], fields: Sequence[str] | None = None) -> RequestShape:
-        """Build from a positional record; `fields` (from the file's header) maps older layouts."""
-        if fields is None or tuple(fields) == FIELDS:
-            named = dict(zip(FIELDS, values, strict=False))
-        else:
-            named = {name: value for name, value in zip(fields, values, strict=False) if name in _FIELD_SET}
-        named["prefix_hashes"] = unpack_u64(named.get("prefix_hashes", b""))
-        named["chunk_gaps_us"] = unpack_u32(named.get("chunk_gaps_us", b""))
-        named["sampling"] = dict(named.get("sampling") or {})
-        return cls(**named)
-
 
 def _column_kind(hint: Any) -> str:
     """A field's column kind (docs/trace-format.md) from its annotation: `Annotated` names it,
@@ -204,8 +185,6 @@ FIELD_KINDS: dict[str, str] = {
     name: _column_kind(hint) for name, hint in get_type_hints(RequestShape, include_extras=True).items()
 }
 FIELDS: tuple[str, ...] = RequestShape._fields
-_HASHES_AT, _GAPS_AT = FIELDS.index("prefix_hashes"), FIELDS.index("chunk_gaps_us")
-_FIELD_SET = frozenset(FIELDS)
 
 
 _U32 = "I" if array.array("I").itemsize == 4 else "L"
@@ -285,10 +264,6 @@ def pack_u32(values: Sequence[int]) -> bytes:
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tobytes()
-
-
-def unpack_u32(data: bytes) -> tuple[int, ...]:
-    return _array_struct("I", len(data) // 4).unpack(data)
 
 
 def key_fingerprint(key: bytes) -> str:

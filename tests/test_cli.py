@@ -1,4 +1,6 @@
-"""`synth` and `inspect` through the real command line, in a fresh interpreter (python -m replayproxy)."""
+"""`synth`, `inspect` and every command's one-line errors through the command line's main (in-process),
+and in fresh interpreters (python -m replayproxy) where the process matters: byte-identical output
+across processes (hash seeds differ), and `sim`, which replaces the process."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 from replayproxy import trace
 from replayproxy.formats.profile_synth import SYNTH_HASH_SCHEME
+from tests.cli import CliResult, run_cli
 
 SYNTH = [
     "--requests", "300", "--rate", "20", "--arrival", "gamma:2", "--prefix-groups", "3", "--prefix-len", "64",
@@ -19,13 +22,14 @@ SYNTH = [
 ]  # fmt: skip
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def fresh(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m replayproxy ARGS` in a new interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "replayproxy", *args], capture_output=True, text=True, timeout=60, check=False
     )
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+def assert_one_line_error(result: CliResult | subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode != 0 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -36,14 +40,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 def test_synth_is_byte_identical_for_a_seed_and_inspect_reads_it(tmp_path: Path) -> None:
     a, b = tmp_path / "a.rpt", tmp_path / "b.rpt"
-    for path in (a, b):
-        result = cli("synth", "-o", str(path), *SYNTH)
+    for path in (a, b):  # two interpreters, two hash seeds: the output must not depend on them
+        result = fresh("synth", "-o", str(path), *SYNTH)
         assert result.returncode == 0 and result.stdout.strip() == f"wrote 300 requests to {path}"
     assert a.read_bytes() == b.read_bytes()
-    text = cli("inspect", str(a))
+    text = run_cli("inspect", str(a))
     assert text.returncode == 0 and text.stderr == ""
     assert text.stdout.startswith("requests           300 in 1 file(s)") and "prefix reuse" in text.stdout
-    result = cli("inspect", "--json", str(a), str(b))
+    result = run_cli("inspect", "--json", str(a), str(b))
     profile = json.loads(result.stdout)
     assert profile["requests"] == 600 and profile["files"] == 2
     assert set(profile["input_tokens"]) == {"count", "p50", "p90", "p99", "max", "mean"}
@@ -62,70 +66,70 @@ def test_synth_is_byte_identical_for_a_seed_and_inspect_reads_it(tmp_path: Path)
 def test_inspect_refuses_files_that_are_not_traces(tmp_path: Path, content: bytes, needle: str) -> None:
     path = tmp_path / "bad.rpt"
     path.write_bytes(content)
-    assert_one_line_error(cli("inspect", str(path)), "replayproxy inspect: error:", str(path), needle)
-    assert_one_line_error(cli("inspect", "--json", str(path)), needle)
+    assert_one_line_error(run_cli("inspect", str(path)), "replayproxy inspect: error:", str(path), needle)
+    assert_one_line_error(run_cli("inspect", "--json", str(path)), needle)
 
 
 def test_inspect_of_a_missing_file(tmp_path: Path) -> None:
-    assert_one_line_error(cli("inspect", str(tmp_path / "nope.rpt")), "no such file", "nope.rpt")
+    assert_one_line_error(run_cli("inspect", str(tmp_path / "nope.rpt")), "no such file", "nope.rpt")
 
 
 def test_inspect_reports_what_a_damaged_trace_still_holds(tmp_path: Path) -> None:
     path = tmp_path / "t.rpt"
-    assert cli("synth", "-o", str(path), *SYNTH).returncode == 0
+    assert run_cli("synth", "-o", str(path), *SYNTH).returncode == 0
     data = path.read_bytes()
     path.write_bytes(data[:-30])  # the footer frame is cut: every request is still there
-    result = cli("inspect", "--json", str(path))
+    result = run_cli("inspect", "--json", str(path))
     assert result.returncode == 0 and json.loads(result.stdout)["requests"] == 300
     assert result.stderr.startswith("replayproxy inspect: warning:") and "truncated" in result.stderr
     header_end = 16 + int.from_bytes(data[8:12], "little")
     path.write_bytes(data[: header_end + 100])  # only the header survives
-    result = cli("inspect", str(path))
+    result = run_cli("inspect", str(path))
     assert result.returncode == 1 and result.stdout == ""
     assert "warning:" in result.stderr and result.stderr.strip().endswith("error: no request could be read")
 
 
 def test_synth_option_errors_are_one_line(tmp_path: Path) -> None:
     out = str(tmp_path / "x.rpt")
-    assert_one_line_error(cli("synth", "-o", out, "--input-len", "zipf:2"), "unknown distribution 'zipf'")
-    assert_one_line_error(cli("synth", "-o", out, "--arrival", "gamma:-2"), "gamma:CV")
-    assert_one_line_error(cli("synth", "-o", out, "--sessions-share", "2"), "sessions-share")
+    assert_one_line_error(run_cli("synth", "-o", out, "--input-len", "zipf:2"), "unknown distribution 'zipf'")
+    assert_one_line_error(run_cli("synth", "-o", out, "--arrival", "gamma:-2"), "gamma:CV")
+    assert_one_line_error(run_cli("synth", "-o", out, "--sessions-share", "2"), "sessions-share")
     assert not Path(out).exists()
 
 
 def test_synth_from_a_profile_scales_the_rate(tmp_path: Path) -> None:
     source, profile = tmp_path / "source.rpt", tmp_path / "profile.json"
-    assert cli("synth", "-o", str(source), *SYNTH).returncode == 0
-    assert cli("export", str(source), "--format", "profile", "-o", str(profile)).returncode == 0
+    assert run_cli("synth", "-o", str(source), *SYNTH).returncode == 0
+    assert run_cli("export", str(source), "--format", "profile", "-o", str(profile)).returncode == 0
     scaled = [tmp_path / "s1.rpt", tmp_path / "s2.rpt"]
     for path in scaled:
-        result = cli("synth", "-o", str(path), "--profile", str(profile), "--rate-scale", "2", "--seed", "4")
+        result = run_cli(
+            "synth", "-o", str(path), "--profile", str(profile), "--rate-scale", "2", "--seed", "4"
+        )
         assert result.returncode == 0, result.stderr
     assert scaled[0].read_bytes() == scaled[1].read_bytes()
     header = trace.load(scaled[0]).headers[0]
     assert header.hash_scheme == SYNTH_HASH_SCHEME and header.extra["synth"]["rate_scale"] == 2.0
-    before = json.loads(cli("inspect", "--json", str(source)).stdout)
-    after = json.loads(cli("inspect", "--json", str(scaled[0])).stdout)
+    before = json.loads(run_cli("inspect", "--json", str(source)).stdout)
+    after = json.loads(run_cli("inspect", "--json", str(scaled[0])).stdout)
     assert after["requests"] == pytest.approx(2 * before["requests"], rel=0.2)
     assert after["duration_s"] == pytest.approx(before["duration_s"], rel=0.1)
     assert_one_line_error(
-        cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile"
+        run_cli("synth", "-o", str(tmp_path / "x.rpt"), "--profile", str(source)), "not a JSON profile"
     )
 
 
 def test_bad_options_and_unknown_commands_are_one_line_errors() -> None:
     assert_one_line_error(
-        cli("capacity", "--weight-dtype", "fp3"), "--weight-dtype", "invalid choice", "int4"
+        run_cli("capacity", "--weight-dtype", "fp3"), "--weight-dtype", "invalid choice", "int4"
     )
-    assert_one_line_error(cli("import"), "required")
-    assert_one_line_error(cli("teleport"), "invalid choice", "replay")
-    assert cli("capacity", "--weight-dtype", "fp3").returncode == 2
+    assert_one_line_error(run_cli("import"), "required")
+    assert_one_line_error(run_cli("teleport"), "invalid choice", "replay")
+    assert run_cli("capacity", "--weight-dtype", "fp3").returncode == 2
 
 
 def _one_line_exit_2(argv: list[str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "replayproxy", *argv], capture_output=True, text=True, timeout=60
-    )
+    done = fresh(*argv) if argv[0] == "sim" else run_cli(*argv)
     assert done.returncode == 2, (argv, done.stderr)
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     return done.stderr

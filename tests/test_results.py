@@ -131,3 +131,101 @@ def test_newer_result_version_and_traces_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceFormatError, match="expected 'replayproxy-result'"):
         load_results([trace_path])
+
+
+# --------------------------------------------------------------------------- the golden file
+
+GOLDEN = Path(__file__).parent / "data" / "result-v1-golden.rpr"
+ADDED_SINCE_GOLDEN = ("prepared_late",)  # result fields newer than the golden file
+
+
+def test_version_1_golden_result_file_keeps_loading_every_field() -> None:
+    from tests.data.make_golden_result import EXTRAS, FOOTER, golden_header, golden_results
+
+    report = ReadReport()
+    (loaded,) = load_results([GOLDEN], report)
+    assert report.warnings == [] and report.footers == 1 and report.frames == 1 + 2 + 2 + 1
+    # written before `prepared_late` existed: the file lacks it, the reader fills its default
+    assert loaded.table.header["version"] == 1
+    assert loaded.table.header["fields"] == [f for f in RESULT_FIELDS if f not in ADDED_SINCE_GOLDEN]
+    assert loaded.header == golden_header()
+    # The header spelled out, so a change to the generator cannot silently move the goal posts.
+    h = loaded.header
+    assert (h.label, h.target, h.start_wall_ns) == (
+        "vllm@golden",
+        "http://127.0.0.1:8000",
+        1_700_000_000 * 10**9,
+    )
+    assert h.trace_paths == ("traces/prod.rpt",) and h.trace_digest == "ab" * 32 and h.flavor == "vllm"
+    assert h.models == {"object": "list", "data": [{"id": "llama-3-8b", "max_model_len": 8192}]}
+    assert (h.engine_version, h.replayproxy_version, h.host, h.token_timing) == (
+        "0.6.3",
+        "golden",
+        "bench-1",
+        "token",
+    )
+    assert h.options == {"speed": 2.0, "seed": 7, "traces": ["traces/prod.rpt"]}
+    assert h.pre_run == {"reset_prefix_cache": "ok"} and h.warmup == {"requests": 4}
+    assert (h.shard, h.repetition, h.repetitions) == ("0/2", 2, 3)
+    assert h.contract == {"engine_args": "--max-num-seqs 64", "note": "golden"}
+    # Every field of every row.
+    expected = {
+        "index": [0, 2, 3],
+        "scheduled_ns": [0, 500_000_000, 1_000_000_000],
+        "sent_ns": [120_000, 500_300_000, 1_000_050_000],
+        "endpoint": ["chat", "completions", "chat"],
+        "stream": [True, False, True],
+        "headers_ns": [9_000_000, 40_000_000, -1],
+        "ttft_ns": [15_000_000, 41_000_000, -1],
+        "e2e_ns": [95_000_000, 41_000_000, 3_000_000],
+        "chunk_gaps_us": [(20_000, 2**32 - 1), (), ()],
+        "chunk_tokens": [(1, 2, 3), (), ()],
+        "content_chunks": [3, 1, 0],
+        "status": [200, 200, 503],
+        "error": ["", "", "http_5xx"],
+        "error_message": ["", "", "Service Unavailable"],
+        "expected_input_tokens": [1200, 40, -1],
+        "expected_output_tokens": [6, 10, -1],
+        "prompt_tokens": [1201, 40, -1],
+        "completion_tokens": [6, 10, -1],
+        "cached_tokens": [1024, -1, -1],
+        "expected_shared_tokens": [1024, 0, 0],
+        "new_connection": [True, False, False],
+        "prepared_late": [False, False, False],
+        "worker": [1, 0, 0],
+        "session": [0xFEEDFACECAFEBEEF, 0, 0xFEEDFACECAFEBEEF],
+        "turn": [0, 0, 1],
+        "after": [-1, -1, 0],
+        "think_ns": [-1, -1, 250_000_000],
+    }
+    assert set(expected) == set(RESULT_FIELDS)
+    rows = [row_of(loaded, i) for i in range(len(loaded))]
+    for name, values in expected.items():
+        assert [row[name] for row in rows] == values, name
+    assert rows == [{name: getattr(r, name) for name in RESULT_FIELDS} for r in golden_results()]
+    assert loaded.extras == {kind: [{"type": kind, **record}] for kind, record in EXTRAS.items()}
+    assert loaded.footer == {"type": "footer", "records": 3, **FOOTER}
+
+
+def test_the_writer_still_writes_what_the_reader_reads_as_the_golden_file(tmp_path: Path) -> None:
+    from tests.data.make_golden_result import write_golden
+
+    write_golden(tmp_path / "again.rpr")
+    (golden,) = load_results([GOLDEN])
+    (again,) = load_results([tmp_path / "again.rpr"])
+    assert again.header == golden.header
+
+    def layout(header: dict[str, object]) -> dict[str, object]:  # without the fields added since
+        fields = [f for f in header["fields"] if f not in ADDED_SINCE_GOLDEN]  # type: ignore[attr-defined]
+        kinds = {f: k for f, k in header["kinds"].items() if f in fields}  # type: ignore[attr-defined]
+        return {**header, "fields": fields, "kinds": kinds}
+
+    assert layout(again.table.header) == layout(golden.table.header)
+    assert [row_of(again, i) for i in range(len(again))] == [row_of(golden, i) for i in range(len(golden))]
+    for name in RESULT_FIELDS:  # the same dtypes too
+        if name in golden.table.ragged:
+            assert [a.dtype for a in again.ragged(name)] == [g.dtype for g in golden.ragged(name)], name
+        else:
+            assert again.column(name).dtype == golden.column(name).dtype, name
+    assert again.extras == golden.extras and again.footer == golden.footer
+    assert list(results.request_rows([again])) == list(results.request_rows([golden]))

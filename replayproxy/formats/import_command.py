@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
     )
     if args.start < 0 or (args.duration is not None and args.duration <= 0):
-        raise ValueError("--start must be >= 0 and --duration positive")
+        raise BadOption("--start must be >= 0 and --duration positive")
     mode = progress.resolve(args.progress, args.quiet, sys.stderr)
     size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():

@@ -37,6 +37,9 @@ class State(enum.Enum):
     TUNNEL = "tunnel"  # after 101 Switching Protocols: bytes pass both ways untouched; timer: idle
     DONE = "done"
 
+    # Identity hashing in C: Enum's own __hash__ is a Python call, and each transition hashes twice.
+    __hash__ = object.__hash__
+
 
 # Every legal move; anything else is a bug in this module and raises. AWAITING -> CONNECTING is the one
 # resend on a fresh connection when a kept-alive one turned out closed before answering.
@@ -463,7 +466,8 @@ class Exchange:
         length = http1.header_value(headers, b"content-length")
         no_body = http1.status_has_no_body(status, self.method)
         cap = self.cap
-        stripping = cap is not None and cap.injected_usage and heads.is_event_stream(headers)
+        event_stream = cap is not None and heads.is_event_stream(headers)  # only observers need it
+        stripping = cap is not None and cap.injected_usage and event_stream
         chunked_in = http1.is_chunked(headers)
         if length is not None and not chunked_in and not stripping:
             framing.append((b"Content-Length", length))
@@ -481,7 +485,7 @@ class Exchange:
             self.client.upgrade_answered(self, switched=False)
         if cap is not None:
             cap.status = status
-            cap.event_stream = heads.is_event_stream(headers)
+            cap.event_stream = event_stream
             if stripping:  # the body shrinks by the usage event, so a Content-Length became chunked framing
                 self.strip = UsageStripper()
         if no_body:

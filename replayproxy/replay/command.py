@@ -11,9 +11,21 @@ from typing import Any
 
 from replayproxy import clock, config
 from replayproxy.errors import RunAborted
-from replayproxy.replay import contract, procedure, progress, session, summary, telemetry, workers
+from replayproxy.replay import (
+    contract,
+    procedure,
+    progress,
+    replies,
+    result_file,
+    session,
+    summary,
+    telemetry,
+    workers,
+)
 from replayproxy.replay.connection import Target
 from replayproxy.replay.flavors import FLAVORS
+from replayproxy.replay.options import PREPARE_MODES, ReplayOptions
+from replayproxy.replay.preparation import RunPlan, prepare_run
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
 
@@ -62,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "closed", "open"],
         help="closed: a session's next turn goes at the previous turn's end plus its think time; "
         "open: every request at its recorded offset (default: auto, closed if any session has 2+ turns)",
+    )
+    add(
+        "--replies",
+        choices=list(replies.MODES),
+        help="live: in closed loop a later turn carries the candidate's reply to the turn before it, "
+        "its new part sized to the recorded input length (needs exact prompts); planned: synthetic "
+        "words where the reply stood (default: live)",
     )
     add(
         "--sample-sessions",
@@ -163,25 +182,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how the engine was started, kept with the run's contract (default: none)",
     )
     add("--note", metavar="TEXT", help="free text kept with the run (default: none)")
+    add(
+        "--prepare",
+        choices=PREPARE_MODES,
+        help="stream: bodies are prepared by a helper process while the run goes, a window ahead of "
+        "the clock; upfront: every body before the start (default: stream)",
+    )
+    add(
+        "--prepare-window",
+        type=float,
+        metavar="S",
+        help="seconds of the schedule whose bodies are held ready ahead of the clock (default: 20)",
+    )
+    add(
+        "--prepare-memory",
+        type=int,
+        metavar="MIB",
+        help="memory the ready bodies may take, per sender process (default: 512)",
+    )
     add("--config", metavar="FILE", help="TOML file; settings under [replay] (default: none)")
 
 
 # Every setting but the secret can come from the command line; argparse leaves the absent ones None.
 _OPTION_NAMES = tuple(
-    f.name for f in dataclasses.fields(session.ReplayOptions) if f.name not in ("traces", "api_key")
+    f.name for f in dataclasses.fields(ReplayOptions) if f.name not in ("traces", "api_key")
 )
 
 
-def options_from_args(args: argparse.Namespace) -> session.ReplayOptions:
+def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     file_values = config.read_toml(args.config).get("replay", {})
     overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _OPTION_NAMES}
     overrides["traces"] = tuple(args.traces)
     overrides["api_key"] = getattr(args, "api_key", None)
     if overrides.get("request_rate") is not None and overrides.get("speed") is not None:
         raise config.ConfigError("--request-rate and --speed both set the timing; give one")
-    options = config.build(
-        session.ReplayOptions, section="replay", file_values=file_values, overrides=overrides
-    )
+    options = config.build(ReplayOptions, section="replay", file_values=file_values, overrides=overrides)
     if not options.target:
         raise config.ConfigError("--target is required (or [replay] target in the config file)")
     if not options.output:
@@ -209,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_loop(options: session.ReplayOptions, progress_mode: str) -> list[dict[str, Any]]:
+def _run_loop(options: ReplayOptions, progress_mode: str) -> list[dict[str, Any]]:
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -220,13 +255,13 @@ def _run_loop(options: session.ReplayOptions, progress_mode: str) -> list[dict[s
         return runner.run(replay(options, progress_mode))
 
 
-async def replay(options: session.ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:
+async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:
     """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
     requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
-    plan = await session.prepare_run(options)
+    plan = await prepare_run(options)
     plan.contract = await contract.collect(
         Target.parse(options.target).url, plan.info.models, options.headers, options.engine_args, options.note
     )
@@ -241,14 +276,12 @@ async def replay(options: session.ReplayOptions, progress_mode: str = "none") ->
     return summaries
 
 
-async def _measure(
-    options: session.ReplayOptions, plan: session.RunPlan, progress_mode: str
-) -> dict[str, Any]:
+async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:
     """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     tracker: progress.Tracker | None = None
     try:
-        scheduled = sorted(p.scheduled_ns for p in plan.prepared)
+        scheduled = plan.schedule.scheduled_ns[plan.send].tolist()
         tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
         def start() -> int:
@@ -265,12 +298,13 @@ async def _measure(
                 show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
                 await session.run_local(
                     options,
-                    plan.prepared,
+                    plan.share(options, plan.send),
                     plan.pool_size,
                     start,
                     progress=show,
                     outcome=outcome,
                     closed_loop=plan.closed_loop,
+                    live=plan.live,
                 )
         except asyncio.CancelledError:
             _save_partial(options, plan, outcome, tracker, sidecars, "interrupted")
@@ -278,7 +312,8 @@ async def _measure(
         except (RunAborted, workers.WorkerCrashed):  # a worker died or failed: the others were stopped
             _save_partial(options, plan, outcome, tracker, sidecars, "stopped early")
             raise
-        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars)
+        live = outcome.live_replies
+        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, live_replies=live)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
         if tracker is not None:
@@ -286,8 +321,8 @@ async def _measure(
 
 
 def _save_partial(
-    options: session.ReplayOptions,
-    plan: session.RunPlan,
+    options: ReplayOptions,
+    plan: RunPlan,
     outcome: session.Outcome,
     tracker: progress.Tracker,
     sidecars: Sidecars,
@@ -297,9 +332,10 @@ def _save_partial(
     if not outcome.start_ns:
         return  # stopped before the start: nothing was sent, nothing to save
     stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
-    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s)
-    lost = len(plan.prepared) - len(outcome.results)
-    unsent = f", {lost} of {len(plan.prepared)} planned requests not sent or lost" if lost else ""
+    live = outcome.live_replies
+    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s, live)
+    lost = plan.requests - len(outcome.results)
+    unsent = f", {lost} of {plan.requests} planned requests not sent or lost" if lost else ""
     print(
         f"replayproxy replay: {how}; {len(outcome.results)} results in {options.output}{unsent}",
         file=sys.stderr,
@@ -307,22 +343,26 @@ def _save_partial(
 
 
 def _finish(
-    options: session.ReplayOptions,
-    plan: session.RunPlan,
+    options: ReplayOptions,
+    plan: RunPlan,
     results: list[ReplayResult],
     start_ns: int,
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
+    live_replies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run."""
+    """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
+    `live_replies` (counts of the turns built from replies) becomes a side record."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
     errors = sum(1 for r in results if r.error)
     lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
     tracker.start_ns = tracker.start_ns or start_ns
-    tracker.close(progress.Reading(len(plan.prepared), len(lags), len(results), errors, lags, ttfts))
+    tracker.close(progress.Reading(plan.requests, len(lags), len(results), errors, lags, ttfts))
     start_wall_ns = clock.Anchor.take().to_wall(start_ns)
     extras = dict(sidecars.stop())
-    after = telemetry.scrape_cache_state(session.cache_metrics_url(options))
+    after = telemetry.scrape_cache_state(options.cache_metrics_url)
     extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
-    return session.write_results(options, plan, results, start_wall_ns, extras, stopped_s)
+    if live_replies:
+        extras["live_replies"] = live_replies
+    return result_file.write_results(options, plan, results, start_wall_ns, extras, stopped_s)

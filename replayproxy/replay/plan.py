@@ -7,9 +7,9 @@ options and template give byte-identical bodies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -86,67 +86,143 @@ def model_for(recorded: str, options: PlanOptions) -> str:
     return options.model_map.get(recorded, recorded) or options.default_model
 
 
-def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
-    """Plan and serialize the requests at `rows` (arrival order), each later turn of a session
-    naming the turn before it (`after`), which a closed-loop run waits for."""
-    return list(iter_prepared(cols, rows, flavor, options))
+class Schedule(NamedTuple):
+    """When and after what each planned request goes, per position in planning order: all a
+    sender needs before the bodies arrive (a few numbers per request, so any trace fits)."""
+
+    trace_index: np.ndarray  # int64: row in the arrival-sorted trace
+    scheduled_ns: np.ndarray  # int64: relative to the run start
+    after: np.ndarray  # int64: trace index of the session's previous selected turn, or turns.NONE
+    think_ns: np.ndarray  # int64: wait after that turn's end (at the run's speed), or turns.NONE
+    first: np.ndarray  # int64: trace index of the session's first replayed turn, or turns.NONE
+
+    @property
+    def group(self) -> np.ndarray:
+        """What keeps a session on one worker or shard (Prepared.group, for every position)."""
+        out: np.ndarray = np.where(self.first >= 0, self.first, self.trace_index)
+        return out
+
+    def take(self, positions: np.ndarray) -> Schedule:
+        return Schedule(*(column[positions] for column in self))
 
 
-def iter_prepared(
-    cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions
-) -> Iterator[Prepared]:
-    """`prepare` one request at a time: a caller that writes each body out (an export of millions
-    of prompts) never holds them all."""
+def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
+    """The schedule of the replayable requests among `rows` (arrival order)."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
-    times = scheduled_ns(cols.offset_ns[rows], options.speed)
-    links = turns.links(cols, rows, options.speed)
-    firsts = turns.first_turns(rows, links.after)
-    sub_index = np.concatenate([[0], np.cumsum(np.diff(cols.prefix_index)[rows])]).astype(np.int64)
-    sub_hashes = cols.prefix_hashes[
-        np.arange(int(sub_index[-1]))
-        + np.repeat(cols.prefix_index[rows] - sub_index[:-1], np.diff(sub_index))
-    ]
-    # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
-    salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
-    owners = synth.first_owners(sub_hashes ^ np.repeat(salts, np.diff(sub_index)), sub_index)
-    block = block_tokens(cols)
-    words = synth.Words(options.seed, block)
-    salted = sub_hashes ^ np.repeat(salts, np.diff(sub_index))
-    spelled = _Spelled(options.book.alphabet, words, rows) if options.book else None
-    size = len(spelled.words) if spelled is not None else 1
-    ranks, rank_index = _branch_words(salted, sub_index, salts, rows, size) if options.book else (None, None)
-    layouts: list[synth.Layout | layout.Layout | None] = []
-    for position, row in enumerate(rows.tolist()):
-        hashes = sub_hashes[sub_index[position] : sub_index[position + 1]]
-        shared = synth.shared_blocks(owners, sub_index, position)
-        donor = layouts[int(owners[sub_index[position] + shared - 1])] if shared else None
+    links = turns.links(cols, rows, speed)
+    first = turns.first_turns(rows, links.after)
+    times = scheduled_ns(cols.offset_ns[rows], speed)
+    return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
+
+
+def schedule_of(prepared: Sequence[Prepared]) -> Schedule:
+    """The schedule of requests prepared up front (in schedule order)."""
+    names = ("index", "scheduled_ns", "after", "think_ns", "first")  # Schedule's fields, in order
+    return Schedule(*(np.array([getattr(p, name) for p in prepared], np.int64) for name in names))
+
+
+class Planner:
+    """Plans and serializes the requests at `rows` one at a time, in arrival order.
+
+    Everything that needs the whole selection (schedule, session links, which earlier request
+    each prefix copies) is computed once, vectorized, when the planner is made; `next` then
+    builds one request. Only the layouts that a later request still copies are kept, so memory
+    stays bounded by the live prefix donors, not by the trace. `prepare` and a streamed
+    preparation walk the same planner, so their bodies are byte-identical.
+    """
+
+    def __init__(
+        self,
+        cols: Columns,
+        rows: np.ndarray,
+        flavor: flavors.Flavor,
+        options: PlanOptions,
+        planned: Schedule | None = None,
+    ) -> None:
+        """`planned`: the schedule of these rows when already computed (`schedule(cols, rows, speed)`)."""
+        self.schedule = planned if planned is not None else schedule(cols, rows, options.speed)
+        rows = self.schedule.trace_index
+        self.cols, self.rows, self.flavor, self.options = cols, rows, flavor, options
+        lengths = np.diff(cols.prefix_index)[rows] if len(rows) else np.zeros(0, np.int64)
+        self._sub_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        at = _ragged_positions(cols.prefix_index[rows], lengths, self._sub_index)
+        self._sub_hashes = cols.prefix_hashes[at]
+        # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
+        salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
+        self._salted = self._sub_hashes ^ np.repeat(salts, lengths)
+        owners = synth.first_owners(self._salted, self._sub_index)
+        self._shared, self._donor = _donors(owners, self._sub_index)
+        self._last_use = np.full(len(rows), -1, np.int64)
+        copied = self._donor >= 0
+        np.maximum.at(self._last_use, self._donor[copied], np.flatnonzero(copied))
+        self._block = block_tokens(cols)
+        self._words = synth.Words(options.seed, self._block)
+        book = options.book
+        self._spelled = _Spelled(book.alphabet, self._words, rows) if book is not None else None
+        self._ranks: np.ndarray | None = None
+        self._rank_index: np.ndarray | None = None
+        if self._spelled is not None:
+            size = len(self._spelled.words)
+            self._ranks, self._rank_index = _branch_words(self._salted, self._sub_index, salts, rows, size)
+        self._layouts: dict[int, synth.Layout | layout.Layout | None] = {}
+        self.position = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[Prepared]:
+        while self.position < len(self.rows):
+            prepared = self.next()
+            assert prepared is not None
+            yield prepared
+
+    def next(self, render: bool = True) -> Prepared | None:
+        """The request at `position` (then the next one); None when not `render`ed, which still
+        plans what a later request copies from it."""
+        position = self.position
+        self.position += 1
+        cols, options, flavor, block = self.cols, self.options, self.flavor, self._block
+        row = int(self.rows[position])
+        shared = int(self._shared[position])
+        donor_at = int(self._donor[position])
+        donor = self._layouts.get(donor_at) if donor_at >= 0 else None
+        if donor_at >= 0 and self._last_use[donor_at] == position:
+            self._layouts.pop(donor_at, None)
+        keep = self._last_use[position] > position
+        if not render and not keep:
+            return None
+        span = slice(int(self._sub_index[position]), int(self._sub_index[position + 1]))
         recorded_in = int(cols.input_tokens[row])
         expected_shared = min(shared * block, max(recorded_in, 0))
         exact_plan = None
+        spelled, ranks, rank_index = self._spelled, self._ranks, self._rank_index
         if options.book is not None and ranks is not None and rank_index is not None and spelled is not None:
             exact_plan = _plan_exact(
-                cols, row, salted[sub_index[position] : sub_index[position + 1]], shared * block,
+                cols, row, self._salted[span], shared * block,
                 donor if isinstance(donor, layout.Layout) else None,
                 ranks[rank_index[position] : rank_index[position + 1]], position, options,
-                options.book, spelled, flavor.token_id_prompts, block,
+                options.book, spelled, flavor.token_id_prompts, block, render,
             )  # fmt: skip
         plan_layout: synth.Layout | layout.Layout
         if exact_plan is not None:
             planned, plan_layout, key, expected_in, planned_shared = exact_plan
         else:
             planned, plan_layout, key, expected_in = _plan_one(
-                cols, row, hashes, shared, donor if isinstance(donor, synth.Layout) else None, words, options,
-                flavor.token_id_prompts,
+                cols, row, self._sub_hashes[span], shared, donor if isinstance(donor, synth.Layout) else None,
+                self._words, options, flavor.token_id_prompts, render,
             )  # fmt: skip
             planned_shared = -1
-        layouts.append(plan_layout if planned.endpoint == "chat" or exact_plan is not None else None)
-        body = orjson.dumps(flavors.request_body(flavor, planned))
-        yield Prepared(
+        if keep:
+            copyable = planned.endpoint == "chat" or exact_plan is not None
+            self._layouts[position] = plan_layout if copyable else None
+        if not render:
+            return None
+        return Prepared(
             index=row,
-            scheduled_ns=int(times[position]),
+            scheduled_ns=int(self.schedule.scheduled_ns[position]),
             endpoint=planned.endpoint,
             path=PATHS[planned.endpoint],
-            body=body,
+            body=orjson.dumps(flavors.request_body(flavor, planned)),
             stream=planned.stream,
             expected_input_tokens=expected_in,
             expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
@@ -156,10 +232,44 @@ def iter_prepared(
             exact=exact_plan is not None,
             session=int(cols.session[row]),
             turn=int(cols.turn[row]),
-            after=int(links.after[position]),
-            think_ns=int(links.think_ns[position]),
-            first=int(firsts[position]),
+            after=int(self.schedule.after[position]),
+            think_ns=int(self.schedule.think_ns[position]),
+            first=int(self.schedule.first[position]),
         )
+
+
+def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:
+    """Plan and serialize the requests at `rows` (arrival order) all at once, each later turn of a
+    session naming the turn before it (`after`), which a closed-loop run waits for."""
+    return list(iter_prepared(cols, rows, flavor, options))
+
+
+def iter_prepared(
+    cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions
+) -> Iterator[Prepared]:
+    """`prepare` one request at a time: a caller that writes each body out (an export of millions
+    of prompts) never holds them all."""
+    return iter(Planner(cols, rows, flavor, options))
+
+
+def _ragged_positions(starts: np.ndarray, lengths: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Flat positions of the ragged rows beginning at `starts` with `lengths`, concatenated."""
+    within = np.arange(int(index[-1]), dtype=np.int64) - np.repeat(index[:-1], lengths)
+    positions: np.ndarray = within + np.repeat(starts.astype(np.int64), lengths)
+    return positions
+
+
+def _donors(owners: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, its leading blocks that an earlier request had (chains are prefix-closed) and
+    the position of the request it copies them from (first owner of its deepest shared block; -1: none)."""
+    count = len(index) - 1
+    own = np.repeat(np.arange(count, dtype=np.int64), np.diff(index))
+    earlier = np.concatenate([[0], np.cumsum(owners < own)])
+    shared = (earlier[index[1:]] - earlier[index[:-1]]).astype(np.int64)
+    donor = np.full(count, -1, np.int64)
+    has = shared > 0
+    donor[has] = owners[index[:-1][has] + shared[has] - 1]
+    return shared, donor
 
 
 def _branch_words(
@@ -208,8 +318,10 @@ def _plan_exact(
     spelled: _Spelled,
     token_ids: bool,
     block: int,
+    render: bool = True,
 ) -> tuple[flavors.Planned, layout.Layout, str, int, int] | None:
-    """One request built from the measured alphabet and template; None when its template is unknown."""
+    """One request built from the measured alphabet and template; None when its template is unknown.
+    Without `render` only the layout is made (the prompt is left empty)."""
     endpoint = str(cols.endpoint[row])
     recorded_in = int(cols.input_tokens[row])
     n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
@@ -229,6 +341,9 @@ def _plan_exact(
     plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
     if plan is None:
         return None
+    if not render:
+        expected = plan.total if recorded_in > 0 else -1
+        return _planned(cols, row, endpoint, None, options), plan, key, expected, shared
     chosen = layout.word_indices(
         plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
     )
@@ -259,7 +374,9 @@ def _plan_one(
     words: synth.Words,
     options: PlanOptions,
     token_ids: bool,
+    render: bool = True,
 ) -> tuple[flavors.Planned, synth.Layout, str, int]:
+    """One request from calibrated words; without `render` only its layout (the prompt left empty)."""
     endpoint = str(cols.endpoint[row])
     recorded_in = int(cols.input_tokens[row])
     n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
@@ -272,19 +389,22 @@ def _plan_one(
         template = options.chat_template
         overhead = template.overhead(key, len(roles))
         plan = synth.layout(n_tokens, roles, overhead, template.per_message_tokens, shared_tokens, donor)
-        prompt: Any = [
-            {"role": role, "content": _text(words, row, hashes, start, tokens, template)}
-            for role, start, tokens in plan.spans()
-        ]
+        prompt: Any = None
+        if render:
+            spans = plan.spans()
+            counts = [(start, _word_count(tokens, template)) for _, start, tokens in spans]
+            texts = words.texts(row, hashes, counts)
+            prompt = [{"role": s[0], "content": text} for s, text in zip(spans, texts, strict=True)]
     else:
         overhead = 0 if token_ids else options.text_template.overhead("completions", 1)
         plan = synth.Layout((("prompt", max(1, n_tokens - overhead)),), 0)
         tokens = plan.messages[0][1]
-        prompt = (
-            words.token_ids(row, hashes, tokens)
-            if token_ids
-            else _text(words, row, hashes, 0, tokens, options.text_template)
-        )
+        if not render:
+            prompt = None
+        elif token_ids:
+            prompt = words.token_ids(row, hashes, tokens)
+        else:
+            prompt = _text(words, row, hashes, 0, tokens, options.text_template)
     planned = _planned(cols, row, endpoint, prompt, options)
     return planned, plan, key, recorded_in if recorded_in > 0 else -1
 
@@ -305,8 +425,12 @@ def _planned(cols: Columns, row: int, endpoint: str, prompt: Any, options: PlanO
     )
 
 
+def _word_count(tokens: int, template: synth.Template) -> int:
+    count = round(tokens / template.tokens_per_word) if template.tokens_per_word > 0 else tokens
+    return max(0, count)
+
+
 def _text(
     words: synth.Words, row: int, hashes: np.ndarray, start: int, tokens: int, template: synth.Template
 ) -> str:
-    count = round(tokens / template.tokens_per_word) if template.tokens_per_word > 0 else tokens
-    return words.words(row, hashes, start, max(0, count))
+    return words.words(row, hashes, start, _word_count(tokens, template))

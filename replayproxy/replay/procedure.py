@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 from replayproxy import clock
 from replayproxy.errors import BadOption
 from replayproxy.replay import session, telemetry
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.preparation import RunPlan
 from replayproxy.replay.target import pre_run
 
 WARMUP_LEAD_NS = 100_000_000
@@ -46,13 +48,13 @@ class Warmup:
             raise BadOption(f"--warmup request count must be a whole number, got {text!r}")
         return cls(requests=int(match["value"]))
 
-    def select(self, prepared: list[Prepared]) -> list[Prepared]:
-        """The warm-up requests: a prefix of the schedule."""
+    def select(self, scheduled_ns: np.ndarray) -> int:
+        """How many requests the warm-up sends: a prefix of the schedule (`scheduled_ns`, in order)."""
         if self.requests is not None:
-            return prepared[: self.requests]
+            return min(self.requests, len(scheduled_ns))
         assert self.seconds is not None
-        limit_ns = (prepared[0].scheduled_ns if prepared else 0) + self.seconds * 1e9
-        return [p for p in prepared if p.scheduled_ns < limit_ns]
+        limit_ns = (int(scheduled_ns[0]) if len(scheduled_ns) else 0) + self.seconds * 1e9
+        return int(np.searchsorted(scheduled_ns, limit_ns, side="left"))
 
 
 def output_for(output: str, repetition: int, repetitions: int) -> str:
@@ -63,17 +65,17 @@ def output_for(output: str, repetition: int, repetitions: int) -> str:
     return str(path.with_name(f"{path.stem}-run{repetition}{path.suffix or '.rpr'}"))
 
 
-async def warm_up(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, Any]:
+async def warm_up(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
     """Send the warm-up requests at their own timing; what was sent is recorded, not measured."""
     warmup = Warmup.parse(options.warmup)
-    chosen = warmup.select(plan.prepared)
-    if not chosen:
+    count = warmup.select(plan.schedule.scheduled_ns[plan.send])
+    if not count:
         return {"spec": options.warmup, "requests": 0, "errors": 0, "duration_s": 0.0}
-    base = chosen[0].scheduled_ns
-    shifted = [replace(p, scheduled_ns=p.scheduled_ns - base) for p in chosen]
+    chosen = plan.send[:count]
+    share = plan.share(options, chosen, shift_ns=int(plan.schedule.scheduled_ns[chosen[0]]))
     started = clock.now_ns()
     outcome = await session.run_local(
-        options, shifted, min(plan.pool_size, len(shifted)), clock.now_ns() + WARMUP_LEAD_NS
+        options, share, min(plan.pool_size, count), clock.now_ns() + WARMUP_LEAD_NS
     )
     return {
         "spec": options.warmup,
@@ -83,14 +85,12 @@ async def warm_up(options: session.ReplayOptions, plan: session.RunPlan) -> dict
     }
 
 
-async def reset_target(options: session.ReplayOptions, plan: session.RunPlan) -> dict[str, Any]:
+async def reset_target(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
     """The flavor's pre-run actions (e.g. the prefix-cache reset) right before one measured run."""
     skip = set() if options.reset_prefix_cache else {a.name for a in plan.flavor.pre_run}
     url = Target.parse(options.target).url
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as http:
         outcome: dict[str, Any] = dict(await pre_run(http, url, plan.flavor, skip, options.headers))
     # the engine's block size and prefix-cache counters at the start, beside the reset's outcome
-    outcome["prefix_cache"] = await asyncio.to_thread(
-        telemetry.scrape_cache_state, session.cache_metrics_url(options)
-    )
+    outcome["prefix_cache"] = await asyncio.to_thread(telemetry.scrape_cache_state, options.cache_metrics_url)
     return outcome

@@ -30,7 +30,7 @@ class RequestTimeline:
     __slots__ = (
         "prepared", "on_done", "connection", "scheduled_at", "sent_at", "headers_at", "first_at", "last_at",
         "end_at", "status", "error", "message", "gaps_us", "tokens", "per_chunk_usage", "content_chunks",
-        "usage", "reads", "body_bytes", "new_connection", "done", "complete", "digested",
+        "usage", "reads", "body_bytes", "new_connection", "prepared_late", "done", "complete", "digested",
     )  # fmt: skip
 
     def __init__(
@@ -56,6 +56,7 @@ class RequestTimeline:
         self.reads: list[tuple[int, bytes]] = []  # (read time, body bytes) as they arrived
         self.body_bytes = 0
         self.new_connection = False
+        self.prepared_late = False  # its body was not prepared by its deadline
         self.done = False
         self.complete = False  # the whole response arrived
         self.digested = False
@@ -178,6 +179,7 @@ class RequestTimeline:
             completion_tokens=usage.completion_tokens,
             cached_tokens=usage.cached_tokens,
             new_connection=self.new_connection,
+            prepared_late=self.prepared_late,
             worker=worker,
             session=p.session,
             turn=p.turn,

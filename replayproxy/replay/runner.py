@@ -1,31 +1,44 @@
 """The send loop of one process: absolute deadlines, bytes out, results in, nothing else on the path.
 
-One coroutine walks the prepared requests in schedule order, waits for each deadline
-(`schedule.Waiter`), pops a warm connection and writes the request's bytes; responses are handled
+One coroutine walks the schedule in order, waits for each deadline (`schedule.Waiter`), takes
+the request's bytes from the window (replay.window), pops a warm connection and writes them; a
+feeder reads prepared requests into the window in the gaps between sends, never within
+`FEED_GUARD_NS` of the next deadline unless the request due is missing; responses are handled
 in the connections' callbacks, so there is no task per request. Reads are only timestamped and
 kept; a digester turns finished requests into results in the gaps between sends, never within
 `DIGEST_GUARD_NS` of the next deadline. A housekeeping task enforces timeouts, refreshes idle
 connections and feeds the progress line. Open loop: a request is sent at its time whether or not
 earlier ones finished, unless `max_concurrency` caps requests in flight. Closed loop across the
 turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
-end plus its think time, and its schedule lag is measured against that deadline.
+end plus its think time, and its schedule lag is measured against that deadline. With live
+replies (`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build
+that takes longer than the think time makes the turn late, and its lag says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import heapq
+import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from replayproxy.replay.connection import Connection, Pool
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.schedule import Waiter
+from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn
+
+_log = logging.getLogger("replayproxy.replay")
+# A later turn's bytes, built once the turn before it ended (None: its planned bytes)
+Rebuild = Callable[[RequestTimeline, Prepared], Awaitable[bytes | None]]
 
 HOUSEKEEPING_S = 0.1
 REFRESH_EVERY = 10  # housekeeping rounds between keep-alive refreshes
@@ -35,6 +48,9 @@ DIGEST_NS_PER_READ = 20_000  # rough cost of decoding one network read's events
 MAX_UNDIGESTED = 2_000  # past this backlog, digest regardless (memory stays bounded)
 COLLECT_EVERY = 20  # housekeeping rounds between collections of young objects...
 COLLECT_ROOM_NS = 20_000_000  # ...done only when the next send is at least this far away
+FEED_GUARD_NS = 2_000_000  # no reading of prepared requests this close to the next send
+FEED_IDLE_S = 0.01  # the window is full: look again after this long
+FEED_WAIT_S = 0.05  # the pipe is empty: wait this long for it at most, then look again
 
 
 @dataclass(slots=True)
@@ -46,6 +62,7 @@ class Counters:
     done: int = 0
     errors: int = 0
     new_connections: int = 0
+    prepared_late: int = 0  # requests whose body was not ready at their deadline
     lags_ns: list[int] = field(default_factory=list)
 
     @property
@@ -67,12 +84,11 @@ def restore_memory() -> None:
 
 
 class Runner:
-    """Sends `prepared` (sorted by `scheduled_ns`) over `pool` and collects one result per request."""
+    """Sends the requests of `window` (its schedule in order) over `pool`; one result per request."""
 
     def __init__(
         self,
-        prepared: Sequence[Prepared],
-        wires: Sequence[bytes],
+        window: Window,
         pool: Pool,
         *,
         clock: Callable[[], int],
@@ -82,16 +98,17 @@ class Runner:
         spin_ns: int = 1_000_000,
         results: list[ReplayResult] | None = None,
         closed_loop: bool = False,
+        rebuild: Rebuild | None = None,
     ) -> None:
-        self.prepared = prepared
-        self.wires = wires
+        self.window = window
+        self.schedule = window.schedule
         self.pool = pool
         self.clock = clock
         self.timeout_ns = int(timeout_s * 1e9)
         self.max_concurrency = max_concurrency
         self.worker = worker
         self.waiter = Waiter(clock, spin_ns=spin_ns)
-        self.counters = Counters(total=len(prepared))
+        self.counters = Counters(total=window.total)
         self.results: list[ReplayResult] = results if results is not None else []
         self.start_ns = 0
         self._flying: set[RequestTimeline] = set()
@@ -100,10 +117,14 @@ class Runner:
         self._undigested: deque[RequestTimeline] = deque()
         self._finished_one = asyncio.Event()
         self._next_deadline = 0  # the sender's next deadline; 0 when it has nothing left to send
+        self._due_position = -1  # the position whose deadline that is
         self.closed_loop = closed_loop
         self._waiting: dict[int, list[int]] = {}  # trace index of a turn -> positions due after its end
         self._due: list[tuple[int, int]] = []  # heap of (absolute deadline, position) of released turns
         self._released = asyncio.Event()
+        self._fed = asyncio.Event()  # the feeder took in a batch
+        self.rebuild = rebuild
+        self._rebuilt: dict[int, bytes] = {}  # position -> bytes built from the previous turn's reply
 
     @property
     def next_deadline_ns(self) -> int:
@@ -114,7 +135,8 @@ class Runner:
         """Send everything relative to the absolute monotonic `start_ns`; returns when all ended."""
         self.start_ns = start_ns
         helpers = [spawn(self._housekeeping(), name="replay-housekeeping"),
-                   spawn(self._digester(), name="replay-digester")]  # fmt: skip
+                   spawn(self._digester(), name="replay-digester"),
+                   spawn(self._feeder(), name="replay-feeder")]  # fmt: skip
         try:
             await self._send_all()
             if self._flying:
@@ -132,13 +154,19 @@ class Runner:
 
     async def _send_all(self) -> None:
         timed = self._timed_positions()
-        for _ in range(len(self.prepared)):
+        for _ in range(self.window.total):
             position, deadline = await self._next_due(timed)
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            prepared, wire = self.prepared[position], self.wires[position]
+            late = not self.window.has(position)
+            if late:
+                self.counters.prepared_late += 1
+                await self._arrival(position)
+            prepared, wire = self.window.take(position)
+            wire = self._rebuilt.pop(position, wire)
             timeline = RequestTimeline(prepared, deadline, self._finished)
+            timeline.prepared_late = late
             self._flying.add(timeline)
             self.counters.sent += 1
             connection = self.pool.acquire()
@@ -151,20 +179,64 @@ class Runner:
     def _timed_positions(self) -> deque[int]:
         """Positions sent at their scheduled offsets (in order); in closed loop, a later turn whose
         previous turn is in this run waits for that turn's end instead."""
-        present = {p.index for p in self.prepared}
-        timed: deque[int] = deque()
-        for position, prepared in enumerate(self.prepared):
-            if self.closed_loop and prepared.after >= 0 and prepared.after in present:
-                self._waiting.setdefault(prepared.after, []).append(position)
+        after = self.schedule.after
+        waits = np.zeros(len(after), dtype=bool)
+        if self.closed_loop:
+            waits = (after >= 0) & np.isin(after, self.schedule.trace_index)
+        for position in np.flatnonzero(waits).tolist():
+            self._waiting.setdefault(int(after[position]), []).append(position)
+        return deque(np.flatnonzero(~waits).tolist())
+
+    async def _arrival(self, position: int) -> None:
+        """Wait for a request whose body is not in the window yet (the preparer is behind)."""
+        self.window.want(position)
+        while not self.window.has(position):
+            self._fed.clear()
+            await self._fed.wait()
+
+    async def _feeder(self) -> None:
+        """Read prepared requests into the window in the gaps between sends (or at once, when the
+        request due is missing), while the window's horizon and byte limit allow."""
+        window = self.window
+        while not window.complete:
+            now = self.clock()
+            if not window.needs_reading(now - self.start_ns):
+                await asyncio.sleep(FEED_IDLE_S)
+                continue
+            room = self._next_deadline - now if self._next_deadline else 1 << 62
+            if room <= FEED_GUARD_NS and not window.missing(self._due_position):
+                await asyncio.sleep(max(room, 0) / 1e9 + 0.0002)  # until just after the next send
+                continue
+            if window.read():
+                self._fed.set()
+                await asyncio.sleep(0)
             else:
-                timed.append(position)
-        return timed
+                await self._readable()
+
+    async def _readable(self) -> None:
+        """Until the preparer's pipe has data (or a short while, to look at the limits again)."""
+        reader = self.window.reader
+        assert reader is not None
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def arrived() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(reader.fileno, arrived)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FEED_WAIT_S):
+                    await ready
+        finally:
+            loop.remove_reader(reader.fileno)
 
     async def _next_due(self, timed: deque[int]) -> tuple[int, int]:
         """Wait for the earliest deadline, timed or released, and take it: (position, deadline).
         A turn released while waiting (its previous turn ended) makes the choice again."""
         while True:
-            timed_at = self.start_ns + self.prepared[timed[0]].scheduled_ns if timed else 1 << 62
+            timed_at = self.start_ns + int(self.schedule.scheduled_ns[timed[0]]) if timed else 1 << 62
             due_at = self._due[0][0] if self._due else 1 << 62
             deadline = min(timed_at, due_at)
             self._released.clear()
@@ -173,6 +245,7 @@ class Runner:
                 await self._released.wait()
                 continue
             self._next_deadline = deadline
+            self._due_position = self._due[0][1] if due_at <= timed_at else timed[0]
             if await self.waiter.until(deadline, self._released if self.closed_loop else None) is None:
                 continue
             if due_at <= timed_at:
@@ -201,9 +274,10 @@ class Runner:
 
     def _finished(self, timeline: RequestTimeline) -> None:
         for position in self._waiting.pop(timeline.prepared.index, ()):
-            think = max(self.prepared[position].think_ns, 0)
-            heapq.heappush(self._due, (timeline.end_at + think, position))
-            self._released.set()
+            if self.rebuild is None:
+                self._release(timeline, position)
+            else:
+                spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
         self._flying.discard(timeline)
         self.counters.done += 1
         self._undigested.append(timeline)
@@ -211,6 +285,24 @@ class Runner:
         self._slot.set()
         if not self._flying:
             self._idle.set()
+
+    def _release(self, timeline: RequestTimeline, position: int) -> None:
+        think = max(int(self.schedule.think_ns[position]), 0)
+        heapq.heappush(self._due, (timeline.end_at + think, position))
+        self._released.set()
+
+    async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
+        assert self.rebuild is not None
+        try:
+            if self.window.missing(position):  # a turn ahead of the window: read up to it first
+                await self._arrival(position)
+            wire = await self.rebuild(timeline, self.window.peek(position))
+        except Exception as e:  # noqa: BLE001 — a failed build costs that turn its live reply, nothing more
+            _log.warning("live reply not built (%s: %s); the turn stays as planned", type(e).__name__, e)
+            wire = None
+        if wire is not None:
+            self._rebuilt[position] = wire
+        self._release(timeline, position)
 
     def _digest(self, timeline: RequestTimeline) -> None:
         result = timeline.result(self.start_ns, self.worker)

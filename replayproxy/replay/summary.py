@@ -1,6 +1,7 @@
 """The few numbers printed after a run and kept in the result footer; `replayproxy report` does the rest.
 
-Includes the replayer's own fidelity (schedule lag) and the warning when it was the bottleneck.
+Includes the replayer's own fidelity (schedule lag, requests whose preparation fell behind) and the
+warning when it was the bottleneck.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict
         "errors": sum(errors.values()),
         "errors_by_class": dict(sorted(errors.items())),
         "new_connections": sum(r.new_connection for r in results),
+        "prepared_late": sum(r.prepared_late for r in results),
         "lag_p50_ms": _ms(sent, 50),
         "lag_p99_ms": lag_p99,
         "lag_max_ms": round(float(sent.max()) / 1e6, 3) if len(sent) else None,
@@ -96,6 +98,11 @@ def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
         )
     if summary["new_connections"]:
         lines.append(f"{summary['new_connections']} requests needed a new connection on the send path")
+    if summary.get("prepared_late"):
+        lines.append(
+            f"warning: preparation fell behind: {summary['prepared_late']} requests were sent late because "
+            "their bodies were not ready (their lag counts it); use --workers N or a lower --speed"
+        )
     if summary["client_bottleneck"]:
         if max_concurrency:
             lines.append(

@@ -50,12 +50,27 @@ _TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer over a uint64 array: a fast, well-spread, portable integer hash."""
-    with np.errstate(over="ignore"):
-        z = x + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+    """splitmix64's finalizer over a uint64 array: a fast, well-spread, portable integer hash
+    (array arithmetic wraps silently, so no error-state guard is needed; in place, to spare copies)."""
+    z = x + _GOLDEN
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
+
+
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_MASK64 = (1 << 64) - 1
+
+
+def _tail_key(index: int) -> int:
+    """`_mix` of (index ^ _TAIL_SALT) on a Python int: one request's key costs no array operations."""
+    z = ((index ^ int(_TAIL_SALT)) + int(_GOLDEN)) & _MASK64
+    z = ((z ^ (z >> 30)) * int(_M1)) & _MASK64
+    z = ((z ^ (z >> 27)) * int(_M2)) & _MASK64
+    return z ^ (z >> 31)
 
 
 def chat_roles(letters: str) -> tuple[str, ...]:
@@ -153,26 +168,58 @@ class Words:
             raise ValueError(f"block size in tokens must be >= 1, got {block_tokens}")
         self.block_tokens = block_tokens
         self._seed = _mix(np.array([seed & 0xFFFFFFFFFFFFFFFF], np.uint64))[0]
+        self._within = np.zeros(0, np.uint64)  # mix(position ^ seed) by position, grown on demand
+        self._tiled = np.zeros(0, np.uint64)  # the first block_tokens of those, repeated
+
+    def _within_codes(self, need: int) -> np.ndarray:
+        """mix(position ^ seed) for positions 0..need-1 (a prefix of a table grown on demand)."""
+        if need > len(self._within):
+            size = max(need, 2 * len(self._within), 4096)
+            self._within = _mix(np.arange(size, dtype=np.uint64) ^ self._seed)
+        return self._within
 
     def codes(self, index: int, hashes: np.ndarray, start: int, count: int) -> np.ndarray:
-        """64-bit codes for positions [start, start + count) of trace request `index`."""
-        positions = np.arange(start, start + count, dtype=np.int64)
-        block = positions // self.block_tokens
-        in_chain = block < len(hashes)
-        tail_key = _mix(np.array([index], np.uint64) ^ _TAIL_SALT)[0]
-        keys = np.full(count, tail_key, np.uint64)
-        if len(hashes):
-            keys[in_chain] = hashes.astype(np.uint64)[block[in_chain]]
-        within = np.where(in_chain, positions % self.block_tokens, positions).astype(np.uint64)
-        return _mix(keys ^ _mix(within ^ self._seed))
+        """64-bit codes for positions [start, start + count) of trace request `index`: inside
+        recorded block b from (h_b, position in block), past the blocks from the request's own key."""
+        end = start + count
+        size = self.block_tokens
+        chain_end = min(end, len(hashes) * size)
+        table = self._within_codes(max(end, size))
+        parts = []
+        if start < chain_end:
+            first, last = start // size, (chain_end - 1) // size + 1
+            keys = np.repeat(hashes[first:last].astype(np.uint64, copy=False), size)
+            lead = start - first * size
+            keys = keys[lead : lead + chain_end - start]
+            if len(self._tiled) < last * size:
+                self._tiled = np.tile(table[:size], max(last, 2 * len(self._tiled) // size, 256))
+            keys ^= self._tiled[start:chain_end]
+            parts.append(keys)
+        tail_start = max(start, chain_end)
+        if tail_start < end:
+            parts.append(table[tail_start:end] ^ np.uint64(_tail_key(index)))
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        return _mix(joined)
 
     def words(self, index: int, hashes: np.ndarray, start: int, count: int) -> str:
-        chosen = self.codes(index, hashes, start, count) % np.uint64(len(VOCAB))
-        return " ".join(VOCAB[i] for i in chosen.tolist())
+        return self.texts(index, hashes, [(start, count)])[0]
+
+    def texts(self, index: int, hashes: np.ndarray, spans: Sequence[tuple[int, int]]) -> list[str]:
+        """The words at each (start, count) span of positions: one pass over the range they cover."""
+        if not spans:
+            return []
+        low = min(start for start, _ in spans)
+        high = max(start + count for start, count in spans)
+        chosen = self.codes(index, hashes, low, max(high - low, 0)) % np.uint64(len(VOCAB))
+        words = _VOCAB_ARRAY[chosen.astype(np.intp)]
+        return [" ".join(words[start - low : start - low + count].tolist()) for start, count in spans]
 
     def token_ids(self, index: int, hashes: np.ndarray, count: int) -> list[int]:
         span = np.uint64(TOKEN_ID_HIGH - TOKEN_ID_LOW)
         return (self.codes(index, hashes, 0, count) % span + np.uint64(TOKEN_ID_LOW)).tolist()  # type: ignore[no-any-return]
+
+
+_VOCAB_ARRAY = np.array(VOCAB, dtype=object)
 
 
 def shared_blocks(first_owner: np.ndarray, index: np.ndarray, row: int) -> int:

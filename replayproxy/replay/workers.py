@@ -1,7 +1,8 @@
-"""`--workers N`: deal the prepared requests to N sender processes that share one start time.
+"""`--workers N`: deal the schedule to N sender processes that share one start time.
 
 One core sends a few hundred streaming requests per second within a millisecond of schedule;
-beyond that, more processes rather than a silently late schedule. Each worker warms its own pool,
+beyond that, more processes rather than a silently late schedule. Each worker starts its own
+preparer (replay.feed) for its share, so it holds only its own window; it warms its pool,
 says `Ready`, receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes
 of a host), runs, and sends its results back in `Done`; progress counters arrive once a second.
 
@@ -25,8 +26,9 @@ from multiprocessing.process import BaseProcess
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
-from replayproxy.replay import session
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay import replies, session
+from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.preparation import RunPlan, Share
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
@@ -75,12 +77,13 @@ class WorkerCrashed(RuntimeError):
 
 
 def _worker_main(
-    options: session.ReplayOptions,
-    prepared: list[Prepared],
+    options: ReplayOptions,
+    share: Share,
     pool_size: int,
     worker: int,
     pipe: Pipe,
     closed_loop: bool = False,
+    live: replies.Setup | None = None,
 ) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the run stops
@@ -92,7 +95,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            done = runner.run(_work(options, prepared, pool_size, worker, pipe, closed_loop))
+            done = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop, live))
         pipe.send(done)
     except Exception as e:  # reported to the parent, which stops the run with one line
         message = f"worker {worker}: {type(e).__name__}: {e}"
@@ -103,12 +106,13 @@ def _worker_main(
 
 
 async def _work(
-    options: session.ReplayOptions,
-    prepared: list[Prepared],
+    options: ReplayOptions,
+    share: Share,
     pool_size: int,
     worker: int,
     pipe: Pipe,
     closed_loop: bool,
+    live: replies.Setup | None,
 ) -> Done:
     main = asyncio.current_task()
     assert main is not None
@@ -130,30 +134,18 @@ async def _work(
     try:
         await session.run_local(
             options,
-            prepared,
+            share,
             pool_size,
             wait_for_start,
             worker=worker,
             progress=progress,
             outcome=outcome,
             closed_loop=closed_loop,
+            live=live,
         )
     except asyncio.CancelledError:  # SIGTERM: the parent stops the run and wants what we have
         return Done(outcome.results, stopped=True)
     return Done(outcome.results)
-
-
-def deal(prepared: list[Prepared], count: int, by_session: bool) -> list[list[Prepared]]:
-    """Round-robin shares in schedule order; in closed loop by session (a worker waits only for
-    turns it sent itself), sessions taken in the order of their first turns."""
-    if not by_session:
-        return [prepared[worker::count] for worker in range(count)]
-    shares: list[list[Prepared]] = [[] for _ in range(count)]
-    worker_of: dict[int, int] = {}
-    for p in prepared:
-        worker = worker_of.setdefault(p.group, len(worker_of) % count)
-        shares[worker].append(p)
-    return shares
 
 
 @dataclass(slots=True)
@@ -209,8 +201,8 @@ class Crew:
 
 
 async def run_workers(
-    options: session.ReplayOptions,
-    plan: session.RunPlan,
+    options: ReplayOptions,
+    plan: RunPlan,
     on_reading: Callable[[Reading, int], None],
     start: Callable[[], int],
     outcome: session.Outcome,
@@ -223,16 +215,24 @@ async def run_workers(
     """
     count = options.workers
     context = multiprocessing.get_context("spawn")
-    shares = deal(plan.prepared, count, plan.closed_loop)
+    shares = plan.deal(count)
     crew = Crew([], [], [len(share) for share in shares], set(range(count)))
     for worker in range(count):
         parent, child = context.Pipe()
         size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(options, shares[worker], size, worker, child, plan.closed_loop),
+            args=(
+                options,
+                plan.share(options, shares[worker]),
+                size,
+                worker,
+                child,
+                plan.closed_loop,
+                plan.live,
+            ),
             name=f"replay-worker-{worker}",
-            daemon=True,
+            daemon=False,  # it starts its own preparer process; ended in Crew.close
         )
         process.start()
         child.close()

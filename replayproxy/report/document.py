@@ -309,7 +309,8 @@ def step_doc(s: Step) -> StepDoc:
 
 
 def run_warnings(run: Run) -> list[str]:
-    """Things that limit what a run's figures mean (client bottleneck, capped concurrency, a partial run)."""
+    """Things that limit what a run's figures mean (client bottleneck, late preparation, capped
+    concurrency, a partial run)."""
     out = []
     if run.partial:
         stopped = f" after {run.stopped_after_s:g} s" if run.stopped_after_s is not None else ""
@@ -322,6 +323,11 @@ def run_warnings(run: Run) -> list[str]:
         out.append(
             f"{run.name}: schedule lag p99 {lag.p99:.1f} ms > {LAG_WARN_MS:g} ms: the client was a "
             "bottleneck; see ttft_from_scheduled_ms / e2e_from_scheduled_ms"
+        )
+    if run.prepared_late:
+        out.append(
+            f"{run.name}: request preparation fell behind: {run.prepared_late} requests were sent late "
+            "because their bodies were not ready (their schedule lag includes the wait)"
         )
     cap = run.options.get("max_concurrency")
     if cap:

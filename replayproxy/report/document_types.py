@@ -169,10 +169,23 @@ class SweepDoc(TypedDict):
     max_error_rate: float
 
 
+class VerdictDoc(TypedDict):
+    """The report's opening: the lines every renderer prints first, and the decision as data."""
+
+    lines: list[str]
+    candidates: list[dict[str, Any]]  # one per candidate; its goodput keys only with an SLO
+    winner: str | None
+    versus: str | None
+    metric: str
+    margin: dict[str, Any] | None  # an interval, or goodput against none
+    noise: str  # "measured" (repetitions) or "unknown"
+    warnings: list[str]
+
+
 class Document(TypedDict):
     """The whole report, in the order `--json` writes it (schema in docs/report.md)."""
 
-    verdict: dict[str, Any]
+    verdict: VerdictDoc
     schema: str
     slo: SloSection | None
     runs: list[RunDoc]

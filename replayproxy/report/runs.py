@@ -42,6 +42,7 @@ class Run:
     repetition: int = 1  # 1..repetitions among the runs of this label at this speed
     repetitions: int = 1
     cancelled: int = 0  # requests cut off by an interruption, left out of every figure
+    prepared_late: int = 0  # requests sent late because their bodies were not prepared in time
     at_speed: bool = False  # the label was replayed at several loads: headings name the load
 
     @property
@@ -169,6 +170,7 @@ def _run(files: list[ResultFile]) -> Run:
         extras=extras,
         footer=files[0].footer,
         cancelled=int(cut_off.sum()),
+        prepared_late=sum(int(f.column("prepared_late").sum()) for f in files),
     )
 
 

@@ -336,8 +336,9 @@ def prefix_cache_section(doc: Document) -> list[Table]:
     rows = [[title, *(fmt(c.get(key)) for c in caches)] for title, key in CACHE_ROWS]
     rows.append(["engine / implied", *(pct(c.get("engine_over_implied")) for c in caches)])
     notes = [
-        "implied: each request's prefix shared with an earlier request of the trace, in whole engine blocks "
-        "(the last prompt token is always computed); engine: its prefix-cache hit counter over the run",
+        "implied: each request's prefix shared with an earlier request of the trace (with live replies, "
+        "a later turn's also the previous turn's reply), in whole engine blocks (the last prompt token "
+        "is always computed); engine: its prefix-cache hit counter over the run",
     ]
     return [Table("Prefix cache", ["figure", *(r["label"] for r in runs)], rows, notes, "prefix_cache")]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.report import contracts, noise
-from replayproxy.report.document_types import SweepDoc
+from replayproxy.report.document_types import SweepDoc, VerdictDoc
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import Interval, summarize
@@ -65,7 +65,7 @@ def build(
     *,
     resamples: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> VerdictDoc:
     """The verdict as data (`lines` is what every renderer prints first)."""
     groups = pool(runs)
     lines: list[str] = []

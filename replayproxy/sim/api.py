@@ -46,6 +46,7 @@ class GenRequest:
     continuous_usage: bool
     messages: int = 0  # chat messages rendered into the prompt (0 for completions)
     structure: Structure | None = None  # JSON or a tool call asked for (chat only)
+    return_token_ids: bool = False  # vLLM's `return_token_ids`: each choice carries its token ids
 
 
 _WORDS = WordPrompts()
@@ -89,6 +90,7 @@ def parse(endpoint: str, raw: bytes, model: str, max_model_len: int, prompts: Pr
         continuous_usage=include_usage and _boolean(options, "continuous_usage_stats", False),
         messages=len(body["messages"]) if endpoint == CHAT else 0,
         structure=_structure(body) if endpoint == CHAT else None,
+        return_token_ids=_boolean(body, "return_token_ids", False),
     )
 
 

@@ -43,6 +43,7 @@ class Formatter:
         cached_tokens: int,
         reasoning_tokens: int,
         continuous_usage: bool,
+        token_ids: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.rid = rid
@@ -52,6 +53,7 @@ class Formatter:
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens if endpoint == CHAT else 0
         self.continuous_usage = continuous_usage
+        self.token_ids = token_ids  # vLLM's `return_token_ids`: ids beside the text in every choice
         obj = "chat.completion.chunk" if endpoint == CHAT else "text_completion"
         head = {"id": rid, "object": obj, "created": created, "model": model}
         self._head = b"data: " + orjson.dumps(head)[:-1] + b',"choices":['
@@ -88,17 +90,13 @@ class Formatter:
                 key = b'"reasoning_content":' if start < self.reasoning_tokens else b'"content":'
                 delta = key + text
             choice = b'{"index":0,"delta":{' + delta + b'},"logprobs":null,"finish_reason":' + finish
-            choice += b',"stop_reason":' + stop + b"}" if last else b"}"
+            choice += b',"stop_reason":' + stop if last else b""
         else:
-            choice = (
-                b'{"index":0,"text":'
-                + text
-                + b',"logprobs":null,"finish_reason":'
-                + finish
-                + b',"stop_reason":'
-                + stop
-                + b"}"
-            )
+            choice = b'{"index":0,"text":' + text + b',"logprobs":null,"finish_reason":' + finish
+            choice += b',"stop_reason":' + stop
+        if self.token_ids:
+            choice += b',"token_ids":' + orjson.dumps(plan.ids[start:end])
+        choice += b"}"
         return self._event(choice, end if self.continuous_usage else None)
 
     def usage_event(self, completion_tokens: int) -> bytes:
@@ -121,6 +119,8 @@ class Formatter:
         else:
             choice["text"] = text
         choice.update(logprobs=None, finish_reason=plan.finish_reason, stop_reason=plan.stop_reason)
+        if self.token_ids:
+            choice["token_ids"] = list(plan.ids)
         obj = "chat.completion" if self.endpoint == CHAT else "text_completion"
         return orjson.dumps(
             {

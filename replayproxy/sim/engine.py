@@ -3,7 +3,9 @@
 Each step schedules running sequences first (decode: 1 token; unfinished prefill: a chunk), then
 admits waiting ones FIFO while `max_num_seqs`, the step's token budget and KV blocks allow; when a
 running sequence needs a block and none is left, the newest running sequence is preempted and later
-recomputed. The step then lasts `step_base + prefill_tokens * per_prefill_token + decode_seqs *
+recomputed. Like vLLM, every full block of known tokens is cached once computed, the generated
+ones included, so the next turn of a conversation, which carries this reply, hits it. The step
+then lasts `step_base + prefill_tokens * per_prefill_token + decode_seqs *
 per_decode_seq` (divided by `speed`) of real time, and every sequence whose known tokens are all in
 KV emits one token.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,7 +54,7 @@ class Seq:
     ) -> None:
         self.prompt_len = prompt_len
         self.output_len = output_len
-        self.hashes = hashes  # chained hashes of the prompt's full blocks ([] without prefix cache)
+        self.hashes = hashes  # chained hashes of the full blocks of prompt + output ([] without prefix cache)
         self.notify = notify
         self.computed = 0  # tokens whose KV exists
         self.generated = 0
@@ -115,8 +117,17 @@ class Engine:
         """Whether a request arriving now shares the batch with others."""
         return bool(self.running or self.waiting)
 
-    def add(self, prompt_ids: list[int], output_len: int, notify: Callable[[Seq], None]) -> Seq:
-        hashes = block_hashes(prompt_ids, self.config.block_size) if self.config.prefix_cache else []
+    def add(
+        self,
+        prompt_ids: list[int],
+        output_len: int,
+        notify: Callable[[Seq], None],
+        output_ids: Sequence[int] = (),
+    ) -> Seq:
+        """Queue a request; `output_ids` (the tokens it will generate, when known) make the blocks
+        its reply fills cacheable, as vLLM caches generated tokens' blocks."""
+        tokens = [*prompt_ids, *output_ids[:output_len]] if output_ids else prompt_ids
+        hashes = block_hashes(tokens, self.config.block_size) if self.config.prefix_cache else []
         seq = Seq(len(prompt_ids), output_len, hashes, notify)
         self.waiting.append(seq)
         self._wake.set()

@@ -5,7 +5,9 @@ would: chat messages rendered with a chat template (ChatML, or Llama 3's headers
 `--chat-template` or from the `chat_template` in `tokenizer_config.json` beside the file), then
 encoded without added specials; text prompts encoded with the tokenizer's own special tokens.
 This is the sim's own implementation of the templates (it shares no code with the replayer, whose
-exact prompts it checks). Generated text still uses the sim's word vocabulary.
+exact prompts it checks). Generated tokens are tokens of the same tokenizer (the sim's words that
+are one token after a space), so a reply re-tokenizes to the ids that produced it, as the next turn
+of a conversation needs for the prefix cache to hit its blocks.
 """
 
 from __future__ import annotations
@@ -13,16 +15,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from replayproxy.sim import tokenizer as words
 
 TEMPLATES = ("chatml", "llama3")
 
 
+class Vocabulary(NamedTuple):
+    """What generation draws from: token ids and the text each adds to a reply."""
+
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+
+
 class Prompts(Protocol):
     vocab_size: int
     roles: tuple[str, ...]
+    generation: Vocabulary
 
     def chat(self, messages: Sequence[tuple[str, str]]) -> list[int]: ...
 
@@ -34,6 +44,7 @@ class WordPrompts:
 
     vocab_size = words.VOCAB_SIZE
     roles: tuple[str, ...] = words.ROLES
+    generation = Vocabulary(tuple(words.GENERATED_IDS), tuple(words.piece(i) for i in words.GENERATED_IDS))
 
     def chat(self, messages: Sequence[tuple[str, str]]) -> list[int]:
         return words.render_chat(messages)
@@ -72,6 +83,7 @@ class HfPrompts:
 
     roles: tuple[str, ...] = ("system", "user", "assistant", "tool", "developer")
     vocab_size: int
+    generation: Vocabulary
 
     def __init__(self, path: str | Path, template: str = "") -> None:
         try:
@@ -89,6 +101,19 @@ class HfPrompts:
             raise ValueError(f"unknown chat template {name!r}; valid: {', '.join(TEMPLATES)}")
         self._render = RENDER[name]
         self.vocab_size = int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+        self.generation = self._single_token_words()
+
+    def _single_token_words(self) -> Vocabulary:
+        """The sim's words that are one token after a space: generated text of them re-tokenizes
+        (inside a chat template too, where specials and newlines split it) to the same ids."""
+        kept: dict[int, str] = {}
+        for word in dict.fromkeys(words.WORDS):
+            ids = self._tokenizer.encode(" " + word, add_special_tokens=False).ids
+            if len(ids) == 1 and ids[0] not in kept:
+                kept[ids[0]] = " " + word
+        if len(kept) < 16:
+            raise ValueError("tokenizer: fewer than 16 of the sim's words are one token; cannot generate")
+        return Vocabulary(tuple(kept), tuple(kept.values()))
 
     def chat(self, messages: Sequence[tuple[str, str]]) -> list[int]:
         return list(self._tokenizer.encode(self._render(messages), add_special_tokens=False).ids)

@@ -13,10 +13,13 @@ import itertools
 import math
 import random
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from replayproxy.sim.structured import Structure, shape
 from replayproxy.sim.tokenizer import GENERATED_IDS, piece
+
+WORDS = (tuple(GENERATED_IDS), tuple(piece(i) for i in GENERATED_IDS))  # the sim's own tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,7 @@ class OutputPlan:
     stop_reason: str | None  # the matched stop string, like vLLM's stop_reason
     tool_name: str = ""  # the tool called: the pieces are then its arguments
     shaped: bool = False  # JSON or a tool call (sim.structured), not free text
+    ids: tuple[int, ...] = ()  # the generated token ids (free text only): their KV blocks get cached
 
     @property
     def length(self) -> int:
@@ -52,10 +56,17 @@ class Sampler:
     `output_seed` stands for another model build: it changes every drawn text, greedy ones too.
     """
 
-    def __init__(self, mean_output_tokens: float, seed: int, output_seed: int = 0) -> None:
+    def __init__(
+        self,
+        mean_output_tokens: float,
+        seed: int,
+        output_seed: int = 0,
+        vocabulary: tuple[Sequence[int], Sequence[str]] = WORDS,
+    ) -> None:
         self._eos_p = min(1.0, 1.0 / mean_output_tokens)
         self._unseeded = random.Random(seed)
         self._output_seed = output_seed
+        self.vocabulary = vocabulary  # (token ids, their pieces) generation draws from
 
     def plan(
         self, prompt_ids: list[int], params: SamplingParams, structure: Structure | None = None
@@ -65,8 +76,10 @@ class Sampler:
             shaped = shape(structure, rng, params.max_tokens, params.min_tokens, params.ignore_eos)
             return OutputPlan(shaped.pieces, shaped.finish_reason, None, shaped.tool_name, shaped=True)
         length = params.max_tokens if params.ignore_eos else self._eos_length(rng, params)
-        ids = rng.choices(GENERATED_IDS, k=length)
-        pieces = [piece(i) for i in ids]
+        ids, texts = self.vocabulary
+        drawn = rng.choices(range(len(ids)), k=length)
+        pieces = [texts[i] for i in drawn]
+        token_ids = tuple(ids[i] for i in drawn)
         eos = length < params.max_tokens
         if eos:
             pieces[-1] = ""  # the EOS token is generated and counted, but has no text
@@ -75,8 +88,8 @@ class Sampler:
             cut = _first_stop(pieces, params.stop, params.min_tokens)
             if cut is not None:
                 char, last, stop = cut
-                return OutputPlan(_clip(pieces[: last + 1], char), "stop", stop)
-        return OutputPlan(tuple(pieces), finish, None)
+                return OutputPlan(_clip(pieces[: last + 1], char), "stop", stop, ids=token_ids[: last + 1])
+        return OutputPlan(tuple(pieces), finish, None, ids=token_ids)
 
     def _request_seed(self, prompt_ids: list[int], params: SamplingParams) -> int:
         """Greedy requests depend on the prompt only; seeded ones on prompt and seed."""

@@ -62,8 +62,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     metrics.engine = engine
     middlewares = [_require_api_key(config.api_key)] if config.api_key else []
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
-    sampler = Sampler(config.mean_output_tokens, config.seed, config.output_seed)
     prompts = load(config.tokenizer, config.chat_template or "")
+    sampler = Sampler(config.mean_output_tokens, config.seed, config.output_seed, prompts.generation)
     app[SIM] = Sim(
         config, engine, metrics, sampler, FaultDrawer(config), prompts, variance=random.Random(config.seed)
     )
@@ -238,6 +238,7 @@ class _Answer:
             self.prompt_ids,
             self.plan.length,
             self._notify_stream if self.req.stream else self._notify_done,
+            self.plan.ids,
         )
         try:
             await (self._stream(seq) if self.req.stream else self._whole(seq))
@@ -271,6 +272,7 @@ class _Answer:
             seq.cached_tokens,
             _reasoning_tokens(config, self.req.endpoint, self.plan),
             self.req.continuous_usage,
+            self.req.return_token_ids,
         )
 
     async def _whole(self, seq: Seq) -> None:

@@ -11,13 +11,16 @@ rendering, so a template variant shows as a prompt-token difference alone.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 
 from replayproxy.sim.api import GenRequest
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.sampler import OutputPlan, Sampler
 from replayproxy.sim.structured import TOOL_CALL
-from replayproxy.sim.tokenizer import END_HEADER_ID, GENERATED_IDS, piece
+from replayproxy.sim.tokenizer import END_HEADER_ID
+
+Vocabulary = tuple[Sequence[int], Sequence[str]]  # token ids and their pieces, as Sampler.vocabulary
 
 
 def with_template_variant(prompt_ids: list[int], messages: int, extra_per_message: int) -> list[int]:
@@ -27,23 +30,31 @@ def with_template_variant(prompt_ids: list[int], messages: int, extra_per_messag
     return prompt_ids + [END_HEADER_ID] * (messages * extra_per_message)
 
 
-def batch_variant(plan: OutputPlan, rng: random.Random) -> OutputPlan:
+def batch_variant(plan: OutputPlan, rng: random.Random, vocabulary: Vocabulary) -> OutputPlan:
     """The plan as a batch-variant kernel changes it: the same up to a token in the second half,
     then other words (length and finish reason kept). Shaped answers keep their JSON intact."""
     words = sum(1 for p in plan.pieces if p)
     if plan.shaped or words < 2:
         return plan
     cut = rng.randint(plan.length // 2, plan.length - 1)
-    tail = [_other_word(p, rng) if p else "" for p in plan.pieces[cut:]]
-    return replace(plan, pieces=plan.pieces[:cut] + tuple(tail))
+    tail = [
+        _other_word(p, rng, vocabulary) if p else (old, "")
+        for p, old in zip(plan.pieces[cut:], plan.ids[cut:], strict=True)
+    ]
+    return replace(
+        plan,
+        pieces=plan.pieces[:cut] + tuple(p for _, p in tail),
+        ids=plan.ids[:cut] + tuple(i for i, _ in tail),
+    )
 
 
-def _other_word(original: str, rng: random.Random) -> str:
-    """A word drawn anew, never the one it replaces, so a diverged answer always differs."""
+def _other_word(original: str, rng: random.Random, vocabulary: Vocabulary) -> tuple[int, str]:
+    """A word drawn anew (id, piece), never the one it replaces, so a diverged answer always differs."""
+    ids, pieces = vocabulary
     while True:
-        drawn = piece(rng.choice(GENERATED_IDS))
-        if drawn != original:
-            return drawn
+        at = rng.randrange(len(ids))
+        if pieces[at] != original:
+            return ids[at], pieces[at]
 
 
 def answer_plan(
@@ -57,5 +68,5 @@ def answer_plan(
         structure = None
     plan = sampler.plan(req.prompt_ids, sampling, structure)
     if config.batch_variance and batch_busy:
-        plan = batch_variant(plan, variance)
+        plan = batch_variant(plan, variance, sampler.vocabulary)
     return plan, with_template_variant(req.prompt_ids, req.messages, config.chat_template_extra_tokens)

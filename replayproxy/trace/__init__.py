@@ -2,7 +2,7 @@
 
 A file is a sequence of frames (frames.py); its records are a header map (header.py), column-wise
 batches of request shapes (column_file.py) and a footer. writer.py writes them, columns.py reads them
-back as shapes or numpy columns. See docs/trace-format.md.
+back as numpy columns. See docs/trace-format.md.
 """
 
 from replayproxy.trace.column_file import (
@@ -18,7 +18,7 @@ from replayproxy.trace.column_file import (
     read_each,
     with_defaults,
 )
-from replayproxy.trace.columns import RAGGED, Columns, iter_shapes, load, read_trace_files
+from replayproxy.trace.columns import RAGGED, Columns, load, read_trace_files
 from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
 from replayproxy.trace.header import (
     FORMAT_NAME,
@@ -51,7 +51,6 @@ __all__ = [
     "encode_column",
     "expand_paths",
     "iter_frame_payloads",
-    "iter_shapes",
     "load",
     "read_each",
     "read_column_file",

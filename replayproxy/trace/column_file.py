@@ -11,7 +11,7 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -192,20 +192,6 @@ class ColumnFileData:
     n: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     ragged: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        """Positional rows in the header's field order, ragged fields packed as bytes again."""
-        cols: list[list[Any]] = []
-        for name in self.header["fields"]:
-            if name in self.ragged:
-                flat, lengths = self.ragged[name]
-                ends = np.cumsum(lengths).tolist()
-                blob = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
-                size = flat.dtype.itemsize
-                cols.append([blob[size * a : size * b] for a, b in zip([0, *ends][:-1], ends, strict=True)])
-            else:
-                cols.append(self.columns[name].tolist())
-        return zip(*cols, strict=True) if self.n else iter(())
 
 
 class _Growing:
@@ -477,6 +463,9 @@ def read_column_file(
     name = str(path)
     seen_warnings = len(report.warnings)
     data = _read_bytes(path)
+    report.paths.append(name)
+    if report.content is not None:
+        report.content.update(data)
     header: dict[str, Any] | None = None
     columns: _ColumnsBeingRead | None = None
     for payload in iter_frame_payloads(data, name, report):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,25 +40,6 @@ def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFile
         return TraceHeader.from_record(table.header), table
     except TraceFormatError as e:
         raise TraceFormatError(f"{path}: {e}") from e
-
-
-def iter_shapes(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> Iterator[RequestShape]:
-    """Shapes of all files in arrival order, offsets rebased to the earliest file's start.
-
-    Recorders write a record when its response ends, so records are sorted here.
-    """
-    pairs = read_trace_files(paths, report)
-    base = pairs[0][0].start_wall_ns
-    shapes: list[RequestShape] = []
-    for header, table in pairs:
-        shift = header.start_wall_ns - base
-        for values in table.rows():
-            shape = RequestShape.from_record(values, header.fields)
-            shapes.append(shape._replace(offset_ns=shape.offset_ns + shift) if shift else shape)
-    shapes.sort(key=lambda s: s.offset_ns)
-    return iter(shapes)
 
 
 RAGGED = ("prefix_hashes", "chunk_gaps_us")
@@ -125,11 +107,17 @@ class Columns:
         return np.fromiter((len(r) for r in self.roles), dtype=np.int64, count=len(self))
 
 
-def load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Columns:
-    """Load traces into columns: the fast path for inspect, export and replay planning."""
+def load(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, digest: bool = False
+) -> Columns:
+    """Load traces into columns: the fast path for inspect, export and replay planning.
+
+    With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
+    the bytes read here (so a replay need not read its trace twice to name it in its results).
+    """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    report = ReadReport()
+    report = ReadReport(content=hashlib.sha256() if digest else None)
     pairs = read_trace_files(paths, report)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table) for _, table in pairs]

@@ -12,7 +12,7 @@ import mmap
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import zstandard
 
@@ -72,6 +72,8 @@ class ReadReport:
     lost_records: int = 0  # records known to be in skipped frames
     skipped_files: int = 0  # of several files, ones that could not be read at all
     footers: int = 0
+    content: Any = None  # a hashlib object to digest every file's bytes as read, in order (None: not asked)
+    paths: list[str] = field(default_factory=list)  # the files read, in order
 
 
 def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[memoryview]:

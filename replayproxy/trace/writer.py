@@ -207,7 +207,7 @@ class TraceWriter:
 
 
 class _FrameColumns:
-    """A frame's columns gathered from shapes a slice at a time: the bytes `to_record` rows give.
+    """A frame's columns gathered from shapes a slice at a time, each encoded by its FIELD_KINDS kind.
 
     Shapes are released a slice at a time, while still in cache, rather than a frame at a time.
     Each column is encoded whole; only when that fails are its values fitted one by one (fit.py),

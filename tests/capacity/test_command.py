@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,14 +12,13 @@ from replayproxy.capacity.memory import GIB
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.shape import RequestShape
 from replayproxy.trace import TraceHeader, write_trace
+from tests.cli import CliResult, run_cli
 
 MS = 1_000_000
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "replayproxy", "capacity", *args], capture_output=True, text=True, timeout=60
-    )
+def cli(*args: str) -> CliResult:
+    return run_cli("capacity", *args)
 
 
 def test_text_report_for_a_preset() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from replayproxy.report.check_report import check_documents
 from replayproxy.results import load_checks
 from replayproxy.trace import ReadReport, iter_frame_payloads
+from tests.cli import run_cli
 from tests.servers import sim
 
 pytestmark = pytest.mark.slow
@@ -56,11 +56,6 @@ SIM_OPTIONS = ("--speed", "20", "--mean-output-tokens", "1000")
 def write_prompts(path: Path) -> Path:
     path.write_bytes(b"\n".join(orjson.dumps(p) for p in PROMPTS) + b"\n")
     return path
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "replayproxy", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
 
 
 def check(targets: dict[str, str], out: Path, prompts: Path, *extra: str) -> dict[str, Any]:

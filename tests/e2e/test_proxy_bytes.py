@@ -14,9 +14,9 @@ import orjson
 from aiohttp import web
 
 from replayproxy.clock import now_ns
-from replayproxy.trace import iter_shapes
 from tests.proxy.helpers import aiohttp_upstream
 from tests.servers import start_proxy
+from tests.trace.helpers import shapes_of
 
 REQUESTS = 1000
 
@@ -159,7 +159,7 @@ def test_thousand_mixed_requests_are_byte_identical(tmp_path: Path) -> None:
                 assert not [line for line in proxy.output if "Traceback" in line or "ERROR" in line]
 
     asyncio.run(main())
-    recorded = list(iter_shapes([tmp_path]))
+    recorded = shapes_of(tmp_path)
     eligible = sum(1 for _, path, _ in requests if path.startswith(("/v1/", "/prefix/v1/")))
     assert len(recorded) == eligible
     assert not any(s.output_estimated for s in recorded if s.stream)

@@ -14,9 +14,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from replayproxy.trace import ReadReport, iter_shapes, read_trace_files
+from replayproxy.trace import ReadReport, load, read_trace_files
 from tests.proxy.helpers import admin_url
 from tests.servers import sim, start_proxy
+from tests.trace.helpers import shapes_in
 
 CHAT = {
     "model": "sim-llama-3.1-8b",
@@ -62,8 +63,9 @@ def test_sigterm_drains_in_flight_streams_and_completes_the_trace(tmp_path: Path
         bodies = asyncio.run(main())
         assert proxy.process.wait(20) == 0
     assert all(body.endswith(b"data: [DONE]\n\n") and body.count(b'"content"') == 31 for body in bodies)
-    report = ReadReport()
-    shapes = list(iter_shapes([tmp_path], report))
+    columns = load(tmp_path)
+    report = columns.report
+    shapes = shapes_in(columns)
     assert report.footers == 1 and not report.warnings
     assert len(shapes) == 8 and {(s.output_tokens, s.error) for s in shapes} == {(30, "")}
 

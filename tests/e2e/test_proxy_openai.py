@@ -12,8 +12,9 @@ import orjson
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from replayproxy.trace import ReadReport, iter_shapes
+from replayproxy.trace import load
 from tests.servers import Server, sim, start_proxy
+from tests.trace.helpers import shapes_in
 
 MODEL = "sim-llama-3.1-8b"
 PROMPTS = ["Tell me about rivers.", "Why is the sky blue? Explain twice.", "List three prime numbers."]
@@ -96,8 +97,9 @@ def test_openai_sdk_sees_identical_results_and_the_trace_matches_the_truth(
     sent = len(sync_answers(proxy.url))  # one request per answer
     assert proxy.stop() == 0
     records = [orjson.loads(line) for line in truth.read_bytes().splitlines()]
-    report = ReadReport()
-    shapes = [s for s in iter_shapes([traces], report) if s.offset_ns >= 0]
+    columns = load(traces)
+    report = columns.report
+    shapes = [s for s in shapes_in(columns) if s.offset_ns >= 0]
     assert report.footers >= 1 and not report.warnings
     recent = shapes[-len(records) :]
     assert len(records) == sent

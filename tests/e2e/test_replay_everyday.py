@@ -15,6 +15,7 @@ import pytest
 from replayproxy.results import load_results
 from replayproxy.shape import RequestShape
 from replayproxy.trace.frames import ReadReport, iter_frame_payloads
+from tests.cli import CliResult, run_cli
 from tests.replay import traces
 from tests.servers import Server, sim
 
@@ -32,27 +33,21 @@ def small_trace(path: Path, model: str = traces.SIM_MODEL, requests: int = 20) -
     return traces.write(path, shapes)
 
 
-def replay(
-    *argv: str, env: dict[str, str] | None = None, verbose: bool = False
-) -> subprocess.CompletedProcess[str]:
+def replay(*argv: str, env: dict[str, str] | None = None, verbose: bool = False) -> CliResult:
+    """The command line's main, in-process, with no OPENAI_API_KEY unless the test sets one."""
+    args = [*(["-v"] if verbose else []), "replay", "--flavor", "vllm", "--quiet", *argv]
+    return run_cli(*args, env={"OPENAI_API_KEY": None, **(env or {})})
+
+
+def replay_process(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The real command line in a fresh interpreter, as a user (or a Kubernetes Job) runs it."""
     environ = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replayproxy",
-            *(["-v"] if verbose else []),
-            "replay",
-            "--flavor",
-            "vllm",
-            "--quiet",
-            *argv,
-        ],  # fmt: skip
+        [sys.executable, "-m", "replayproxy", "-v", "replay", "--flavor", "vllm", "--quiet", *argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**environ, **(env or {})},
+        env={**environ, **env},
     )
 
 
@@ -137,8 +132,12 @@ def test_the_api_key_reaches_the_target_and_nothing_else(tmp_path: Path, how: st
     with sim("--api-key", SECRET) as guarded:
         refused = replay(str(trace), "--target", guarded.url, "-o", str(tmp_path / "no.rpr"))
         given = ["--api-key", SECRET] if how == "flag" else []
-        env = {"OPENAI_API_KEY": SECRET} if how == "OPENAI_API_KEY" else {}
-        done = replay(str(trace), "--target", guarded.url, "-o", str(out), *given, env=env, verbose=True)
+        if how == "OPENAI_API_KEY":  # inherited by a real process, as a Job's environment is
+            done: CliResult | subprocess.CompletedProcess[str] = replay_process(
+                str(trace), "--target", guarded.url, "-o", str(out), env={"OPENAI_API_KEY": SECRET}
+            )
+        else:
+            done = replay(str(trace), "--target", guarded.url, "-o", str(out), *given, verbose=True)
     assert refused.returncode == 2 and "API key" in refused.stderr and SECRET not in refused.stderr
     assert done.returncode == 0, done.stderr
     assert load_results([out])[0].footer["summary"]["errors"] == 0
@@ -154,10 +153,7 @@ def test_without_a_terminal_progress_is_a_line_every_ten_seconds(tmp_path: Path,
         for i in range(25)
     ])  # fmt: skip
     args = [str(trace), "--target", engine.url, "-o", str(tmp_path / "r.rpr"), "--no-calibrate"]
-    done = subprocess.run(
-        [sys.executable, "-m", "replayproxy", "replay", "--flavor", "vllm", *args],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = run_cli("replay", "--flavor", "vllm", *args)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("replay: ")]
     assert len(lines) == 2, done.stderr  # at 10 s, and the last one at the end
@@ -165,8 +161,5 @@ def test_without_a_terminal_progress_is_a_line_every_ten_seconds(tmp_path: Path,
     assert re.match(first, lines[0]), lines[0]
     assert "TTFT p50" in lines[0] and "lag p99" in lines[0] and "\x1b" not in done.stderr
     assert lines[1].startswith("replay: 0:1") and "done 25" in lines[1] and "ETA 0:00" in lines[1]
-    quiet = subprocess.run(
-        [sys.executable, "-m", "replayproxy", "replay", "--flavor", "vllm", *args, "--progress", "none",
-         "--limit", "3"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    quiet = run_cli("replay", "--flavor", "vllm", *args, "--progress", "none", "--limit", "3")
     assert quiet.returncode == 0 and "replay: " not in quiet.stderr

@@ -3,11 +3,13 @@ session's turns apart with the recorded think times; open loop keeps today's sch
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from replayproxy.cli import main
 from replayproxy.report.document import build_document
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sections import report_tables
@@ -26,7 +28,7 @@ RECORDED_E2E_MS, THINK_MS = 60, 40  # production answered in 60 ms; the sim at -
 
 
 def session_shapes(
-    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS
+    sessions: int = SESSIONS, turns: int = TURNS, think_ms: int = THINK_MS, output_tokens: int = 12
 ) -> list[RequestShape]:
     """Sessions 250 ms apart; each turn's prompt is the last one, its reply and a new user message
     (also the trace of benchmarks/session_fidelity.py)."""
@@ -39,8 +41,8 @@ def session_shapes(
                     offset_ns=offset,
                     model=traces.SIM_MODEL,
                     input_tokens=len(units),
-                    output_tokens=12,
-                    max_tokens=12,
+                    output_tokens=output_tokens,
+                    max_tokens=output_tokens,
                     roles="su" + "au" * t,
                     prefix_hashes=prefix_block_hashes(units, 16, b"k"),
                     prefix_units=len(units),
@@ -52,7 +54,7 @@ def session_shapes(
                 )
             )
             offset += (RECORDED_E2E_MS + think_ms) * MS
-            units += list(range(units[-1] + 1, units[-1] + 1 + 12 + 20))  # the reply, then the new turn
+            units += list(range(units[-1] + 1, units[-1] + 1 + output_tokens + 20))  # the reply, the new turn
     return sorted(shapes, key=lambda shape: shape.offset_ns)
 
 
@@ -112,3 +114,34 @@ def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:
     assert len(limited) == 2 * TURNS  # 5 requests need two whole sessions
     assert 0 < len(sampled) < SESSIONS * TURNS
     assert np.array_equal(np.sort(sampled.column("index")), np.sort(again.column("index")))  # seeded
+
+
+def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
+    tmp_path: Path, bpe_tokenizer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each later turn carries the sim's own 40-token reply, sized to the recorded length through
+    the sim's BPE: every prompt is exact, and the sim's cache hits the reply's blocks too."""
+    sessions, turns_per, reply = 3, 3, 40
+    trace = traces.write(tmp_path / "live.rpt", session_shapes(sessions, turns_per, THINK_MS, reply))
+    with sim("--tokenizer", str(bpe_tokenizer), "--speed", "0.5") as server:
+        run = replay(trace, server.url, tmp_path / "live.rpr", "--no-calibrate")
+    assert run.header.pre_run["prompts"]["replies"].startswith("live")
+    [live] = run.extras["live_replies"]  # counts only; the sim's replies re-tokenize to their own ids
+    assert live["built"] == sessions * (turns_per - 1) and live["short"] == 0 and not live["planned"]
+    assert live["reply_tokens_as_generated"] == live["reply_tokens"] == sessions * (turns_per - 1) * reply
+    assert {k: type(v) for k, v in live.items()} == {  # no text of any reply is kept
+        "type": str, "built": int, "short": int, "planned": dict, "reply_tokens": int,
+        "reply_tokens_as_generated": int,
+    }  # fmt: skip
+    summary = run.footer["summary"]
+    assert summary["errors"] == 0 and summary["input_exact"] == 1.0 and summary["output_exact"] == 1.0
+    got, planned = think_times_ms(run)
+    assert len(got) == sessions * (turns_per - 1) and got.min() >= planned.min()  # no overlaps
+    inputs = dict(zip(run.column("index").tolist(), run.column("prompt_tokens").tolist(), strict=True))
+    for after, cached in zip(run.column("after").tolist(), run.column("cached_tokens").tolist(), strict=True):
+        if after >= 0:  # the previous prompt and the reply but its last token, in whole 16-token blocks
+            assert cached == (inputs[after] + reply - 1) // 16 * 16 > inputs[after] // 16 * 16
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "live.rpr"), "--json"]) == 0
+    cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
+    assert abs(cache["engine_over_implied"] - 1) <= 0.01, cache

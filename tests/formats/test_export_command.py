@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from replayproxy import cli
 from replayproxy.formats.registry import exporters
+from tests.cli import run_cli
 from tests.formats.helpers import conversation_trace, shape, tokens, write
 
 
 def test_help_lists_the_export_formats() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "replayproxy", "export", "--help"], capture_output=True, text=True
-    )
+    out = run_cli("export", "--help")
     assert out.returncode == 0
     assert all(f"  {name}" in out.stdout for name in exporters())
 

@@ -16,13 +16,16 @@ from replayproxy.trace import TraceHeader, write_columns
 
 ROWS = 1_000_000
 PEAK_MB = 500
-# Run in a child: an address-space cap turns runaway growth into a failure, ru_maxrss measures the peak.
+# Run in a child: an address-space cap turns runaway growth into a failure, and the child's own
+# high-water mark (VmHWM) measures the peak. Not ru_maxrss: Linux carries it over from the forked
+# parent across exec, so a child of a large pytest process would report the parent's size.
 CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 from replayproxy import cli
 code = cli.main(sys.argv[1:])
-print("peak_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+status = open("/proc/self/status").read()
+print("peak_mb", int(status.split("VmHWM:")[1].split()[0]) // 1024)
 sys.exit(code)
 """
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,13 +9,12 @@ import pytest
 from replayproxy import cli
 from replayproxy.formats.registry import importers
 from replayproxy.trace import load
+from tests.cli import run_cli
 from tests.formats.helpers import DATA
 
 
 def test_help_lists_the_import_formats() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "replayproxy", "import", "--help"], capture_output=True, text=True
-    )
+    out = run_cli("import", "--help")
     assert out.returncode == 0
     for name, fmt in importers().items():
         assert f"  {name}" in out.stdout and fmt.help[:30] in out.stdout

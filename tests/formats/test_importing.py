@@ -15,7 +15,8 @@ from replayproxy.formats.importing import (
     write_imported,
 )
 from replayproxy.shape import RequestShape
-from replayproxy.trace import TraceHeader, iter_shapes, write_columns, write_trace
+from replayproxy.trace import TraceHeader, write_columns, write_trace
+from tests.trace.helpers import shapes_of
 
 
 def test_bad_lines_raise_or_count() -> None:
@@ -58,7 +59,7 @@ def test_write_columns_reads_back_like_write_trace(tmp_path: Path) -> None:
         "prefix_hashes": (np.array([1, 2], np.uint64), np.array([2, 0])),
     }
     write_columns(tmp_path / "cols.rpt", header, columns, 2, wall_ns=int, frame_records=1)
-    assert list(iter_shapes([tmp_path / "cols.rpt"])) == list(iter_shapes([tmp_path / "rows.rpt"])) == shapes
+    assert shapes_of(tmp_path / "cols.rpt") == shapes_of(tmp_path / "rows.rpt") == shapes
 
 
 def test_write_imported_sorts_rebases_and_keeps_full_blocks(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_write_imported_sorts_rebases_and_keeps_full_blocks(tmp_path: Path) -> N
         wall_clock=True,
     )
     write_imported(imported, tmp_path / "t.rpt", int)
-    shapes = list(iter_shapes([tmp_path / "t.rpt"]))
+    shapes = shapes_of(tmp_path / "t.rpt")
     assert [s.offset_ns for s in shapes] == [0, 1_000, 2_000] and [s.input_tokens for s in shapes] == [
         10,
         33,

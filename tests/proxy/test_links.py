@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from replayproxy import clock, trace
 from replayproxy.proxy.extract import build_shape
 from replayproxy.proxy.links import SessionLinker
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
+from replayproxy.trace import ReadReport, TraceHeader, iter_frame_payloads, write_trace
 from tests.proxy.test_extract import MS, capture, delta, event
 
 KEY = b"k" * 32
@@ -114,15 +117,17 @@ def test_non_streamed_replies_link_and_cut_replies_do_not() -> None:
     assert build_shape(cancelled, PromptHasher(KEY), 0, linker).chat_id == 0 and cut.chat_id != 0
 
 
-def test_links_hold_no_text_and_depend_on_the_key() -> None:
+def test_links_hold_no_text_and_depend_on_the_key(tmp_path: Path) -> None:
     opening = [SYSTEM, {"role": "user", "content": "secret question"}]
     shapes = [
         turn(opening, streamed(["secret answer"]), 1000, SessionLinker(k), PromptHasher(k))
         for k in (KEY, b"z" * 32)
     ]
     assert shapes[0].chat_id != shapes[1].chat_id and shapes[0].session != shapes[1].session
-    record = orjson.dumps(shapes[0].to_record(), option=orjson.OPT_PASSTHROUGH_DATACLASS, default=repr)
-    assert b"secret" not in record and b"You are" not in record
+    path = tmp_path / "t.rpt"
+    write_trace(path, TraceHeader(start_wall_ns=0), shapes, mono_ns=clock.now_ns, wall_ns=clock.wall_ns)
+    stored = b"".join(bytes(p) for p in iter_frame_payloads(path.read_bytes(), str(path), ReadReport()))
+    assert b"secret" not in stored and b"You are" not in stored and len(trace.load(path)) == 2
 
 
 def test_the_linker_forgets_the_oldest_beyond_its_capacity() -> None:

@@ -18,8 +18,9 @@ from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.shape import key_fingerprint
-from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, iter_shapes, read_trace_files
+from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, read_trace_files
 from tests.proxy.helpers import add_piece, settings
+from tests.trace.helpers import shapes_of
 
 KEY = b"r" * 32
 
@@ -70,7 +71,7 @@ def test_records_are_written_with_header_and_footer(tmp_path: Path) -> None:
     assert (header.block_unit, header.block_size, header.source) == ("char", 64, "proxy")
     assert header.key_fingerprint == key_fingerprint(KEY)
     assert header.upstream == "http://127.0.0.1:9/base"  # credentials never reach the trace
-    assert sorted(s.input_tokens for s in iter_shapes([tmp_path / "traces"])) == [10, 11, 12, 13, 14]
+    assert sorted(s.input_tokens for s in shapes_of(tmp_path / "traces")) == [10, 11, 12, 13, 14]
     assert sample(metrics, "replayproxy_records_written_total") == 5
     assert (
         sample(metrics, "replayproxy_trace_bytes_written_total")
@@ -122,7 +123,7 @@ def test_unwritable_directory_drops_counts_and_recovers(
     time.sleep(0.3)
     recorder.finished(cap(7))
     recorder.close()
-    assert [s.input_tokens for s in iter_shapes([blocker])] == [17]
+    assert [s.input_tokens for s in shapes_of(blocker)] == [17]
 
 
 def test_a_writer_crash_is_survived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +150,7 @@ def test_a_writer_crash_is_survived(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (
         sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") == 2
     )  # 0 (unflushed) and 1
-    assert [s.input_tokens for s in iter_shapes([tmp_path / "traces"])] == [12]
+    assert [s.input_tokens for s in shapes_of(tmp_path / "traces")] == [12]
 
 
 def test_a_bad_capture_is_a_shape_error(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_rotate_now_and_retention_by_count(tmp_path: Path) -> None:
     recorder.close()
     files = recorder.files
     assert len(files) == 2 and sample(metrics, "replayproxy_trace_files") == 2
-    assert sorted(s.input_tokens for s in iter_shapes(files)) == [12, 13]
+    assert sorted(s.input_tokens for s in shapes_of(files)) == [12, 13]
 
 
 def test_a_deleted_trace_directory_is_noticed_recreated_and_its_records_counted_lost(
@@ -195,7 +196,7 @@ def test_a_deleted_trace_directory_is_noticed_recreated_and_its_records_counted_
     for i in range(3):
         recorder.finished(cap(10 + i))
     recorder.close()
-    assert sorted(s.input_tokens for s in iter_shapes([tmp_path / "traces"])) == [20, 21, 22]
+    assert sorted(s.input_tokens for s in shapes_of(tmp_path / "traces")) == [20, 21, 22]
 
 
 def test_a_full_disk_leaves_no_empty_or_header_only_files(
@@ -229,4 +230,4 @@ def test_a_full_disk_leaves_no_empty_or_header_only_files(
     report = ReadReport()
     tables = read_trace_files(files, report)
     assert all(table.n > 0 for _, table in tables) and report.skipped_files == 0
-    assert 9 in [s.input_tokens - 10 for s in iter_shapes(files)]
+    assert 9 in [s.input_tokens - 10 for s in shapes_of(files)]

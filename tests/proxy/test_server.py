@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -13,6 +11,7 @@ import pytest
 from replayproxy.config import ConfigError
 from replayproxy.proxy.forward import TICK_S
 from replayproxy.proxy.server import ProxyServer
+from tests.cli import run_cli
 from tests.proxy.helpers import RawRequest, RawUpstream, proxy, run, settings
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -77,9 +76,7 @@ def test_a_trace_dir_that_is_a_regular_file_is_refused_at_start(tmp_path: Path) 
     with pytest.raises(ConfigError, match="is not a directory"):
         ProxyServer(settings("http://127.0.0.1:9", blocker))
     command = ["proxy", "--upstream", "http://127.0.0.1:9", "--trace-dir", str(blocker)]
-    done = subprocess.run(
-        [sys.executable, "-m", "replayproxy", *command], capture_output=True, text=True, timeout=60
-    )
+    done = run_cli(*command)
     assert done.returncode == 2
     assert (
         done.stderr.strip() == f"replayproxy proxy: error: trace_dir {blocker} exists and is not a directory"

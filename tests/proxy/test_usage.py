@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from replayproxy.proxy.usage import UsageStripper, inject
-from replayproxy.trace import iter_shapes
 from tests.proxy.helpers import CaptureSink, RawRequest, RawUpstream, proxy, run
+from tests.trace.helpers import shapes_of
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 TOKEN = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
@@ -121,7 +121,7 @@ def test_client_bytes_unchanged_while_usage_is_recorded(tmp_path: Path) -> None:
             assert sent[1] == asking == sent[3]  # untouched
 
     run(main())
-    shapes = list(iter_shapes([tmp_path]))
+    shapes = shapes_of(tmp_path)
     assert [(s.input_tokens, s.output_tokens, s.output_estimated) for s in shapes] == [(4, 3, False)] * 4
 
 
@@ -135,7 +135,7 @@ def test_without_usage_the_output_is_counted_and_marked_estimated(tmp_path: Path
             assert b"stream_options" not in up.requests[0].body
 
     run(main())
-    [shape] = iter_shapes([tmp_path])
+    [shape] = shapes_of(tmp_path)
     assert (shape.input_tokens, shape.output_tokens, shape.output_estimated) == (-1, 3, True)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 
 Handler = Callable[[bytes, asyncio.StreamWriter], "asyncio.Future[None] | object"]
 
@@ -27,8 +28,11 @@ def sse_answer(events: int = 3, tokens: bool = True) -> bytes:
 class Server:
     """Reads one request at a time per connection and lets `respond` answer it."""
 
-    def __init__(self, respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> None:
+    def __init__(
+        self, respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
+    ) -> None:
         self.respond = respond
+        self.keep = keep  # keep every request's bytes in `requests` (else only their heads)
         self.requests: list[bytes] = []
         self.connections = 0
         self.url = ""
@@ -48,7 +52,7 @@ class Server:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 body = await reader.readexactly(length)
-                self.requests.append(head + body)
+                self.requests.append(head + body if self.keep else head)
                 outcome = self.respond(head + body, writer, connection)
                 if asyncio.iscoroutine(outcome):
                     await outcome
@@ -60,8 +64,10 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(respond: Callable[[bytes, asyncio.StreamWriter, int], object]) -> AsyncIterator[Server]:
-    server = Server(respond)
+async def serving(
+    respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
+) -> AsyncIterator[Server]:
+    server = Server(respond, keep)
     listener = await asyncio.start_server(server._client, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     server.url = f"http://127.0.0.1:{port}"
@@ -73,3 +79,30 @@ async def serving(respond: Callable[[bytes, asyncio.StreamWriter, int], object])
             task.cancel()
         await asyncio.gather(*server.tasks, return_exceptions=True)
         await listener.wait_closed()
+
+
+@contextlib.contextmanager
+def in_thread(
+    respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
+) -> Iterator[Server]:
+    """`serving(respond)` on its own event loop in a thread, for tests that run a replayer process."""
+    loop = asyncio.new_event_loop()
+    started: list[Server] = []
+    ready, stop = threading.Event(), threading.Event()
+
+    async def run() -> None:
+        async with serving(respond, keep) as server:
+            started.append(server)
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield started[0]
+    finally:
+        stop.set()
+        thread.join(10)
+        loop.close()

@@ -7,7 +7,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from replayproxy.report.runs import load_runs
 from replayproxy.results import load_results
 from replayproxy.shape import RequestShape
 from tests.replay import traces
-from tests.replay.sse_server import Server, serving, sse_answer
+from tests.replay.sse_server import Server, in_thread, sse_answer
 
 MODELS = b'HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n{"data":[{"id":"bench"}]}'
 
@@ -81,9 +80,6 @@ def test_bad_input_gives_one_line_and_exit_2(
 @contextmanager
 def slow_server() -> Iterator[Server]:
     """A server in a thread whose streams take half a second."""
-    loop = asyncio.new_event_loop()
-    started: list[Server] = []
-    ready, stop = threading.Event(), threading.Event()
 
     async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
         if request.startswith(b"GET"):
@@ -92,22 +88,8 @@ def slow_server() -> Iterator[Server]:
         await asyncio.sleep(0.5)
         writer.write(sse_answer(2))
 
-    async def run() -> None:
-        async with serving(respond) as server:
-            started.append(server)
-            ready.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield started[0]
-    finally:
-        stop.set()
-        thread.join(10)
-        loop.close()
+    with in_thread(respond) as server:
+        yield server
 
 
 def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:

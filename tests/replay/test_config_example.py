@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replayproxy import config
-from replayproxy.replay.session import ReplayOptions
+from replayproxy.replay.options import ReplayOptions
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
 

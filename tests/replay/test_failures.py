@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from replayproxy.replay import session
+from replayproxy.replay import options as replay_options
+from replayproxy.replay import preparation
 from replayproxy.shape import RequestShape
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.server import serving
@@ -21,15 +22,15 @@ def test_recorded_failures_are_left_out_unless_included(tmp_path: Path) -> None:
     ]  # fmt: skip
     path = traces.write(tmp_path / "t.rpt", shapes)
 
-    async def main(include: bool) -> session.RunPlan:
+    async def main(include: bool) -> preparation.RunPlan:
         async with serving(SimConfig(port=0)) as url:
-            options = session.ReplayOptions(
+            options = replay_options.ReplayOptions(
                 target=url, output=str(tmp_path / "r.rpr"), traces=(str(path),), include_failed=include
             )
-            return await session.prepare_run(options)
+            return await preparation.prepare_run(options)
 
     default = asyncio.run(main(False))
-    assert [p.index for p in default.prepared] == [0, 2, 4]
+    assert default.schedule.trace_index[default.send].tolist() == [0, 2, 4]
     assert default.pre_run["recorded_failures_left_out"] == 3
     included = asyncio.run(main(True))
-    assert len(included.prepared) == 6 and included.pre_run["recorded_failures_left_out"] == 0
+    assert included.requests == 6 and included.pre_run["recorded_failures_left_out"] == 0

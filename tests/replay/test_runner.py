@@ -8,6 +8,7 @@ from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
+from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
 from tests.replay.sse_server import serving, sse_answer
 
@@ -24,7 +25,7 @@ async def replay(respond, prepared: list[Prepared], pool_size: int, **kwargs: ob
         pool = Pool(target, clock.now_ns)
         await pool.fill(pool_size)
         wires = [target.request_bytes("POST", p.path, p.body) for p in prepared]
-        runner = Runner(prepared, wires, pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
+        runner = Runner(Window.of(prepared, wires), pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
         settle_memory()
         try:
             results = await runner.run(clock.now_ns() + 20_000_000)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from replayproxy.replay import summary
 from replayproxy.results import ReplayResult
 
@@ -57,3 +59,13 @@ def test_a_run_fails_when_nothing_succeeded_or_too_much_failed() -> None:
         == "6 of 10 requests failed (http_4xx 6), more than --max-error-rate 0.5"
     )
     assert summary.failure(facts(10, 5), 0.5) == summary.failure(facts(0, 0), 0.5) == ""
+
+
+def test_requests_whose_bodies_were_late_are_counted_and_warned_about() -> None:
+    on_time = [result(i, 0.1) for i in range(10)]
+    assert summary.summarize(on_time)["prepared_late"] == 0
+    assert "preparation fell behind" not in summary.render(summary.summarize(on_time))
+    late = [r if r.index % 5 else replace(r, prepared_late=True) for r in on_time]
+    facts = summary.summarize(late)
+    assert facts["prepared_late"] == 2
+    assert "warning: preparation fell behind: 2 requests were sent late" in summary.render(facts)

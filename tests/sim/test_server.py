@@ -235,3 +235,26 @@ def test_reset_prefix_cache_endpoint(start_sim: StartSim) -> None:
     assert cached() > 0
     assert post(sim.url + "/reset_prefix_cache", b"")[0] == 200
     assert cached() == 0
+
+
+def test_next_turn_hits_its_own_reply_and_token_ids_come_back(start_sim: StartSim) -> None:
+    """vLLM caches the blocks its generated tokens fill: a conversation's next turn, which carries
+    the reply, is served from the cache up to the last full block before the new message."""
+    sim = start_sim(block_size=4, **FAST)
+    first = chat_body("tell me about rivers and mountains " * 4, max_tokens=16, ignore_eos=True,
+                      return_token_ids=True)  # fmt: skip
+    status, answer = post(sim.url + "/v1/chat/completions", first)
+    assert status == 200
+    choice, usage = answer["choices"][0], answer["usage"]
+    assert len(choice["token_ids"]) == usage["completion_tokens"] == 16
+    reply = {"role": "assistant", "content": choice["message"]["content"]}
+    following = dict(first, messages=[*first["messages"], reply, {"role": "user", "content": "and trains?"}])
+    status, answer = post(sim.url + "/v1/chat/completions", following)
+    assert status == 200
+    computed = usage["prompt_tokens"] + 16 - 1  # the last generated token's KV is never computed
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == computed // 4 * 4
+    stream = post(sim.url + "/v1/completions", {"prompt": "one two", "max_tokens": 5, "ignore_eos": True,
+                                                "stream": True, "return_token_ids": True})  # fmt: skip
+    assert stream[0] == 200
+    events = [orjson.loads(line[6:]) for line in stream[1].split(b"\n") if line.startswith(b"data: {")]
+    assert sum(len(e["choices"][0]["token_ids"]) for e in events if e["choices"]) == 5

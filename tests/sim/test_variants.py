@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from replayproxy.sim.sampler import OutputPlan
+from replayproxy.sim.sampler import WORDS, OutputPlan
 from replayproxy.sim.variants import batch_variant, with_template_variant
 from tests.sim.conftest import RunningSim
 from tests.sim.helpers import chat_body, post
@@ -93,13 +93,15 @@ def test_batch_variance_changes_answers_only_when_batched(start_sim: StartSim) -
 
 
 def test_batch_variant_keeps_length_prefix_and_finish() -> None:
-    plan = OutputPlan(tuple(f" w{i}" for i in range(20)) + ("",), "stop", None)
-    changed = batch_variant(plan, random.Random(1))
+    ids = tuple(range(10**6, 10**6 + 21))
+    plan = OutputPlan(tuple(f" w{i}" for i in range(20)) + ("",), "stop", None, ids=ids)
+    changed = batch_variant(plan, random.Random(1), WORDS)
     assert changed.length == plan.length and changed.finish_reason == "stop" and changed.pieces[-1] == ""
     cut = next(i for i, (x, y) in enumerate(zip(plan.pieces, changed.pieces, strict=True)) if x != y)
     assert cut >= plan.length // 2
+    assert changed.ids[:cut] == plan.ids[:cut] and changed.ids[cut] != plan.ids[cut]  # the cache sees it too
     shaped = OutputPlan(("{", "}", ""), "stop", None, shaped=True)
-    assert batch_variant(shaped, random.Random(1)) is shaped
+    assert batch_variant(shaped, random.Random(1), WORDS) is shaped
 
 
 def test_template_variant_ids_only_for_chat() -> None:

@@ -1,0 +1,290 @@
+"""Everything before the clock: load the trace, ask the target, measure prompts, plan the schedule.
+
+The bodies themselves are not made here: the run's senders stream them from a preparer process
+(replay.feed) while they send. What is planned here is the schedule (a few numbers per request),
+the prompt measurements every body depends on, and a check of the first requests' bodies, so
+the first request goes out within seconds whatever the trace's length.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from replayproxy import trace
+from replayproxy.errors import BadOption
+from replayproxy.replay import (
+    calibrate,
+    exact,
+    exactness,
+    flavors,
+    models,
+    plan,
+    replies,
+    schedule,
+    synth,
+    turns,
+)
+from replayproxy.replay.connection import Target
+from replayproxy.replay.feed import FeedSpec
+from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.target import TargetInfo, describe
+from replayproxy.trace.reuse import prefix_reuse
+
+_log = logging.getLogger("replayproxy.replay")
+MAX_POOL = 4096
+CHECKED_REQUESTS = 64  # the first requests of the schedule are prepared here too, to check their
+CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding this many prompt tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """The requests one sender sends: how its preparer makes them, and their schedule; or, in
+    closed loop, the requests themselves, prepared up front (`prepared`)."""
+
+    feed: FeedSpec
+    schedule: plan.Schedule
+    prepared: list[Prepared] | None = None
+
+
+@dataclass(slots=True)
+class RunPlan:
+    """What the preparation produced, for the local runner or the workers."""
+
+    schedule: plan.Schedule  # every planned request, in planning (arrival) order
+    send: np.ndarray  # positions into `schedule` this replayer sends (its shard), ascending
+    rows: np.ndarray  # the trace rows planned
+    plan_options: plan.PlanOptions
+    flavor: flavors.Flavor
+    info: TargetInfo
+    pre_run: dict[str, Any]
+    pool_size: int
+    trace_paths: tuple[str, ...] = ()
+    trace_digest: str = ""  # sha256 of the trace files' bytes, as read
+    trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
+    speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
+    repetition: int = 1  # which measured run is next (1..options.repeat)
+    warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
+    contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
+    sessions: turns.Mode = "open"  # as resolved for this trace
+    live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
+    # Closed loop: every request prepared up front, since replies.py rewrites later turns (their
+    # links, bodies, expected sharing) from the whole list; None: bodies are streamed.
+    prepared: list[Prepared] | None = None
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.sessions == "closed"
+
+    @property
+    def requests(self) -> int:
+        return len(self.send)
+
+    def share(self, options: ReplayOptions, positions: np.ndarray, shift_ns: int = 0) -> Share:
+        """The requests at `positions` (into `schedule`), their schedule moved `shift_ns` earlier."""
+        feed = FeedSpec(
+            self.trace_paths, self.rows, positions, self.flavor, self.plan_options,
+            options.target, options.headers, self.schedule,
+        )  # fmt: skip
+        part = self.schedule.take(positions)
+        if shift_ns:
+            part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
+        listed = [self.prepared[i] for i in positions.tolist()] if self.prepared is not None else None
+        return Share(feed, part, listed)
+
+    def deal(self, count: int) -> list[np.ndarray]:
+        return deal(self.schedule, self.send, count, self.closed_loop)
+
+
+def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
+    """The positions `send` dealt to `count` senders round-robin in schedule order; by session (a
+    worker waits only for turns it sent itself), sessions taken in the order of their first turns."""
+    if not by_session:
+        return [send[worker::count] for worker in range(count)]
+    groups = planned.group[send]
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    worker_of = rank[inverse.reshape(-1)] % count
+    return [send[worker_of == worker] for worker in range(count)]
+
+
+async def prepare_run(options: ReplayOptions) -> RunPlan:
+    """Everything before the clock: trace, target description, calibration, the schedule.
+
+    The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
+    each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
+    """
+    cols = trace.load(options.traces, digest=True)
+    for warning in cols.report.warnings:
+        _log.warning("%s", warning)
+    window = schedule.Window(options.start_offset, options.duration, options.limit)
+    mode = turns.resolve(options.sessions, cols)
+    rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
+    rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
+    speed = options.speed
+    if options.request_rate:
+        speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
+    target = Target.parse(options.target)
+    timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
+        info = await describe(session, target.url, guess, options.headers)
+        flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
+        if flavor is not guess:
+            info = await describe(session, target.url, flavor, options.headers)
+        served = models.served_models(info.models)
+        choice = models.choose({str(m) for m in cols.model[rows]}, options.model, options.model_map, served)
+        if choice.note:
+            _log.warning("%s", choice.note)
+        plan_options = plan.PlanOptions(
+            seed=options.seed,
+            speed=speed,
+            model=options.model or None,
+            model_map=choice.model_map,
+            default_model=info.default_model,
+        )
+        record: dict[str, Any] = {}
+        model = _probe_model(cols, rows, plan_options)
+        prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
+        tokenizer, why = await exactness.find_tokenizer(
+            options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers
+        )
+        book: exact.Book | None = None
+        exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": why}
+        if tokenizer is not None:
+            book, exact_record = await exactness.measure(tokenizer, cols, rows)
+        if len(rows) and np.any(cols.endpoint[rows] == "completions"):
+            flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
+            exact_record.update(ids_record)
+            prober.flavor = flavor
+        plan_options = replace(plan_options, book=book)
+        if options.calibrate and (book is None or book.failed):
+            plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
+        first = plan.prepare(cols, _checked(cols, rows), flavor, plan_options)  # as the preparer will
+        if tokenizer is not None and book is not None:
+            exact_record["check"] = await exactness.verify(tokenizer, first)
+        approximate = [p for p in first if p.endpoint == "chat" and not p.exact]
+        if options.calibrate and approximate:
+            record["check"] = await calibrate.verify(prober, approximate)
+        live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
+    upfront: list[Prepared] | None = None
+    if mode == "closed":
+        upfront = plan.prepare(cols, rows, flavor, plan_options)
+        if live is not None:
+            upfront = replies.expect_live_sharing(replies.ask_for_token_ids(upfront, flavor))
+        upfront, followers = replies.link_edits(cols, upfront, speed, whole=live is not None)
+        live = replace(live, followers=followers) if live is not None else None
+    planned = plan.schedule(cols, rows, speed) if upfront is None else plan.schedule_of(upfront)
+    send = np.arange(len(planned.trace_index), dtype=np.int64)
+    if options.shard:
+        index, count = schedule.parse_shard(options.shard)
+        send = send[(planned.group if mode == "closed" else planned.trace_index) % count == index]
+    peak = _peak(cols, planned.take(send))
+    size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
+    if options.max_concurrency:
+        size = min(size, options.max_concurrency)
+    outcome = {
+        "prompts": exact_record,
+        "calibration": record,
+        "probes": prober.probes,
+        "peak_concurrency": peak,
+        "recorded_failures_left_out": failed_left_out,
+        "sessions": mode,
+    }
+    profile = window_profile(cols, planned.trace_index)
+    return RunPlan(
+        planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
+        tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
+        live=live, prepared=upfront,
+    )  # fmt: skip
+
+
+def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
+    """The time scale that replays these arrivals at `rate` requests/s on average."""
+    span_s = (int(offsets_ns.max()) - int(offsets_ns.min())) / 1e9 if len(offsets_ns) else 0.0
+    if len(offsets_ns) < 2 or span_s <= 0:
+        raise BadOption("--request-rate needs two requests at different times in the replayed window")
+    return rate * span_s / (len(offsets_ns) - 1)
+
+
+def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> tuple[np.ndarray, int]:
+    """Rows that did not fail when recorded (a client's own cancel is not a failure), unless `include`."""
+    if include or not len(rows):
+        return rows, 0
+    errors = cols.error[rows]
+    keep = (errors == "") | (errors == "client_cancel")
+    return rows[keep], int((~keep).sum())
+
+
+def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
+    """The replayed window's prefix reuse, by the definition `inspect` uses (trace.reuse)."""
+    total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
+    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
+
+
+def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:
+    models = Counter(str(m) for m in cols.model[rows]) if len(rows) else Counter()
+    return plan.model_for(models.most_common(1)[0][0] if models else "", options)
+
+
+async def _calibrate(
+    prober: calibrate.Prober,
+    cols: trace.Columns,
+    rows: np.ndarray,
+    flavor: flavors.Flavor,
+    options: plan.PlanOptions,
+) -> tuple[plan.PlanOptions, dict[str, Any]]:
+    record: dict[str, Any] = {}
+    endpoints = cols.endpoint[rows]
+    chat_rows = rows[endpoints == "chat"]
+    if len(chat_rows):
+        keys = Counter(
+            (synth.chat_roles(str(cols.roles[r])), bool(cols.has_tools[r])) for r in chat_rows.tolist()
+        )
+        template, record["chat"] = await calibrate.chat_template(prober, keys)
+        options = replace(options, chat_template=template)
+    if not flavor.token_id_prompts and np.any(endpoints == "completions"):
+        template, record["completions"] = await calibrate.text_template(prober)
+        options = replace(options, text_template=template)
+    return options, record
+
+
+def _live_replies(
+    options: ReplayOptions,
+    mode: turns.Mode,
+    book: exact.Book | None,
+    flavor: flavors.Flavor,
+    target: Target,
+    model: str,
+) -> tuple[replies.Setup | None, str]:
+    """Live replies in closed loop with an exact tokenizer (else each later turn as planned, and why)."""
+    if mode != "closed":
+        return None, "planned: open loop sends every turn at its recorded time"
+    if options.replies != "live":
+        return None, "planned: --replies planned"
+    return replies.setup_for(
+        book, options.tokenizer, options.chat_template, flavor, target.url, model, options.headers
+    )
+
+
+def _checked(cols: trace.Columns, rows: np.ndarray) -> np.ndarray:
+    """The first rows, as many as the checks use: their bodies equal the streamed ones, since a
+    request's body depends only on the requests before it."""
+    head = rows[:CHECKED_REQUESTS]
+    tokens = np.cumsum(np.maximum(cols.input_tokens[head], 0))
+    return head[: int(np.searchsorted(tokens, CHECKED_TOKENS)) + 1]
+
+
+def _peak(cols: trace.Columns, planned: plan.Schedule) -> int:
+    if not len(planned.trace_index):
+        return 0
+    rows = planned.trace_index
+    durations = schedule.estimate_e2e_ns(cols.e2e_ns[rows], cols.output_tokens[rows])
+    return schedule.peak_concurrency(planned.scheduled_ns, durations)

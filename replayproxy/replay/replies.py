@@ -1,0 +1,381 @@
+"""Live replies: a session's next turn carries the candidate's own reply where production's stood.
+
+Closed-loop replay knows each turn's reply when the turn ends. The next turn's prompt is then the
+previous prompt as sent, the reply (its text for chat; its token ids for token-id completions, from
+vLLM's `return_token_ids`, else the text tokenized), and the new part: the planned turn's new
+messages cut or stretched so the whole prompt has the recorded input length under the target's
+tokenizer. One tokenize call per chat turn measures the prompt with one word per new message;
+alphabet words are one token each (replay.exact), so the difference fixes the word count. The
+engine's prefix cache then sees what production's did: its own reply again in the next turn.
+Built after the previous turn ended, during the think time; a build that outlasts the think time
+shows as schedule lag of that turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import aiohttp
+import orjson
+
+from replayproxy import sse
+from replayproxy.replay import exact, exactness, flavors
+from replayproxy.replay.connection import Target
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.request_timeline import RequestTimeline
+from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError
+from replayproxy.trace import Columns
+
+_log = logging.getLogger("replayproxy.replay")
+MODES = ("live", "planned")
+TOKEN_ID_FLAVORS = ("vllm",)  # answer `return_token_ids` with each choice's generated ids
+
+
+class Reply(NamedTuple):
+    """What one turn generated, as the next turn sends it back: text, and token ids when given."""
+
+    text: str
+    ids: list[int] | None  # None: the target did not return them
+    tool_call: bool  # the reply was a tool call (its next turn is left as planned)
+
+
+def reply_of(reads: Sequence[tuple[int, bytes]], stream: bool) -> Reply:
+    """Choice 0's content (chat) or text (completions) and token ids, from a response's raw reads."""
+    texts: list[str] = []
+    ids: list[int] = []
+    given = tool_call = False
+    if stream:
+        decoder = sse.SSEDecoder()
+        events = [e.data for _, data in reads for e in decoder.feed(data)]
+        objects = [_loads(data) for data in events if data.startswith(b"{")]
+    else:
+        objects = [_loads(b"".join(data for _, data in reads))]
+    for obj in objects:
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        part = choice.get("delta", choice.get("message"))
+        text = part.get("content") if isinstance(part, dict) else choice.get("text")
+        if isinstance(text, str):
+            texts.append(text)
+        if isinstance(part, dict) and part.get("tool_calls"):
+            tool_call = True
+        token_ids = choice.get("token_ids")
+        if isinstance(token_ids, list):
+            given = True
+            ids += [t for t in token_ids if isinstance(t, int)]
+    return Reply("".join(texts), ids if given else None, tool_call)
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What a sender process needs to build live turns (picklable, for worker processes)."""
+
+    words: tuple[str, ...]  # the measured alphabet: one token each
+    tokenizer_path: str  # --tokenizer; "" for the engine's tokenize endpoint
+    chat_template: str
+    flavor: str
+    url: str
+    model: str
+    headers: dict[str, str] = field(default_factory=dict)
+    followers: frozenset[int] = frozenset()  # trace indexes of edited continuations (link_edits)
+
+
+def ask_for_token_ids(prepared: Sequence[Prepared], flavor: flavors.Flavor) -> list[Prepared]:
+    """Turns that a later turn continues ask the target for their generated ids: token-id
+    completions send them back; chat counts how many of them its reply text re-tokenizes to."""
+    if flavor.name not in TOKEN_ID_FLAVORS:
+        return list(prepared)
+    continued = {p.after for p in prepared if p.after >= 0}
+    out = []
+    for p in prepared:
+        if p.index in continued:
+            p = replace(p, body=orjson.dumps({**orjson.loads(p.body), "return_token_ids": True}))
+        out.append(p)
+    return out
+
+
+def expect_live_sharing(prepared: Sequence[Prepared]) -> list[Prepared]:
+    """A continued turn shares with the cache everything its previous turn computed: that prompt
+    and its reply but the last token (whose KV is never computed), at most its own length - 1."""
+    by_index = {p.index: p for p in prepared}
+    out = []
+    for p in prepared:
+        previous = by_index.get(p.after)
+        if previous is not None and min(previous.expected_input_tokens, p.expected_input_tokens) > 0:
+            computed = previous.expected_input_tokens + max(previous.expected_output_tokens, 1) - 1
+            shared = max(p.expected_shared_tokens, min(computed, p.expected_input_tokens - 1))
+            p = replace(p, expected_shared_tokens=shared)
+        out.append(p)
+    return out
+
+
+def link_edits(
+    cols: Columns, prepared: Sequence[Prepared], speed: float, whole: bool = True
+) -> tuple[list[Prepared], frozenset[int]]:
+    """Chat requests that extend a later turn's conversation with an edited reply (the client sent
+    something else back, so the proxy could not link them) continue that turn: same messages before
+    its last one, the same opening of that one, then an assistant message. They wait for its end
+    plus the recorded gap (in production they came after it; sent at their offset they could find
+    it still prefilling and miss the cache). With live replies (`whole`) they are built on the
+    messages it actually sent, keeping their own edited reply, and share its whole prompt. Returns
+    the requests and those followers' indexes."""
+    rebuilt = {p.index: p for p in prepared if p.after >= 0 and p.endpoint == "chat"}
+    leaders: dict[tuple[int, bytes, str], int] = {}
+    for p in rebuilt.values():
+        if (key := _opening(orjson.loads(p.body).get("messages"), None)) is not None:
+            leaders.setdefault(key, p.index)
+    lengths = sorted({n for n, _, _ in leaders}, reverse=True)
+    out, followers = [], set()
+    for p in prepared:
+        if leaders and p.endpoint == "chat" and p.after < 0 and p.expected_shared_tokens > 0:
+            messages = orjson.loads(p.body).get("messages")
+            found = (leaders.get(key) for n in lengths if (key := _opening(messages, n)) is not None)
+            leader = next((i for i in found if i is not None and i < p.index), None)
+            if leader is not None:
+                p = _follow(cols, p, rebuilt[leader], speed, whole)
+                followers.add(p.index)
+        out.append(p)
+    return out, frozenset(followers)
+
+
+def _opening(messages: Any, n: int | None) -> tuple[int, bytes, str] | None:
+    """The first `n` messages (all when None) as a key: the ones before the last whole, the last
+    by its first word; for a follower (`n` given), message n must be an assistant message."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    n = len(messages) if n is None else n
+    if not 0 < n <= len(messages) or not all(isinstance(m, dict) for m in messages[: n + 1]):
+        return None
+    if n < len(messages) and messages[n].get("role") != "assistant":
+        return None
+    last = str(messages[n - 1].get("content") or "").split()
+    return n, orjson.dumps(messages[: n - 1]), last[0] if last else ""
+
+
+def _follow(cols: Columns, p: Prepared, leader: Prepared, speed: float, whole: bool) -> Prepared:
+    end = int(cols.offset_ns[leader.index]) + max(int(cols.e2e_ns[leader.index]), 0)
+    think = round(max(int(cols.offset_ns[p.index]) - end, 0) / speed)
+    shared = p.expected_shared_tokens
+    if whole:
+        shared = max(shared, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
+    first = leader.first if leader.first >= 0 else leader.index
+    return replace(p, after=leader.index, think_ns=think, first=first, expected_shared_tokens=shared)
+
+
+@dataclass(slots=True)
+class Counts:
+    """How the live turns came out: built exactly, built short of words, or left as planned."""
+
+    built: int = 0
+    short: int = 0  # the reply left less room than one word per new message
+    planned: dict[str, int] = field(default_factory=dict)  # why a turn kept its planned body
+    reply_tokens: int = 0  # generated tokens of the replies threaded, where the target gave their ids
+    as_generated: int = 0  # ...of which the next prompt holds the same ids (before the first change)
+
+    def keep(self, why: str) -> None:
+        if why not in self.planned:
+            _log.warning("live replies: a turn keeps its planned prompt (%s)", why)
+        self.planned[why] = self.planned.get(why, 0) + 1
+
+    def record(self) -> dict[str, Any]:
+        """The run's `live_replies` side record (counts only)."""
+        return {
+            "built": self.built,
+            "short": self.short,
+            "planned": dict(self.planned),
+            "reply_tokens": self.reply_tokens,
+            "reply_tokens_as_generated": self.as_generated,
+        }
+
+    def round_trip(self, generated: Sequence[int] | None, sent: Sequence[int]) -> None:
+        """Count how far the ids sent back follow the ids generated: a prefix cache hits the reply
+        only that far (a reply text that re-tokenizes otherwise, e.g. split UTF-8, stops it)."""
+        if generated is None:
+            return
+        same = next((i for i, (a, b) in enumerate(zip(generated, sent, strict=False)) if a != b), None)
+        self.reply_tokens += len(generated)
+        self.as_generated += min(len(generated), len(sent)) if same is None else same
+
+
+class Threader:
+    """Builds each continued turn's body from the previous body sent and the reply it got."""
+
+    def __init__(
+        self,
+        setup: Setup,
+        tokenizer: Tokenizer,
+        target: Target | None = None,
+        headers: Mapping[str, str] | None = None,
+        continued: Mapping[int, int] | None = None,
+    ) -> None:
+        self.setup = setup
+        self.tokenizer = tokenizer
+        self.counts = Counts()
+        self._target = target
+        self._headers = {"Accept": "text/event-stream", **(headers or {})}
+        self._continued = Counter(continued or {})  # trace index -> later turns still to build on it
+        self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
+
+    async def wire_after(self, previous: RequestTimeline, turn: Prepared) -> bytes | None:
+        """The request bytes of `turn` after its previous turn ended (None: as planned)."""
+        if previous.error or previous.status != 200:
+            self.counts.keep("the previous turn failed")
+            return None
+        reply = reply_of(previous.reads, previous.prepared.stream)
+        body = await self.body_after(previous.prepared, reply, turn)
+        if body is None or self._target is None:
+            return None
+        return self._target.request_bytes("POST", turn.path, body, self._headers)
+
+    async def body_after(self, previous: Prepared, reply: Reply, turn: Prepared) -> bytes | None:
+        """The body of `turn` continuing `previous` with `reply`; None keeps the planned body."""
+        prompt = self._sent.get(previous.index)
+        self._continued[previous.index] -= 1
+        if self._continued[previous.index] <= 0:  # its last follower: forget what it sent
+            self._sent.pop(previous.index, None)
+        if prompt is None:
+            prompt = orjson.loads(previous.body).get("messages" if previous.endpoint == "chat" else "prompt")
+        body = orjson.loads(turn.body)
+        built: list[Any] | str | None
+        edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
+        if reply.tool_call and not edited:
+            self.counts.keep("the reply was a tool call")
+            return None
+        if turn.endpoint == "chat":
+            sent_reply = None if edited else reply
+            built = await self._chat(
+                prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens
+            )
+        elif isinstance(prompt, list) and isinstance(body.get("prompt"), list):
+            built = await self._ids(prompt, reply, body["prompt"], turn.expected_input_tokens)
+        elif isinstance(prompt, str) and isinstance(body.get("prompt"), str):
+            built = await self._text(prompt, reply, body["prompt"], turn.expected_input_tokens)
+        else:
+            built = None
+        if built is None:
+            self.counts.keep("the planned turn does not continue the previous prompt")
+            return None
+        if self._continued[turn.index] > 0:
+            self._sent[turn.index] = built
+        self.counts.built += 1
+        return orjson.dumps({**body, ("messages" if turn.endpoint == "chat" else "prompt"): built})
+
+    def _room(self, need: int, parts: int) -> int:
+        """`need` words over `parts` parts, each at least one (counted when that is too many)."""
+        if need < parts:
+            self.counts.short += 1
+        return max(need, parts)
+
+    async def _chat(
+        self, before: Any, reply: Reply | None, body: dict[str, Any], target: int, before_tokens: int
+    ) -> list[Any] | None:
+        """`before`, the reply as the assistant message (unless None: the turn keeps its own), then
+        the planned new messages sized to `target` tokens."""
+        messages = body.get("messages")
+        if not isinstance(before, list) or not isinstance(messages, list):
+            return None
+        n = len(before)
+        if len(messages) < n + 2 or messages[n].get("role") != "assistant":
+            return None
+        pool = _words(messages[n:], self.setup.words)
+        if reply is None:
+            head, new = list(before), messages[n:]
+        else:
+            head, new = [*before, {"role": "assistant", "content": reply.text}], messages[n + 1 :]
+        if target <= 0:
+            return [*head, *new]
+        probe = [*head, *({"role": m["role"], "content": pool[i]} for i, m in enumerate(new))]
+        [ids] = await self.tokenizer.encode_chat([Chat(probe, body.get("tools"))])
+        if reply is not None and before_tokens > 0:
+            self.counts.round_trip(reply.ids, ids[before_tokens:])
+        need = self._room(target - (len(ids) - len(new)), len(new))
+        lengths = _split(need, [len(str(m.get("content") or "").split()) for m in new])
+        contents, at = [], 0
+        for length in lengths:
+            contents.append(" ".join(pool[(at + j) % len(pool)] for j in range(length)))
+            at += length
+        return [*head, *({**m, "content": c} for m, c in zip(new, contents, strict=True))]
+
+    async def _ids(self, before: list[Any], reply: Reply, planned: list[Any], target: int) -> list[int]:
+        reply_ids = reply.ids
+        if reply_ids is None:
+            [reply_ids] = await self.tokenizer.encode_text([reply.text], special=False)
+        pool = [t for t in planned[len(before) :] if isinstance(t, int)] or [
+            t for t in planned if isinstance(t, int)
+        ]
+        head = [*before, *reply_ids]
+        self.counts.round_trip(reply.ids, reply_ids)
+        need = self._room(target - len(head), 1) if target > 0 else len(pool)
+        return head + [pool[i % len(pool)] for i in range(need)]
+
+    async def _text(self, before: str, reply: Reply, planned: str, target: int) -> str:
+        pool = planned.split() or list(self.setup.words)
+        head = before + reply.text
+        if target <= 0:
+            return head + " " + " ".join(pool)
+        [ids] = await self.tokenizer.encode_text([head + " " + pool[0]], special=True)
+        need = self._room(target - (len(ids) - 1), 1)
+        return head + " " + " ".join(pool[i % len(pool)] for i in range(need))
+
+
+def _words(messages: Sequence[Any], alphabet: Sequence[str]) -> list[str]:
+    """The planned contents' words (alphabet words), else the alphabet itself."""
+    words = [w for m in messages if isinstance(m, dict) for w in str(m.get("content") or "").split()]
+    return words or list(alphabet)
+
+
+def _split(total: int, planned: Sequence[int]) -> list[int]:
+    """`total` words over the new messages: the planned sizes but the last, which takes the rest,
+    or evenly when the planned ones leave the last nothing."""
+    parts = len(planned)
+    head = [max(1, p) for p in planned[:-1]]
+    if total - sum(head) >= 1:
+        return [*head, total - sum(head)]
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def setup_for(
+    book: exact.Book | None,
+    options_tokenizer: str,
+    chat_template: str,
+    flavor: flavors.Flavor,
+    url: str,
+    model: str,
+    headers: dict[str, str],
+) -> tuple[Setup | None, str]:
+    """The live-reply setup for an exact run, or None and why replies stay as planned."""
+    if book is None:
+        return None, "planned: no tokenizer measured, so a reply's length cannot be sized exactly"
+    setup = Setup(book.alphabet.words, options_tokenizer, chat_template, flavor.name, url, model, headers)
+    return setup, f"live ({book.tokenizer_name})"
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    setup: Setup, target: Target, headers: Mapping[str, str], prepared: Sequence[Prepared]
+) -> AsyncIterator[Threader]:
+    """A threader with its own tokenizer (and HTTP session, for an engine's tokenize endpoint)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as session:
+        tokenizer, why = await exactness.find_tokenizer(
+            setup.tokenizer_path, setup.chat_template, flavors.get(setup.flavor), session, setup.url,
+            setup.model, setup.headers,
+        )  # fmt: skip
+        if tokenizer is None:
+            raise TokenizerError(f"live replies: no tokenizer for the run ({why})")
+        continued = Counter(p.after for p in prepared if p.after >= 0)
+        yield Threader(setup, tokenizer, target, headers, continued)

@@ -1,0 +1,137 @@
+"""The requests a runner holds between preparation and the socket: a window bounded by time and bytes.
+
+The runner knows its whole schedule up front (a few numbers per request, replay.plan.Schedule);
+bodies arrive from the preparer process (replay.feed) and are kept only while they are due within
+`horizon_ns` of the run clock and fit in `max_bytes`. A closed-loop turn whose previous turn
+ended early may be due before the window reached it: asking for it (`want`) reads ahead of the
+horizon, bytes allowing. A request whose body is not here at its deadline is sent as soon as it
+arrives and counted as prepared late (the preparer fell behind), next to schedule lag.
+Prepared up front, the same window is simply filled completely before the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from replayproxy.replay.feed import FeedReader
+from replayproxy.replay.plan import Prepared, Schedule, schedule_of
+
+HORIZON_NS = 20_000_000_000  # bodies are read up to this far ahead of the run clock...
+MAX_BYTES = 512 * 1024 * 1024  # ...while they take at most this much memory
+PRIME_NS = 1_000_000_000  # before the start, the first second of the schedule is read in
+REFILL_AT = 0.75  # share of the horizon still covered when reading starts again
+UNLIMITED = 1 << 62
+
+Entry = tuple[Prepared, bytes]
+
+
+class Window:
+    """Entries by position (into `schedule`, this runner's requests in send order)."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        reader: FeedReader | None = None,
+        horizon_ns: int = HORIZON_NS,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.schedule = schedule
+        self.reader = reader
+        self.horizon_ns = horizon_ns
+        self.max_bytes = max_bytes
+        self.total = len(schedule.trace_index)
+        self.received = 0  # entries arrived so far, in position order
+        self.held_bytes = 0
+        self._entries: dict[int, Entry] = {}
+        self._wanted = -1  # a position asked for ahead of the horizon
+        self._refilling = True  # reading until the horizon is covered
+
+    @classmethod
+    def of(
+        cls, prepared: Sequence[Prepared], wires: Sequence[bytes], schedule: Schedule | None = None
+    ) -> Window:
+        """A window holding requests prepared up front (in schedule order); `schedule`: theirs, when
+        it differs from what they say (a warm-up's, moved to start at 0)."""
+        window = cls(schedule if schedule is not None else schedule_of(prepared))
+        for entry in zip(prepared, wires, strict=True):
+            window._add(entry)
+        return window
+
+    @property
+    def complete(self) -> bool:
+        return self.received >= self.total
+
+    def has(self, position: int) -> bool:
+        return position in self._entries
+
+    def peek(self, position: int) -> Prepared:
+        """The request at `position` while it is held (a live reply builds its body from it)."""
+        return self._entries[position][0]
+
+    def take(self, position: int) -> Entry:
+        prepared, wire = self._entries.pop(position)
+        self.held_bytes -= len(wire)
+        return prepared, wire
+
+    def missing(self, position: int) -> bool:
+        """Whether `position` has not arrived yet (it may have been taken already)."""
+        return position >= self.received
+
+    def want(self, position: int) -> None:
+        """`position` is due now: read up to it whatever the horizon."""
+        self._wanted = max(self._wanted, position)
+
+    def needs_reading(self, elapsed_ns: int) -> bool:
+        """Whether to read more now, `elapsed_ns` into the run (negative before its start).
+
+        Reading starts when less than REFILL_AT of the horizon is covered and goes on until all of
+        it is (or the bytes are used up), so the sender reads in a few long stretches of gaps
+        rather than a batch after every send."""
+        if self.complete or self.reader is None:
+            return False
+        if self._wanted >= self.received:
+            return True
+        if self.held_bytes >= self.max_bytes:
+            self._refilling = False
+            return False
+        ahead = int(self.schedule.scheduled_ns[self.received]) - elapsed_ns
+        if ahead > self.horizon_ns:
+            self._refilling = False
+        elif ahead <= self.horizon_ns * REFILL_AT:
+            self._refilling = True
+        return self._refilling
+
+    def read(self) -> bool:
+        """Take in one batch if one has arrived; whether one had."""
+        if self.reader is None:
+            return False
+        batch = self.reader.read()
+        if batch is None:
+            return False
+        for entry in batch:
+            self._add(entry)
+        if self.reader.ended and not self.complete:
+            raise RuntimeError(f"request preparation ended after {self.received} of {self.total} requests")
+        return True
+
+    def _add(self, entry: Entry) -> None:
+        expected = int(self.schedule.trace_index[self.received])
+        if entry[0].index != expected:
+            raise RuntimeError(f"prepared request {entry[0].index} arrived where {expected} was due")
+        self._entries[self.received] = entry
+        self.received += 1
+        self.held_bytes += len(entry[1])
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
+async def fill(window: Window, until_ns: int = UNLIMITED) -> None:
+    """Before the start: read until the schedule's first `until_ns` are in (or everything is)."""
+    while window.reader is not None and not window.complete:
+        if window.received and int(window.schedule.scheduled_ns[window.received]) > until_ns:
+            return
+        if not window.read():
+            await asyncio.sleep(0.001)

@@ -1,0 +1,140 @@
+"""Live replies: the reply read back from raw response bytes, and the next turn sized through a real BPE."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from replayproxy.replay import exact, replies
+from replayproxy.replay.hf_tokenizer import LocalTokenizer
+from replayproxy.replay.plan import Prepared
+from replayproxy.replay.tokenizer import Chat
+from replayproxy.shape import RequestShape
+from replayproxy.trace import load
+from tests.replay import traces
+
+
+def _event(choice: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\n"
+
+
+def test_the_reply_comes_back_from_stream_reads_split_anywhere_and_from_whole_bodies() -> None:
+    stream = (
+        _event({"index": 0, "delta": {"role": "assistant", "content": ""}})
+        + _event({"index": 0, "delta": {"reasoning_content": "hmm"}})  # not sent back by clients
+        + _event({"index": 0, "delta": {"content": "Hello, "}, "token_ids": [5, 6]})
+        + _event({"index": 0, "delta": {"content": "river!"}, "token_ids": [7]})
+        + b"data: [DONE]\n\n"
+    )
+    reads = [(0, stream[:37]), (1, stream[37:101]), (2, stream[101:])]
+    assert replies.reply_of(reads, stream=True) == replies.Reply("Hello, river!", [5, 6, 7], False)
+    whole = orjson.dumps({"choices": [{"index": 0, "text": "a text", "token_ids": [1, 2]}]})
+    assert replies.reply_of([(0, whole[:9]), (1, whole[9:])], stream=False) == replies.Reply(
+        "a text", [1, 2], False
+    )
+    call = _event({"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f"}}]}})
+    assert replies.reply_of([(0, call)], stream=True) == replies.Reply("", None, True)
+
+
+def _prepared(
+    index: int, endpoint: str, prompt: Any, expected_in: int, after: int = -1, out: int = 8
+) -> Prepared:
+    key = "messages" if endpoint == "chat" else "prompt"
+    body = orjson.dumps({"model": "m", key: prompt})
+    return Prepared(
+        index=index, scheduled_ns=0, endpoint=endpoint, path="/v1/x", body=body, stream=False,
+        expected_input_tokens=expected_in, expected_output_tokens=out, after=after,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def local(bpe_tokenizer: Path) -> tuple[LocalTokenizer, exact.Alphabet]:
+    tokenizer = LocalTokenizer(bpe_tokenizer)
+    return tokenizer, asyncio.run(exact.alphabet(tokenizer, exact.candidates()))
+
+
+def _threader(local: tuple[LocalTokenizer, exact.Alphabet]) -> replies.Threader:
+    tokenizer, letters = local
+    setup = replies.Setup(letters.words, "", "", "vllm", "http://127.0.0.1:1", "m")
+    return replies.Threader(setup, tokenizer, continued={0: 2, 1: 2})
+
+
+def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
+    local: tuple[LocalTokenizer, exact.Alphabet],
+) -> None:
+    tokenizer, letters = local
+    words = letters.words
+    first = [
+        {"role": "system", "content": " ".join(words[:30])},
+        {"role": "user", "content": " ".join(words[30:50])},
+    ]
+    planned = [*first, {"role": "assistant", "content": " ".join(words[50:62])},
+               {"role": "user", "content": " ".join(words[62:90])}]  # fmt: skip
+    previous, turn = _prepared(0, "chat", first, 60), _prepared(1, "chat", planned, 140, after=0)
+    threader = _threader(local)
+    reply = replies.Reply("Well, rivers\nrun to the sea (mostly)!", None, False)
+    body = orjson.loads(asyncio.run(threader.body_after(previous, reply, turn)) or b"{}")
+    messages = body["messages"]
+    assert messages[:3] == [*first, {"role": "assistant", "content": reply.text}]
+    assert len(tokenizer.encode_chat_now([Chat(messages)])[0]) == 140
+    assert threader.counts.built == 1 and threader.counts.short == 0
+    # the turn after it starts from what was sent, not from the planned body
+    later = [*planned, {"role": "assistant", "content": "x"}, {"role": "user", "content": words[0]}]
+    again = asyncio.run(
+        threader.body_after(turn, replies.Reply("ok", None, False), _prepared(2, "chat", later, 170, 1))
+    )
+    assert orjson.loads(again or b"{}")["messages"][:4] == messages
+    second = _prepared(3, "chat", later, 170, after=1)
+    other = asyncio.run(threader.body_after(turn, replies.Reply("no", None, False), second))
+    assert orjson.loads(other or b"{}")["messages"][:4] == messages  # a second turn after it: the same
+    # a reply longer than production's leaves too little room: one word, and counted
+    short = asyncio.run(threader.body_after(previous, replies.Reply("word " * 200, None, False), turn))
+    assert (
+        orjson.loads(short or b"{}")["messages"][-1]["content"].count(" ") == 0 and threader.counts.short == 1
+    )
+
+
+def test_a_token_id_turn_appends_the_generated_ids() -> None:
+    threader = replies.Threader(replies.Setup(("a",), "", "", "vllm", "", "m"), tokenizer=None)  # type: ignore[arg-type]
+    previous = _prepared(0, "completions", [11, 12, 13], 3)
+    turn = _prepared(1, "completions", [11, 12, 13, 40, 41, 42, 43, 44, 45, 46], 10, after=0)
+    body = asyncio.run(threader.body_after(previous, replies.Reply("xy", [90, 91, 92], False), turn))
+    prompt = orjson.loads(body or b"{}")["prompt"]
+    assert (
+        prompt[:6] == [11, 12, 13, 90, 91, 92] and len(prompt) == 10 and set(prompt[6:]) <= {40, 41, 42, 43}
+    )
+
+
+def test_implied_sharing_counts_the_reply_but_its_last_token() -> None:
+    first = _prepared(0, "chat", [], 100, out=30)
+    second = _prepared(1, "chat", [], 200, after=0)
+    lone = _prepared(2, "chat", [], 50)
+    shared = [p.expected_shared_tokens for p in replies.expect_live_sharing([first, second, lone])]
+    assert shared == [0, 129, 0]
+
+
+def test_a_request_extending_a_live_turn_with_an_edited_reply_follows_that_turn(tmp_path: Path) -> None:
+    """The proxy links by the reply sent back, so a client that edits it starts a new session; its
+    messages still extend the live turn's conversation, so it waits for that turn and shares it."""
+    s = 1_000_000_000
+    shapes = [RequestShape(offset_ns=i * s, e2e_ns=s // 2) for i in range(4)]  # each ended 0.5 s later
+    cols = load(traces.write(tmp_path / "t.rpt", shapes))
+    system, user = {"role": "system", "content": "alpha beta"}, {"role": "user", "content": "gamma delta"}
+    first = _prepared(0, "chat", [system, user], 20)
+    reply = {"role": "assistant", "content": "x"}
+    live = replace(_prepared(1, "chat", [system, user, reply, user], 40, after=0), first=0)
+    edited = [system, user, {"role": "assistant", "content": "x"}, {"role": "user", "content": "gamma"},
+              {"role": "assistant", "content": "edited"}, user]  # fmt: skip
+    follower = replace(_prepared(2, "chat", edited, 60), expected_shared_tokens=30)
+    stranger = replace(_prepared(3, "chat", [system, {"role": "user", "content": "other"}, *edited[2:]], 60),
+                       expected_shared_tokens=4)  # fmt: skip
+    out, followers = replies.link_edits(cols, [first, live, follower, stranger], speed=2.0)
+    assert followers == {2}
+    # waits for turn 1 (the recorded gap at speed 2), stays with its session, shares its whole prompt
+    assert (out[2].after, out[2].think_ns, out[2].first, out[2].expected_shared_tokens) == (1, s // 4, 0, 40)
+    assert out[3] == stranger and out[:2] == [first, live]
