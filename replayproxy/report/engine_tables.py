@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
-from replayproxy.report.document_types import Document, summary_of
+from replayproxy.report.document_types import ContractDoc, Document, summary_of
 
-CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+CONTRACT_ROWS: tuple[tuple[str, Callable[[ContractDoc], object]], ...] = (
     ("engine version", lambda c: c["engine_version"]),
     ("model", lambda c: c["model"]),
     ("max_model_len", lambda c: fmt(c["max_model_len"])),

@@ -7,13 +7,16 @@ SECTIONS; every renderer picks it up.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
+from replayproxy.report.compare import QUANTILES
 from replayproxy.report.document_types import (
     Breakdowns,
     Document,
     GoodputDoc,
+    GroupDoc,
+    IntervalDoc,
+    QuantileComparisonDoc,
     RunDoc,
     SloSection,
     stat,
@@ -151,52 +154,48 @@ def _per_token_clause(slo: SloSection) -> bool:
 def comparison_section(doc: Document) -> list[Table]:
     tables = []
     for c in doc["comparisons"]:
-        rows = []
-        for metric in ("ttft", "e2e"):
-            mc = c[metric]
-            rows.append(
-                [
-                    metric.upper(),
-                    fmt(mc["pairs"]),
-                    fmt(mc["median_ratio_b_over_a"]),
-                    pct(mc["share_faster_b"]),
-                    _ci(mc["p50_diff_ms"]),
-                    mc["p50_verdict"],
-                    _ci(mc["p99_diff_ms"]),
-                    mc["p99_verdict"],
-                ]
-            )
+        rows = [
+            [
+                metric.upper(),
+                fmt(mc.pairs),
+                fmt(mc.median_ratio_b_over_a),
+                pct(mc.share_faster_b),
+                *(cell for q in QUANTILES for cell in _quantile_cells(mc.quantiles[q])),
+            ]
+            for metric, mc in c.metrics.items()
+        ]
         notes = [
-            f"A = {c['a']} ({c['runs_a']} runs), B = {c['b']} ({c['runs_b']} runs); pairs: "
-            f"{c['common_requests']} requests in both first runs ({c['only_a']} only in A, "
-            f"{c['only_b']} only in B)",
+            f"A = {c.a} ({c.runs_a} runs), B = {c.b} ({c.runs_b} runs); pairs: "
+            f"{c.common_requests} requests in both first runs ({c.only_a} only in A, "
+            f"{c.only_b} only in B)",
             "diffs are B - A of the mean per-run percentile; 95% CI from resampling runs, then requests; "
             "a difference within the spread between repetitions is 'no clear difference'",
         ]
-        if c["run_to_run_noise"] == "unknown":
+        if c.run_to_run_noise == "unknown":
             notes.append("run-to-run noise unknown (one run of A or B): replay with --repeat 3")
         header = [
             "metric",
             "pairs",
             "median B/A",
             "faster on B",
-            "p50 diff ms [95% CI]",
-            "p50",
-            "p99 diff ms [95% CI]",
-            "p99",
+            *(cell for q in QUANTILES for cell in (f"p{q} diff ms [95% CI]", f"p{q}")),
         ]
-        tables.append(Table(f"Paired: {c['b']} vs {c['a']}", header, rows, notes, "comparison"))
+        tables.append(Table(f"Paired: {c.b} vs {c.a}", header, rows, notes, "comparison"))
     return tables
 
 
-def _ci(d: dict[str, Any]) -> str:
+def _quantile_cells(q: QuantileComparisonDoc) -> tuple[str, str]:
+    return _ci(q.diff_ms), q.verdict
+
+
+def _ci(d: IntervalDoc) -> str:
     return f"{fmt(d['estimate'])} [{fmt(d['ci95_low'])}, {fmt(d['ci95_high'])}]"
 
 
 GROUP_HEADER = ["requests", "errors", "TTFT p50", "TTFT p95", "TPOT p50", "E2E p50", "E2E p95"]
 
 
-def _group_cells(g: dict[str, Any]) -> list[str]:
+def _group_cells(g: GroupDoc) -> list[str]:
     return [
         fmt(g["requests"]),
         fmt(g["errors"]),
@@ -208,7 +207,7 @@ def _group_cells(g: dict[str, Any]) -> list[str]:
     ]
 
 
-def _groups(breakdowns: Breakdowns, key: str) -> list[dict[str, Any]]:
+def _groups(breakdowns: Breakdowns, key: str) -> list[GroupDoc]:
     return breakdowns["input_length"] if key == "input_length" else breakdowns["endpoint"]
 
 
