@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 import numpy as np
 
@@ -22,9 +21,11 @@ from replayproxy.report.document_types import (
     MetricComparisonDoc,
     QuantileComparisonDoc,
     RunDoc,
+    SessionsDoc,
     SloClause,
     StepDoc,
     SweepDoc,
+    TelemetryDoc,
     WindowDoc,
 )
 from replayproxy.report.goodput import Goodput, Slo, goodput
@@ -152,7 +153,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
     }
 
 
-def _sessions_doc(req: Requests) -> dict[str, Any] | None:
+def _sessions_doc(req: Requests) -> SessionsDoc | None:
     if not (len(req.session) == len(req.after) == len(req.think_ns) == len(req)):
         return None  # a result file from before sessions were recorded
     columns = SessionColumns(
@@ -161,7 +162,7 @@ def _sessions_doc(req: Requests) -> dict[str, Any] | None:
     return session_doc(columns)
 
 
-def _telemetry_doc(run: Run, requests: int) -> dict[str, Any] | None:
+def _telemetry_doc(run: Run, requests: int) -> TelemetryDoc | None:
     """The engine's own view of the run, from the first telemetry record (one per run)."""
     records = run.extras.get("telemetry", [])
     return telemetry.summarize(records[0], requests) if records else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict, cast, runtime_checkable
+from typing import Protocol, TypedDict, cast, runtime_checkable
 
 
 @runtime_checkable
@@ -93,6 +93,100 @@ class Breakdowns(TypedDict):
     window_10s: list[WindowDoc]
 
 
+class TelemetryFigures(TypedDict, total=False):
+    """The engine's gauges and counters over a run; a key only where the engine exposed the metric."""
+
+    kv_usage_peak: float  # share of the KV cache, 0..1
+    kv_usage_mean: float
+    waiting_peak: float
+    waiting_time_share: float | None  # None with fewer than two samples
+    running_peak: float
+    preemptions: float
+    preemptions_per_1k_requests: float | None  # None for a run of no requests
+    prefix_hit_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLatencyDoc:
+    """What one engine histogram observed during the run, in ms: the exact mean, and per quantile
+    only the bucket holding it (an interpolated value would look exact; `report.telemetry`)."""
+
+    count: float
+    mean: float | None
+    buckets: dict[int, tuple[float, float | None]]  # 50 -> (lower, upper); upper None past the last bound
+
+    def to_json(self) -> dict[str, object]:
+        """Published with a key per quantile: `p50_bucket: [lower, upper]`."""
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            **{f"p{q}_bucket": [low, high] for q, (low, high) in self.buckets.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryDoc:
+    """The engine's own view of one run, from the replayer's telemetry record (`report.telemetry`)."""
+
+    source: str  # the metrics URL polled
+    samples: int
+    found: dict[str, object]  # canonical name -> the engine's metric it was read from
+    figures: TelemetryFigures
+    engine_latency_ms: dict[str, EngineLatencyDoc]  # "ttft", "itl", "e2e" where the engine has them
+
+    def to_json(self) -> dict[str, object]:
+        """Published flat: the figures, then one `engine_<name>_ms` key per histogram."""
+        return {
+            "source": self.source,
+            "samples": self.samples,
+            "found": self.found,
+            **self.figures,
+            **{f"engine_{name}_ms": latency for name, latency in self.engine_latency_ms.items()},
+        }
+
+
+class GpuSamplesDoc(TypedDict):
+    """A run's `--gpu-sampler` lines reduced (`gpu.summarize`); None where not sampled."""
+
+    samples: int
+    unparsed: int  # lines that did not parse, counted rather than guessed at
+    gpus: int | None
+    memory_used_peak_mib: float | None
+    utilization_mean_pct: float | None
+    command: str
+
+
+class PrefixCacheDoc(TypedDict):
+    """Hits the trace implies at the engine's block size beside the engine's counter (`cache`)."""
+
+    engine_block_size: int | None
+    implied_hit_tokens: int | None
+    engine_hit_tokens: int | None
+    engine_query_tokens: int | None
+    engine_over_implied: float | None
+    trace_shared_tokens: int | None
+
+
+class ThinkFigures(TypedDict):
+    """Think time as replayed against the recorded one, and turns sent before their previous ended."""
+
+    later_turns: int
+    overlapping_turns: int
+    think_ms: Summary
+    think_error_ms: Summary
+    think_abs_error_ms: Summary
+
+
+class SessionsDoc(ThinkFigures):
+    """Per-session figures of a run of multi-turn sessions (`sessions.session_doc`)."""
+
+    sessions: int
+    multi_turn_sessions: int
+    turns_per_session: Summary
+    session_s: Summary
+    finish_from_schedule_s: Summary | None  # None when some turn had no scheduled time
+
+
 class RunDoc(TypedDict):
     """One run's figures, in the order `--json` writes them."""
 
@@ -108,7 +202,7 @@ class RunDoc(TypedDict):
     speed: float | None
     shards: int
     token_timing: str
-    options: dict[str, Any]
+    options: dict[str, object]  # the replay options as the run header recorded them
     requests: int
     succeeded: int
     partial: Partial | None
@@ -136,11 +230,11 @@ class RunDoc(TypedDict):
     exact_output_share: float | None
     exact_output_count: int
     goodput: GoodputDoc | None
-    telemetry: dict[str, Any] | None
-    gpu: dict[str, Any] | None
+    telemetry: TelemetryDoc | None
+    gpu: GpuSamplesDoc | None
     trace_prefix_reuse: float | None
-    prefix_cache: dict[str, Any] | None
-    sessions: dict[str, Any] | None
+    prefix_cache: PrefixCacheDoc | None
+    sessions: SessionsDoc | None
     breakdowns: Breakdowns
 
 

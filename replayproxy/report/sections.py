@@ -16,9 +16,12 @@ from replayproxy.report.document_types import (
     GoodputDoc,
     GroupDoc,
     IntervalDoc,
+    PrefixCacheDoc,
     QuantileComparisonDoc,
     RunDoc,
+    SessionsDoc,
     SloSection,
+    Summary,
     stat,
     summary_of,
 )
@@ -288,13 +291,13 @@ def sweep_section(doc: Document) -> list[Table]:
     return tables
 
 
-SESSION_ROWS = (
-    ("turns per session", "turns_per_session", ("p50", "p95", "max")),
-    ("session s (first send to last end)", "session_s", ("p50", "p95")),
-    ("finish s (from first scheduled send)", "finish_from_schedule_s", ("p50", "p95")),
-    ("think ms as replayed", "think_ms", ("p50", "p99")),
-    ("think error ms (replayed - planned)", "think_error_ms", ("p50", "p99")),
-    ("think |error| ms", "think_abs_error_ms", ("p50", "p99")),
+SESSION_ROWS: tuple[tuple[str, Callable[[SessionsDoc], Summary | None], tuple[str, ...]], ...] = (
+    ("turns per session", lambda f: f["turns_per_session"], ("p50", "p95", "max")),
+    ("session s (first send to last end)", lambda f: f["session_s"], ("p50", "p95")),
+    ("finish s (from first scheduled send)", lambda f: f["finish_from_schedule_s"], ("p50", "p95")),
+    ("think ms as replayed", lambda f: f["think_ms"], ("p50", "p99")),
+    ("think error ms (replayed - planned)", lambda f: f["think_error_ms"], ("p50", "p99")),
+    ("think |error| ms", lambda f: f["think_abs_error_ms"], ("p50", "p99")),
 )
 
 
@@ -309,9 +312,9 @@ def sessions_section(doc: Document) -> list[Table]:
         ["later turns", *(fmt(f["later_turns"]) for f in figures)],
         ["overlapping turns", *(fmt(f["overlapping_turns"]) for f in figures)],
     ]
-    for title, key, names in SESSION_ROWS:
+    for title, summary, names in SESSION_ROWS:
         for name in names:
-            rows.append([f"{title} {name}", *(fmt((f.get(key) or {}).get(name)) for f in figures)])
+            rows.append([f"{title} {name}", *(fmt(_stat_or_none(summary(f), name)) for f in figures)])
     notes = [
         "overlapping: a turn sent before the previous turn of its session ended (production never did)",
         "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
@@ -319,10 +322,14 @@ def sessions_section(doc: Document) -> list[Table]:
     return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
 
 
-CACHE_ROWS = (
-    ("engine KV block size, tokens", "engine_block_size"),
-    ("prefix-cache hits the trace implies, tokens", "implied_hit_tokens"),
-    ("prefix-cache hits the engine reported, tokens", "engine_hit_tokens"),
+def _stat_or_none(summary: Summary | None, name: str) -> float | int | None:
+    return None if summary is None else stat(summary, name)
+
+
+CACHE_ROWS: tuple[tuple[str, Callable[[PrefixCacheDoc], int | None]], ...] = (
+    ("engine KV block size, tokens", lambda c: c["engine_block_size"]),
+    ("prefix-cache hits the trace implies, tokens", lambda c: c["implied_hit_tokens"]),
+    ("prefix-cache hits the engine reported, tokens", lambda c: c["engine_hit_tokens"]),
 )
 
 
@@ -332,8 +339,8 @@ def prefix_cache_section(doc: Document) -> list[Table]:
     if not pairs:
         return []
     runs, caches = [r for r, _ in pairs], [c for _, c in pairs]
-    rows = [[title, *(fmt(c.get(key)) for c in caches)] for title, key in CACHE_ROWS]
-    rows.append(["engine / implied", *(pct(c.get("engine_over_implied")) for c in caches)])
+    rows = [[title, *(fmt(get(c)) for c in caches)] for title, get in CACHE_ROWS]
+    rows.append(["engine / implied", *(pct(c["engine_over_implied"]) for c in caches)])
     notes = [
         "implied: each request's prefix shared with an earlier request of the trace (with live replies, "
         "a later turn's also the previous turn's reply), in whole engine blocks (the last prompt token "
