@@ -9,7 +9,7 @@ like-for-like fields become warnings.
 
 from __future__ import annotations
 
-from replayproxy.report.document_types import ContractDoc
+from replayproxy.report.decision_types import ContractDoc
 from replayproxy.report.runs import Run
 
 # Fields whose difference makes a comparison not like for like, by where they are found.

@@ -13,13 +13,11 @@ import numpy as np
 
 from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
+from replayproxy.report.decision_types import ComparisonDoc, MetricComparisonDoc, QuantileComparisonDoc
 from replayproxy.report.document_types import (
-    ComparisonDoc,
     Document,
     GoodputDoc,
     GroupDoc,
-    MetricComparisonDoc,
-    QuantileComparisonDoc,
     RunDoc,
     SessionsDoc,
     SloClause,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
-from replayproxy.report.document_types import ContractDoc, Document, TelemetryFigures, summary_of
+from replayproxy.report.decision_types import ContractDoc
+from replayproxy.report.document_types import Document, TelemetryFigures, summary_of
 
 CONTRACT_ROWS: tuple[tuple[str, Callable[[ContractDoc], object]], ...] = (
     ("engine version", lambda c: c["engine_version"]),

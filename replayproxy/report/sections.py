@@ -10,14 +10,13 @@ from collections.abc import Callable
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
 from replayproxy.report.compare import QUANTILES
+from replayproxy.report.decision_types import IntervalDoc, QuantileComparisonDoc
 from replayproxy.report.document_types import (
     Breakdowns,
     Document,
     GoodputDoc,
     GroupDoc,
-    IntervalDoc,
     PrefixCacheDoc,
-    QuantileComparisonDoc,
     RunDoc,
     SessionsDoc,
     SloSection,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayproxy.report.document_types import IntervalDoc
+from replayproxy.report.decision_types import IntervalDoc
 from replayproxy.report.document_types import Summary as SummaryDoc
 
 PERCENTILES = (50, 90, 95, 99)

@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from replayproxy.report import contracts, noise
-from replayproxy.report.document_types import (
+from replayproxy.report.decision_types import (
     CandidateDoc,
     CandidateGoodput,
     GoodputOverNone,
     IntervalDoc,
-    SweepDoc,
     VerdictDoc,
 )
+from replayproxy.report.document_types import SweepDoc
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import Interval, summarize

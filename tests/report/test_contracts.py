@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replayproxy.report.contracts import cache_reset, contract_of, differences
-from replayproxy.report.document_types import ContractDoc, GpuDoc
+from replayproxy.report.decision_types import ContractDoc, GpuDoc
 from replayproxy.report.runs import load_runs
 from replayproxy.results import ResultWriter, RunHeader
 from tests.report.helpers import result

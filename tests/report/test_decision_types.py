@@ -1,4 +1,4 @@
-"""The typed sections whose published layout differs from their attributes (report/document_types.py):
+"""The typed sections whose published layout differs from their attributes (report/decision_types.py):
 a comparison's per-metric and per-quantile keys and a verdict candidate's goodput keys are written
 exactly as docs/report.md names them, in that order, through render_json."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from replayproxy.report.document_types import (
+from replayproxy.report.decision_types import (
     CandidateDoc,
     CandidateGoodput,
     ComparisonDoc,
