@@ -316,10 +316,12 @@ class Runner:
 
     def _keep_ended(self, timeline: RequestTimeline) -> None:
         """A later chat turn that ended: an edited-reply continuation prepared later may extend it.
-        Its timeline (for a live reply) is kept while such a request can still arrive within the
-        window's horizon, its end for good (a few bytes)."""
+        Its end is kept for good (a few bytes); with live replies its timeline too, while such a
+        request can still arrive within the window's horizon."""
         index = timeline.prepared.index
         self._ends[index] = timeline.end_at
+        if self.rebuild is None:
+            return
         self._ended[index] = timeline
         oldest = timeline.end_at - self.window.horizon_ns
         while self._ended and next(iter(self._ended.values())).end_at < oldest:
