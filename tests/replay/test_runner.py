@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
@@ -42,6 +43,19 @@ def answer(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
     writer.write(MODELS if request.startswith(b"GET") else sse_answer(3))
 
 
+def slowly(delay_s: float, chunks: int) -> Callable[[bytes, asyncio.StreamWriter, int], Awaitable[None]]:
+    """A responder that answers each POST after `delay_s` with a stream of `chunks` chunks."""
+
+    async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+            return
+        await asyncio.sleep(delay_s)
+        writer.write(sse_answer(chunks))
+
+    return respond
+
+
 def test_open_loop_sends_on_schedule_over_warm_connections() -> None:
     results = asyncio.run(replay(answer, plan(40, 5_000_000), 10, timeout_s=5))
     assert [r.index for r in results] == list(range(40))
@@ -58,12 +72,7 @@ def test_without_an_idle_connection_the_result_says_so() -> None:
 
 
 def test_max_concurrency_delays_sends() -> None:
-    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
-        if request.startswith(b"GET"):
-            writer.write(MODELS)
-            return
-        await asyncio.sleep(0.05)
-        writer.write(sse_answer(1))
+    slow = slowly(0.05, 1)
 
     results = asyncio.run(replay(slow, plan(4, 0), 4, timeout_s=5, max_concurrency=1))
     lags = [r.sent_ns - r.scheduled_ns for r in results]
@@ -88,12 +97,7 @@ def test_timeouts_are_recorded_and_the_run_continues() -> None:
 
 
 def test_closed_loop_sends_a_later_turn_at_the_previous_end_plus_think_time() -> None:
-    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
-        if request.startswith(b"GET"):
-            writer.write(MODELS)
-            return
-        await asyncio.sleep(0.08)  # longer than the recorded gap between the turns
-        writer.write(sse_answer(2))
+    slow = slowly(0.08, 2)  # longer than the recorded gap between the turns
 
     def turn(index: int, offset_ms: int, after: int) -> Prepared:
         think = 30_000_000 if after >= 0 else -1
@@ -115,12 +119,7 @@ def test_closed_loop_holds_a_request_the_planner_linked_until_the_turn_it_extend
     """An edited-reply continuation is found only as it is planned: the schedule sends it at its
     offset, but arriving linked to a turn it waits for that turn's end plus its think time."""
 
-    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
-        if request.startswith(b"GET"):
-            writer.write(MODELS)
-            return
-        await asyncio.sleep(0.08)
-        writer.write(sse_answer(2))
+    slow = slowly(0.08, 2)
 
     leader = Prepared(0, 0, "chat", "/v1/chat/completions", b"{}", True, 5, 3, session=7)
     follower = Prepared(1, 10_000_000, "chat", "/v1/chat/completions", b"{}", True, 5, 3, after=0,
