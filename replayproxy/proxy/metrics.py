@@ -102,7 +102,7 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 METRIC_NAMES = tuple(name for name, _, _, _ in METRICS)
 REFUSE_REASONS = ("limit", "fd_exhausted")
-DROP_REASONS = ("queue_full", "writer_error", "shape_error")
+DROP_REASONS = ("queue_full", "writer_error", "shape_error", "recorder_exited")
 RECORDER_ERROR_KINDS = ("disk_full", "permission", "io", "crash", "observer")
 
 # Buckets for LLM serving: TTFT spans 10 ms (cached, idle) to a minute (queued long prompts);
