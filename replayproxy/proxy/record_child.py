@@ -16,6 +16,9 @@ import select
 import signal
 import socket
 import sys
+from typing import Any, cast
+
+import msgpack
 
 from replayproxy.clock import now_ns
 from replayproxy.proxy import record_wire as wire
@@ -89,22 +92,22 @@ def serve(sock: socket.socket) -> None:
         logger.removeHandler(handler)
 
 
-def _first_message(sock: socket.socket, reader: object) -> dict[str, object] | None:
+def _first_message(sock: socket.socket, reader: msgpack.Unpacker) -> dict[str, Any] | None:
     """The config, which the proxy writes before anything else; None if the pipe closed first."""
     while True:
-        for kind, payload in reader:  # type: ignore[attr-defined]
+        for kind, payload in reader:
             if kind != wire.CONFIG:
                 raise ValueError(f"recorder process: expected the config first, got {kind!r}")
-            return payload  # type: ignore[no-any-return]
+            return cast(dict[str, Any], payload)
         data = sock.recv(_READ_BYTES)
         if not data:
             return None
-        reader.feed(data)  # type: ignore[attr-defined]
+        reader.feed(data)
 
 
-def _send(sock: socket.socket, packer: object, tally: Tally) -> None:
+def _send(sock: socket.socket, packer: msgpack.Packer, tally: Tally) -> None:
     try:
-        sock.sendall(packer.pack([wire.TALLY, tally.take().to_record()]))  # type: ignore[attr-defined]
+        sock.sendall(packer.pack([wire.TALLY, tally.take().to_record()]))
     except OSError:
         pass  # the proxy is gone: nobody is left to tell; the trace is what counts
 
