@@ -164,6 +164,7 @@ class Recorder:
                     await self._task
             except TimeoutError:
                 self._kill()
+        self._drop_queue()  # anything that ended after the last hand-over is counted, not lost silently
 
     # ------------------------------------------------------------------ the recorder process
 
@@ -172,8 +173,12 @@ class Recorder:
         while True:
             child = await self._spawn()
             if child is not None:
-                if await self._feed(child):
-                    return
+                try:
+                    if await self._feed(child):
+                        return
+                except Exception as e:  # noqa: BLE001 — fail open: a bug here must not end recording
+                    self._log("pipe", f"the recorder pipe failed: {type(e).__name__}; restarting its process")
+                    self._kill()
                 await self._exited(child)
             if self._closing:
                 if not final_try or not self._queue:
@@ -201,8 +206,14 @@ class Recorder:
         finally:
             theirs.close()
         child = _Child(self, process)
-        loop = asyncio.get_running_loop()
-        await loop.create_unix_connection(lambda: child, sock=ours)
+        try:
+            await asyncio.get_running_loop().create_unix_connection(lambda: child, sock=ours)
+        except OSError as e:
+            ours.close()
+            process.kill()
+            process.wait()
+            self._went_down(f"crash: cannot reach the recorder process ({type(e).__name__})", 0)
+            return None
         config = wire.config_record(self._settings, self._key, self._anchor)
         child.write(self._packer.pack([wire.CONFIG, config]))
         self._child = child
