@@ -195,3 +195,30 @@ def test_the_hash_key_reaches_the_recorder_process_only_through_its_pipe(tmp_pat
     assert b"record_child" in cmdline
     for text in (cmdline, environ):
         assert KEY[:8] not in text and KEY.hex()[:16].encode() not in text
+
+
+def test_a_stalled_recorder_process_costs_drops_never_a_wait(tmp_path: Path) -> None:
+    """Stopped (SIGSTOP), the recorder process reads nothing: what waits for it, queued here or in
+    the pipe, stays within queue_records and the rest is dropped and counted at once."""
+    recorder, metrics = make(tmp_path, queue_records=5)
+
+    async def main() -> None:
+        recorder.start()
+        await until(lambda: recorder.child_pid is not None and recorder.failing == "")
+        await asyncio.sleep(0.3)  # its first report is in: it runs
+        pid = recorder.child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for i in range(20):
+                recorder.finished(cap(i))  # returns at once, whatever the child does
+                await asyncio.sleep(0.03)  # the timer hands each one to the pipe
+            assert recorder.pending == 5
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await recorder.close()
+
+    run(main())
+    assert sample(metrics, "replayproxy_records_dropped_total", reason="queue_full") == 15
+    assert sample(metrics, "replayproxy_records_written_total") == 5
+    assert len(shapes_of(tmp_path / "traces")) == 5
