@@ -2,7 +2,7 @@
 
 The exchange state machine is sans-I/O, so its Python work can be counted apart from the kernel,
 uvloop and the machine's noise: this script drives a `ClientSide` and its `Exchange` over scripted
-links (no socket, no loop, no recorder thread) and counts, under `valgrind --tool=callgrind`, only
+links (no socket, no loop, no recorder process) and counts, under `valgrind --tool=callgrind`, only
 the instructions of one phase, run for N exchanges through `filter()` (callgrind's
 `--toggle-collect=filter_next`). The phases on the TTFT path are the request (head and body in one
 read) and the response head with the first chunk in one read; then 31 chunks one per read (the
