@@ -1,6 +1,6 @@
 """One sender's run: stream its share's bodies in, warm a pool, wait for the start, send.
 
-Everything slow happens off the send path: a preparer process (replay.feed) makes the bodies and
+Everything slow happens off the send path: the preparer process (replay.preparer) makes the bodies and
 the runner reads them into a bounded window (replay.window) between sends, so the send loop only
 sees prepared bytes and warm connections. A closed-loop share comes prepared up front instead.
 With `workers > 1` each worker process runs this for its share (replay.workers) against one
@@ -110,13 +110,13 @@ async def run_local(
 
 
 def _window(options: ReplayOptions, share: Share, target: Target) -> windows.Window:
-    """The share's requests as they were prepared up front, else streamed from a preparer."""
+    """The share's requests as they were prepared up front, else streamed from the preparer."""
     if share.prepared is not None:
         wires = [wire_of(target, options.headers, p) for p in share.prepared]
         return windows.Window.of(share.prepared, wires, share.schedule)
     return windows.Window(
         share.schedule,
-        FeedReader(share.feed) if len(share.schedule.trace_index) else None,
+        FeedReader(share.feed) if share.feed is not None else None,
         horizon_ns=int(options.prepare_window * 1e9),
         max_bytes=options.prepare_memory << 20,
     )

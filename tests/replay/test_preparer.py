@@ -1,0 +1,167 @@
+"""Streaming preparation: the preparer process plans the trace once and sends each sender the same
+bytes as preparing up front; the window holds only what its horizon and byte limit allow."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayproxy.replay import feed, flavors, plan, synth, window
+from replayproxy.replay.connection import Target
+from replayproxy.replay.preparer import Preparer
+from replayproxy.shape import RequestShape
+from replayproxy.sim import tokenizer
+from replayproxy.trace import load
+from tests.replay import traces
+
+OPTIONS = plan.PlanOptions(
+    seed=7, chat_template=synth.Template(tokenizer.CHAT_FIXED_OVERHEAD, tokenizer.CHAT_PER_MESSAGE_OVERHEAD)
+)
+TARGET = "http://127.0.0.1:9"
+
+
+@pytest.fixture(scope="module")
+def chat_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return traces.prefix_heavy(
+        tmp_path_factory.mktemp("feed") / "chat.rpt", "chat", requests=240, rate_rps=100.0, sessions_share=0.5
+    )
+
+
+@pytest.fixture(scope="module")
+def preparer(chat_trace: Path) -> Iterator[Preparer]:
+    started = Preparer((str(chat_trace),))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def whole_schedule(path: Path) -> plan.Schedule:
+    cols = load(path)
+    return plan.schedule(cols, np.arange(len(cols)), OPTIONS.speed)
+
+
+def upfront_wires(path: Path, flavor: str = "vllm") -> list[bytes]:
+    cols = load(path)
+    prepared = plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), OPTIONS)
+    target = Target.parse(TARGET)
+    headers = {"Accept": "text/event-stream"}
+    return [target.request_bytes("POST", p.path, p.body, headers) for p in prepared]
+
+
+def windows_for(
+    preparer: Preparer,
+    schedule: plan.Schedule,
+    shares: Sequence[np.ndarray],
+    flavor: str = "vllm",
+    **limits: int,
+) -> list[window.Window]:
+    pipes = preparer.deal(schedule, shares, flavors.get(flavor), OPTIONS, TARGET, {})
+    return [
+        window.Window(schedule.take(positions), feed.FeedReader(pipe), **limits)
+        for positions, pipe in zip(shares, pipes, strict=True)
+    ]
+
+
+def received(windows: list[window.Window]) -> list[list[tuple[plan.Prepared, bytes]]]:
+    """Every window filled side by side (the preparer writes to them in turn), then emptied."""
+
+    async def fill_all() -> None:
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(window.fill(held) for held in windows))
+
+    try:
+        asyncio.run(fill_all())
+        return [[held.take(position) for position in range(held.total)] for held in windows]
+    finally:
+        for held in windows:
+            held.close()
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "openai"])
+def test_streamed_bodies_are_byte_identical_to_bodies_prepared_up_front(
+    chat_trace: Path, preparer: Preparer, flavor: str
+) -> None:
+    expected = upfront_wires(chat_trace, flavor)
+    schedule = whole_schedule(chat_trace)
+    [got] = received(windows_for(preparer, schedule, [np.arange(len(expected))], flavor))
+    assert [wire for _, wire in got] == expected
+    assert [p.index for p, _ in got] == list(range(len(expected)))
+    assert all(p.body == b"" for p, _ in got)  # the body travels once, inside the wire bytes
+
+
+def test_senders_dealt_from_one_plan_get_the_bytes_the_whole_plan_gives_them(
+    chat_trace: Path, preparer: Preparer
+) -> None:
+    """The trace is planned once for every sender: each share (prefix donors in other shares, or
+    sent by nobody) comes out as in the whole plan, and a second job (the next run) again."""
+    expected = upfront_wires(chat_trace)
+    schedule = whole_schedule(chat_trace)
+    send = np.arange(1, len(expected), 3)  # the others are only planned
+    shares = [send[sender::3] for sender in range(3)]
+    for _ in range(2):
+        got = received(windows_for(preparer, schedule, shares))
+        for positions, entries in zip(shares, got, strict=True):
+            assert [wire for _, wire in entries] == [expected[i] for i in positions.tolist()]
+
+
+def test_a_sender_that_stops_reading_ends_its_job_not_the_preparer(tmp_path: Path) -> None:
+    shapes = [RequestShape(i * 10_000_000, "completions", "m", True, 20_000, 2) for i in range(60)]
+    big = traces.write(tmp_path / "big.rpt", shapes)  # ~110 KB of token ids a body: more than a pipe holds
+    expected = upfront_wires(big)
+    schedule = whole_schedule(big)
+    everything = np.arange(len(expected))
+    preparer = Preparer((str(big),))
+    try:
+        [abandoned] = windows_for(preparer, schedule, [everything], max_bytes=1)
+        asyncio.run(window.fill(abandoned, until_ns=0))
+        abandoned.close()  # an interrupted run, while the preparer waits to write the rest
+        [got] = received(windows_for(preparer, schedule, [everything]))
+    finally:
+        preparer.close()
+    assert [wire for _, wire in got] == expected
+
+
+def test_the_window_stops_reading_at_its_horizon_and_byte_limit(chat_trace: Path, preparer: Preparer) -> None:
+    schedule = whole_schedule(chat_trace)
+    [held] = windows_for(
+        preparer, schedule, [np.arange(len(schedule.trace_index))], horizon_ns=500_000_000, max_bytes=1 << 30
+    )
+
+    async def main() -> None:
+        await window.fill(held, until_ns=0)
+        while held.needs_reading(0):
+            if not held.read():
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(main())
+        assert 0 < held.received < held.total
+        # everything due within the horizon is in; past it, at most the last batch read
+        due = int(np.searchsorted(schedule.scheduled_ns, 500_000_000, side="right"))
+        assert due <= held.received <= due + feed.BATCH_REQUESTS
+        # reading starts again only when less than REFILL_AT of the horizon is left covered
+        next_due = int(schedule.scheduled_ns[held.received])
+        assert not held.needs_reading(next_due - 400_000_000)
+        assert held.needs_reading(next_due - int(500_000_000 * window.REFILL_AT))
+        held.max_bytes = held.held_bytes  # full by bytes: no more reading, whatever the horizon
+        assert not held.needs_reading(10**12)
+        held.want(held.received)  # ...unless a request due now is missing
+        assert held.needs_reading(0)
+    finally:
+        held.close()
+
+
+def test_a_preparer_that_dies_is_an_error_not_a_hang(chat_trace: Path) -> None:
+    broken = Preparer(("/nonexistent/trace.rpt",))
+    try:
+        schedule = whole_schedule(chat_trace).take(np.arange(5))
+        [held] = windows_for(broken, schedule, [np.arange(5)])
+        with pytest.raises(RuntimeError, match="preparation stopped early"):
+            received([held])
+    finally:
+        broken.close()
