@@ -261,6 +261,8 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
     requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    if options.workers > 1:
+        workers.start_forkserver()
     plan = await prepare_run(options)
     try:
         url = Target.parse(options.target).url

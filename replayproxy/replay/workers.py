@@ -1,10 +1,11 @@
 """`--workers N`: deal the schedule to N sender processes that share one start time.
 
 One core sends a few hundred streaming requests per second within a millisecond of schedule;
-beyond that, more processes rather than a silently late schedule. The workers start side by side
-with little to unpickle, then each is sent its `Assignment`; the one preparer process
-(replay.preparer) plans the whole trace once and streams each worker its share through a pipe,
-so a worker holds only its own window. A worker warms its pool, says `Ready`, receives the
+beyond that, more processes rather than a silently late schedule. Workers are forked from a
+server that imported their code while the run was being prepared (`start_forkserver`), so they
+start in milliseconds with little to unpickle; then each is sent its `Assignment`. The one
+preparer process (replay.preparer) plans the whole trace once and streams each worker its share
+through a pipe, so a worker holds only its own window. A worker warms its pool, says `Ready`, receives the
 absolute monotonic start (CLOCK_MONOTONIC is shared by all processes of a host), runs, and sends
 its results back in `Done`; progress counters arrive once a second.
 
@@ -19,12 +20,14 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
+from typing import Literal
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
@@ -36,6 +39,10 @@ from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
 
+# forked from a server that imported this module once; spawned (importing it each) where there is none
+START_METHOD: Literal["forkserver", "spawn"] = (
+    "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+)
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0  # a stopped worker's last answer: cancelling, then pickling its results
 
@@ -89,6 +96,14 @@ ToParent = Ready | Progress | Done | Failed
 
 class WorkerCrashed(RuntimeError):
     """A worker raised something that is not a user error: a bug, shown as one."""
+
+
+def start_forkserver() -> None:
+    """Start, in the background, the server that forks the workers after importing their code:
+    called before the run is prepared, so that importing overlaps the preparation."""
+    if START_METHOD == "forkserver":
+        multiprocessing.get_context(START_METHOD).set_forkserver_preload([__name__])
+        multiprocessing.forkserver.ensure_running()
 
 
 def _worker_main(options: ReplayOptions, worker: int, pipe: Pipe, feed: Pipe | None) -> None:
@@ -217,7 +232,8 @@ async def run_workers(
     others are stopped likewise and `RunAborted` (or `WorkerCrashed` for a bug) says what was lost.
     """
     count = options.workers
-    context = multiprocessing.get_context("spawn")
+    get = multiprocessing.get_context
+    context = get("forkserver") if START_METHOD == "forkserver" else get("spawn")
     shares = plan.shares(options, plan.deal(count))  # one preparer job streams every worker's share
     crew = Crew([], [], [len(share.schedule.trace_index) for share in shares], set(range(count)))
     for worker, share in enumerate(shares):
