@@ -35,7 +35,6 @@ from replayproxy.replay import (
 )
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.plan import Prepared
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.trace.reuse import prefix_reuse
@@ -49,11 +48,10 @@ CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding
 @dataclass(frozen=True, slots=True)
 class Share:
     """The requests one sender sends: their schedule and the pipe their bytes arrive on from the
-    preparer; or, in closed loop, the requests themselves, prepared up front (`prepared`)."""
+    preparer."""
 
-    feed: Pipe | None  # None: nothing to receive (prepared up front, or no requests)
+    feed: Pipe | None  # None: no requests
     schedule: plan.Schedule
-    prepared: list[Prepared] | None = None
 
 
 @dataclass(slots=True)
@@ -77,10 +75,7 @@ class RunPlan:
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
-    # Closed loop: every request prepared up front, since replies.py rewrites later turns (their
-    # links, bodies, expected sharing) from the whole list; None: bodies are streamed.
-    prepared: list[Prepared] | None = None
-    preparer: Preparer | None = None  # streams the bodies (open loop); closed by `close`
+    preparer: Preparer | None = None  # streams the bodies; closed by `close`
 
     @property
     def closed_loop(self) -> bool:
@@ -99,7 +94,7 @@ class RunPlan:
         pass over the plan (each request's bytes as the whole plan gives them)."""
         sending = [sender for sender, positions in enumerate(dealt) if len(positions)]
         feeds: list[Pipe | None] = [None] * len(dealt)
-        if self.preparer is not None and self.prepared is None and sending:
+        if self.preparer is not None and sending:
             pipes = self.preparer.deal(
                 self.schedule, [dealt[s] for s in sending], self.flavor, self.plan_options,
                 options.target, options.headers,
@@ -111,8 +106,7 @@ class RunPlan:
             part = self.schedule.take(positions)
             if shift_ns:
                 part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
-            listed = [self.prepared[i] for i in positions.tolist()] if self.prepared is not None else None
-            out.append(Share(feed, part, listed))
+            out.append(Share(feed, part))
         return out
 
     def deal(self, count: int) -> list[np.ndarray]:
@@ -144,17 +138,13 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
     each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
     """
-    preparer = Preparer(options.traces) if options.sessions != "closed" else None
+    preparer = Preparer(options.traces)
     try:
         run_plan = await _prepare(options)
     except BaseException:
-        if preparer is not None:
-            preparer.close()
-        raise
-    if run_plan.closed_loop and preparer is not None:  # every body is prepared up front instead
         preparer.close()
-    else:
-        run_plan.preparer = preparer
+        raise
+    run_plan.preparer = preparer
     return run_plan
 
 
@@ -213,14 +203,9 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
         live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
-    upfront: list[Prepared] | None = None
-    if mode == "closed":
-        upfront = plan.prepare(cols, rows, flavor, plan_options)
-        if live is not None:
-            upfront = replies.expect_live_sharing(replies.ask_for_token_ids(upfront, flavor))
-        upfront, followers = replies.link_edits(cols, upfront, speed, whole=live is not None)
-        live = replace(live, followers=followers) if live is not None else None
-    planned = plan.schedule(cols, rows, speed) if upfront is None else plan.schedule_of(upfront)
+    # closed loop: the planner rewrites each later turn from the turns before it (replay.continuations)
+    plan_options = replace(plan_options, closed_loop=mode == "closed", live_replies=live is not None)
+    planned = plan.schedule(cols, rows, speed)
     send = np.arange(len(planned.trace_index), dtype=np.int64)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
@@ -241,7 +226,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     return RunPlan(
         planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
-        live=live, prepared=upfront,
+        live=live,
     )  # fmt: skip
 
 

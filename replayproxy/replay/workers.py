@@ -33,7 +33,7 @@ from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
 from replayproxy.replay import replies, session
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.plan import Prepared, Schedule
+from replayproxy.replay.plan import Schedule
 from replayproxy.replay.preparation import RunPlan, Share
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
@@ -54,10 +54,9 @@ log = logging.getLogger(__name__)
 # longer needs).
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """What a started worker sends: its share's schedule (closed loop: its requests too)."""
+    """What a started worker sends: its share's schedule, and how."""
 
     schedule: Schedule
-    prepared: list[Prepared] | None
     pool_size: int
     closed_loop: bool = False
     live: replies.Setup | None = None
@@ -131,7 +130,7 @@ async def _work(options: ReplayOptions, worker: int, pipe: Pipe, feed: Pipe | No
     assignment = pipe.recv()
     if not isinstance(assignment, Assignment):
         raise RuntimeError(f"expected an assignment, got {assignment!r}")
-    share = Share(feed, assignment.schedule, assignment.prepared)
+    share = Share(feed, assignment.schedule)
     main = asyncio.current_task()
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
@@ -253,7 +252,7 @@ async def run_workers(
     size = max(1, -(-plan.pool_size // count))
     try:
         for share, pipe in zip(shares, crew.pipes, strict=True):
-            assignment = Assignment(share.schedule, share.prepared, size, plan.closed_loop, plan.live)
+            assignment = Assignment(share.schedule, size, plan.closed_loop, plan.live)
             with contextlib.suppress(OSError):  # a worker already gone is found out waiting for it
                 await asyncio.to_thread(pipe.send, assignment)
         for worker, pipe in enumerate(crew.pipes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,10 @@ import pytest
 from replayproxy.replay import feed, flavors, plan, synth, window
 from replayproxy.replay.connection import Target
 from replayproxy.replay.preparer import Preparer
-from replayproxy.shape import RequestShape
+from replayproxy.shape import RequestShape, prefix_block_hashes
 from replayproxy.sim import tokenizer
 from replayproxy.trace import load
+from tests.e2e.test_replay_sessions import MS, session_shapes
 from tests.replay import traces
 
 OPTIONS = plan.PlanOptions(
@@ -32,6 +34,21 @@ def chat_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def session_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi-turn sessions, and a request that extends one session's second turn with an edited
+    reply (a new session to the proxy), which closed loop links to that turn as it is planned."""
+    shapes = session_shapes(sessions=12, turns=3)
+    second = next(s for s in shapes if s.session == 1000 and s.turn == 1)
+    units = [*range(128), *range(500_000, 500_012), *range(600_000, 600_020)]  # its prompt, edited, new
+    edited = second._replace(
+        offset_ns=second.offset_ns + 80 * MS, session=0, turn=0, think_ns=-1, roles="suauau",
+        input_tokens=len(units), prefix_hashes=prefix_block_hashes(units, 16, b"k"), prefix_units=len(units),
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("feed") / "sessions.rpt"
+    return traces.write(path, sorted([*shapes, edited], key=lambda s: s.offset_ns))
+
+
+@pytest.fixture(scope="module")
 def preparer(chat_trace: Path) -> Iterator[Preparer]:
     started = Preparer((str(chat_trace),))
     try:
@@ -45,12 +62,15 @@ def whole_schedule(path: Path) -> plan.Schedule:
     return plan.schedule(cols, np.arange(len(cols)), OPTIONS.speed)
 
 
-def upfront_wires(path: Path, flavor: str = "vllm") -> list[bytes]:
+def upfront(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[plan.Prepared]:
     cols = load(path)
-    prepared = plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), OPTIONS)
+    return plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), options)
+
+
+def upfront_wires(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[bytes]:
     target = Target.parse(TARGET)
     headers = {"Accept": "text/event-stream"}
-    return [target.request_bytes("POST", p.path, p.body, headers) for p in prepared]
+    return [target.request_bytes("POST", p.path, p.body, headers) for p in upfront(path, flavor, options)]
 
 
 def windows_for(
@@ -58,9 +78,10 @@ def windows_for(
     schedule: plan.Schedule,
     shares: Sequence[np.ndarray],
     flavor: str = "vllm",
+    options: plan.PlanOptions = OPTIONS,
     **limits: int,
 ) -> list[window.Window]:
-    pipes = preparer.deal(schedule, shares, flavors.get(flavor), OPTIONS, TARGET, {})
+    pipes = preparer.deal(schedule, shares, flavors.get(flavor), options, TARGET, {})
     return [
         window.Window(schedule.take(positions), feed.FeedReader(pipe), **limits)
         for positions, pipe in zip(shares, pipes, strict=True)
@@ -92,6 +113,31 @@ def test_streamed_bodies_are_byte_identical_to_bodies_prepared_up_front(
     assert [wire for _, wire in got] == expected
     assert [p.index for p, _ in got] == list(range(len(expected)))
     assert all(p.body == b"" for p, _ in got)  # the body travels once, inside the wire bytes
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["planned replies", "live replies"])
+def test_closed_loop_streams_the_bytes_and_links_prepared_up_front(session_trace: Path, live: bool) -> None:
+    """Closed loop's rewrites (ids asked for, live sharing, an edited-reply follower linked to the
+    turn it extends) are made while planning, so a streamed run gets what preparing up front gives."""
+    options = replace(OPTIONS, closed_loop=True, live_replies=live)
+    expected = upfront(session_trace, options=options)
+    wires = upfront_wires(session_trace, options=options)
+    preparer = Preparer((str(session_trace),))
+    try:
+        schedule = whole_schedule(session_trace)
+        [held] = windows_for(preparer, schedule, [np.arange(len(expected))], options=options)
+        [got] = received([held])
+        relinked = list(held.relinked)
+    finally:
+        preparer.close()
+    assert [wire for _, wire in got] == wires
+    assert [replace(p, body=b"") for p, _ in got] == [replace(p, body=b"") for p in expected]
+    follower = next(p for p in expected if p.session == 0)
+    assert follower.after >= 0 and relinked == [follower.index]  # the schedule did not know it
+    asks = [b'"return_token_ids":true' in wire for wire in wires]
+    assert any(asks) == live
+    if not live:  # planned replies change no body
+        assert wires == upfront_wires(session_trace)
 
 
 def test_senders_dealt_from_one_plan_get_the_bytes_the_whole_plan_gives_them(
