@@ -189,46 +189,6 @@ class PositionCodes:
         return out
 
 
-def _words_of(keys: np.ndarray, size: int) -> np.ndarray:
-    """mix(key) mod size for word codes (`keys`: a fresh array, mixed in place)."""
-    keys += _GOLDEN
-    keys ^= keys >> np.uint64(30)
-    keys *= _M1
-    keys ^= keys >> np.uint64(27)
-    keys *= _M2
-    keys ^= keys >> np.uint64(31)
-    keys %= np.uint64(size)
-    return keys.astype(np.int64)
-
-
-class BlockWords:
-    """The word at every position of a recorded block, by the block's hash, for the blocks seen
-    last: requests that share a prefix share its blocks, so their words are computed once. Only
-    for blocks of CACHED_BLOCK tokens or more; smaller ones cost more to look up than to compute."""
-
-    CACHED_BLOCK = 64
-    CAPACITY_WORDS = 1 << 21  # words kept in all (16 MiB)
-
-    def __init__(self, codes: PositionCodes, block: int, size: int) -> None:
-        self.codes, self.block, self.size = codes, block, size
-        self._within = np.arange(block, dtype=np.int64)
-        self._rows: dict[int, np.ndarray] = {}
-        self._capacity = max(1, self.CAPACITY_WORDS // block)
-
-    def rows(self, hashes: np.ndarray) -> np.ndarray:
-        """One row of `block` words per hash."""
-        out = np.empty((len(hashes), self.block), np.int64)
-        for i, key in enumerate(hashes.tolist()):
-            row = self._rows.get(key)
-            if row is None:
-                row = _words_of(self.codes(self._within) ^ np.uint64(key), self.size)
-                if len(self._rows) >= self._capacity:
-                    del self._rows[next(iter(self._rows))]  # the oldest
-                self._rows[key] = row
-            out[i] = row
-        return out
-
-
 def word_indices(
     positions: np.ndarray,
     hashes: np.ndarray,
@@ -237,25 +197,27 @@ def word_indices(
     block: int,
     codes: PositionCodes,
     size: int,
-    cache: BlockWords | None = None,
 ) -> np.ndarray:
     """Alphabet index of the word at each content position (sorted) of one request.
 
-    `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values);
-    `cache` (for these `codes`, `block` and `size`) keeps recorded blocks' words between requests.
+    `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
     Run for every exact prompt, so it works in place on as few arrays as it can.
     """
     chained = int(np.searchsorted(positions, len(hashes) * block))  # positions inside recorded blocks
     blocks = positions[:chained] // block
-    within = positions[:chained] - blocks * block
-    chosen = np.empty(len(positions), np.int64)
-    if chained and cache is not None and block >= cache.CACHED_BLOCK:
-        low = int(blocks[0])
-        chosen[:chained] = cache.rows(hashes[low : int(blocks[-1]) + 1])[blocks - low, within]
-    elif chained:
-        chosen[:chained] = _words_of(codes(within) ^ hashes[blocks], size)
-    if chained < len(positions):
-        chosen[chained:] = _words_of(codes(positions[chained:]) ^ own_key, size)
+    within = positions.copy()
+    within[:chained] -= blocks * block
+    z = codes(within)  # a fresh array: mixed in place below
+    z[:chained] ^= hashes[blocks]
+    z[chained:] ^= own_key
+    z += _GOLDEN
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    z %= np.uint64(size)
+    chosen = z.astype(np.int64)
     starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
     at = np.searchsorted(positions, starts)
     inside = at < len(positions)

@@ -312,15 +312,12 @@ class _Spelled:
     ids: np.ndarray  # int64: their ids after a space
     codes: layout.PositionCodes
     tails: np.ndarray  # uint64: each planned request's own key
-    blocks: layout.BlockWords  # recorded blocks' words, computed once for the requests sharing them
 
     def __init__(self, letters: exact.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
         object.__setattr__(self, "words", np.array(letters.words, dtype=object))
         object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
         object.__setattr__(self, "codes", layout.PositionCodes(words._seed))
         object.__setattr__(self, "tails", layout.tail_keys(rows))
-        blocks = layout.BlockWords(self.codes, words.block_tokens, len(letters.words))
-        object.__setattr__(self, "blocks", blocks)
 
 
 def _plan_exact(
@@ -363,9 +360,8 @@ def _plan_exact(
         expected = plan.total if recorded_in > 0 else -1
         return _planned(cols, row, endpoint, None, options), plan, key, expected, shared
     chosen = layout.word_indices(
-        plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words),
-        spelled.blocks,
-    )  # fmt: skip
+        plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
+    )
     contents: list[Any] = []
     at = 0
     for length in plan.lengths:
