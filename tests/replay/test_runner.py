@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared
@@ -39,6 +41,7 @@ def answer(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
     writer.write(MODELS if request.startswith(b"GET") else sse_answer(3))
 
 
+@pytest.mark.serial  # a send-lag bound in milliseconds
 def test_open_loop_sends_on_schedule_over_warm_connections() -> None:
     results = asyncio.run(replay(answer, plan(40, 5_000_000), 10, timeout_s=5))
     assert [r.index for r in results] == list(range(40))
