@@ -55,11 +55,12 @@ class ChainedHashes:
         """Rows whose source line listed hash ids (their hashed length is known)."""
         return _joined(self._had_ids, np.bool_)
 
-    def in_order(self, order: np.ndarray) -> tuple[_Reordered, np.ndarray]:
-        """The hashes of rows `order[0], order[1], ...` as `trace.write_columns` takes a ragged
-        column: a function giving the flat hashes of output rows [lo, hi), and counts per row."""
+    def in_order(self, order: np.ndarray | None) -> tuple[_Reordered, np.ndarray]:
+        """The hashes of rows `order[0], order[1], ...` (None: as added) as `trace.write_columns`
+        takes a ragged column: a function giving the flat hashes of output rows [lo, hi), and
+        counts per row."""
         counts = self.counts()
-        return _Reordered(self, order, counts), counts[order]
+        return _Reordered(self, order, counts), counts if order is None else counts[order]
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """Flat hashes [first, stop) in the order they were added."""
@@ -94,15 +95,17 @@ class ChainedHashes:
 
 
 class _Reordered:
-    """Flat hashes of output rows [lo, hi), where output row j is input row order[j]."""
+    """Flat hashes of output rows [lo, hi), where output row j is input row order[j] (or j)."""
 
-    def __init__(self, hashes: ChainedHashes, order: np.ndarray, counts: np.ndarray) -> None:
+    def __init__(self, hashes: ChainedHashes, order: np.ndarray | None, counts: np.ndarray) -> None:
         self._hashes = hashes
         self._order = order
         self._counts = counts
         self._starts = np.concatenate([[0], np.cumsum(counts)])
 
     def __call__(self, lo: int, hi: int) -> np.ndarray:
+        if self._order is None:
+            return self._hashes.read(int(self._starts[lo]), int(self._starts[hi]))
         rows = self._order[lo:hi]
         ranked = np.sort(rows)
         # rows stored one after another are read in one piece: an input already in arrival order

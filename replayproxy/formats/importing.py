@@ -88,7 +88,7 @@ class Imported:
         return len(self.offset_ns)
 
 
-BATCH_BYTES = 8 << 20  # JSON lines are read and parsed this much of the file at a time
+BATCH_BYTES = 4 << 20  # JSON lines are read and parsed this much of the file at a time
 
 
 def iter_json_lines(path: Path, bad: BadLines) -> Iterator[tuple[list[Any], Sequence[int]]]:
@@ -275,25 +275,30 @@ def turns_of(sessions: np.ndarray) -> np.ndarray:
 
 
 def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Callable[[], int]) -> int:
-    """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace."""
+    """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace.
+
+    A file already in arrival order (most published traces) is written without reordering copies.
+    """
     n = len(imported)
-    order = np.argsort(imported.offset_ns, kind="stable")
-    offsets = imported.offset_ns[order]
+    stamps = imported.offset_ns
+    order = None if n < 2 or bool((stamps[1:] >= stamps[:-1]).all()) else np.argsort(stamps, kind="stable")
+
+    def arranged(values: Any) -> Any:
+        if order is None or not isinstance(values, list | np.ndarray):
+            return values
+        return np.asarray(values, dtype=object)[order] if isinstance(values, list) else values[order]
+
+    offsets = arranged(stamps)
     origin = int(offsets[0]) if n else 0
-    inputs = imported.input_tokens[order]
-    columns: dict[str, Any] = {
-        name: (np.asarray(value, dtype=object)[order] if isinstance(value, list) else value[order])
-        if isinstance(value, list | np.ndarray)
-        else value
-        for name, value in imported.columns.items()
-    }
+    inputs = arranged(imported.input_tokens)
+    columns: dict[str, Any] = {name: arranged(value) for name, value in imported.columns.items()}
     columns.setdefault("status", 200)  # published traces list served requests unless they say otherwise
     columns.update(
-        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=imported.output_tokens[order]
+        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=arranged(imported.output_tokens)
     )
     if imported.hashes is not None:
         columns["prefix_hashes"] = imported.hashes.in_order(order)
-        columns["prefix_units"] = np.where(imported.hashes.had_ids()[order], inputs, UNKNOWN)
+        columns["prefix_units"] = np.where(arranged(imported.hashes.had_ids()), inputs, UNKNOWN)
     header = TraceHeader(
         start_wall_ns=origin if imported.wall_clock else 0,
         source=f"import:{imported.source}",
