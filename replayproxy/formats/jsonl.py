@@ -49,9 +49,9 @@ def read(path: Path, options: ImportOptions) -> Imported:
         hashes.add(batch.pop("ids"), batch["id_counts"], batch["input_tokens"])
         batches.append(batch)
     columns: dict[str, Any] = {
-        name: np.concatenate([b[name] for b in batches]) if batches else np.zeros(0, np.int64)
+        name: np.concatenate([b.pop(name) for b in batches]) if batches else np.zeros(0, np.int64)
         for name in _NUMERIC
-    }
+    }  # each column's batches are freed as soon as it is joined
     columns["session"] = columns["session"].astype(np.uint64)
     columns["stream"] = columns["stream"].astype(bool)
     for name in _STRINGS:
