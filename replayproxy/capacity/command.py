@@ -12,7 +12,6 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -110,9 +109,8 @@ def run(args: argparse.Namespace) -> int:
     result = plan(spec, setup)
     max_model_len = args.max_model_len or spec.max_position_embeddings or CONTEXTS_TOKENS[-1]
     fit = analyse(args, result) if args.paths else None
-    report = to_json(result, source, max_model_len, fit)
     if args.json:
-        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        print(orjson.dumps(to_json(result, source, max_model_len, fit), option=orjson.OPT_INDENT_2).decode())
     else:
         print("\n".join(render(result, source, max_model_len, fit)))
     fits = result.kv_tokens >= max_model_len and (fit is None or fit.fits)
@@ -207,9 +205,11 @@ def trace_limits(result: Plan, fit: residency.TraceFit) -> tuple[float, int]:
     return result.util_for(per_replica_tokens), longest
 
 
-def to_json(result: Plan, source: str, max_model_len: int, fit: residency.TraceFit | None) -> dict[str, Any]:
+def to_json(
+    result: Plan, source: str, max_model_len: int, fit: residency.TraceFit | None
+) -> dict[str, object]:
     spec, setup = result.spec, result.setup
-    report: dict[str, Any] = {
+    report: dict[str, object] = {
         "model": {
             "name": spec.name,
             "source": source,

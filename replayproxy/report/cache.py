@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.report.document_types import PrefixCacheDoc
 from replayproxy.report.runs import Run
 
 NOT_RESET_VLLM = "prefix cache not reset: start vLLM with VLLM_SERVER_DEV_MODE=1"
@@ -30,7 +31,7 @@ def _state(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(record.get("before") or {}), dict(record.get("after") or {})
 
 
-def prefix_cache_doc(run: Run) -> dict[str, Any] | None:
+def prefix_cache_doc(run: Run) -> PrefixCacheDoc | None:
     """Implied and engine-reported prefix-cache hits of one run; None when the run recorded neither."""
     before, after = _state(run)
     req = run.measures.requests

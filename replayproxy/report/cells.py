@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 MISSING = "\u2013"  # an en dash: not measured (never a zero)
 
@@ -18,7 +17,7 @@ class Table:
     key: str = ""  # machine name of the section, e.g. for HTML anchors
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
     """Numbers for humans: an en dash for missing, integers plain, floats to about four significant digits."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return MISSING

@@ -10,11 +10,11 @@ import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from replayproxy.errors import BadOption
 from replayproxy.report.check_summary import build_check_document
 from replayproxy.report.check_tables import render_check_markdown, render_check_text
+from replayproxy.report.check_types import CheckDoc
 from replayproxy.report.check_verdict import GATE_METRICS, gate_values
 from replayproxy.report.gate import GateRule, failed_rules, parse_gate
 from replayproxy.report.render_json import render_json
@@ -56,9 +56,7 @@ def parse_check_gate(spec: str) -> tuple[GateRule, ...]:
     return rules
 
 
-def check_documents(
-    paths: Sequence[str], gate: Sequence[GateRule] = (), spec: str = ""
-) -> list[dict[str, Any]]:
+def check_documents(paths: Sequence[str], gate: Sequence[GateRule] = (), spec: str = "") -> list[CheckDoc]:
     """One document per check file; with gate rules, each carries its gate outcome."""
     docs = [build_check_document(f) for f in load_checks(paths)]
     if gate:
@@ -67,11 +65,11 @@ def check_documents(
     return docs
 
 
-def gate_failed(docs: Sequence[dict[str, Any]]) -> bool:
-    return any(doc.get("gate", {}).get("failures") for doc in docs)
+def gate_failed(docs: Sequence[CheckDoc]) -> bool:
+    return any((gate := doc.get("gate")) is not None and gate["failures"] for doc in docs)
 
 
-def render_checks(docs: Sequence[dict[str, Any]], as_json: bool, markdown: bool) -> str:
+def render_checks(docs: Sequence[CheckDoc], as_json: bool, markdown: bool) -> str:
     if as_json:
         return render_json({"checks": list(docs)})
     render = render_check_markdown if markdown else render_check_text

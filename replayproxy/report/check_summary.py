@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from replayproxy.report.check_types import (
+    AnswerCounts,
+    CheckDoc,
+    CheckTargetDoc,
+    DeterminismFigures,
+    LengthFigures,
+    MatchFigures,
+    PromptTokenFigures,
+    ReferenceFigures,
+    StructuredFigures,
+    WorstPrompt,
+)
 from replayproxy.report.check_verdict import verdict
 from replayproxy.results import NOT_APPLICABLE, CheckFile
 
@@ -30,34 +41,37 @@ class _Answers:
         return int(self.rows[prompt, 0])
 
 
-def build_check_document(check: CheckFile) -> dict[str, Any]:
+def build_check_document(check: CheckFile) -> CheckDoc:
     header = check.header
     cols = {name: check.column(name) for name in check.table.columns}
     labels = [t.label for t in header.targets]
     indexes = {label: _index(cols, label, header.prompt_count, header.repeat) for label in labels}
     ok = cols["error"] == ""
     base = indexes[header.baseline]
-    targets = []
+    targets: list[CheckTargetDoc] = []
     for target in header.targets:
         own = indexes[target.label]
-        entry = {
-            "label": target.label,
-            "url": target.url,
-            "flavor": target.flavor,
-            "engine_version": target.engine_version,
-            "model": _model(target.models),
-            "baseline": target.label == header.baseline,
-        }
-        entry.update(_counts(cols, ok, own))
-        entry.update(_prompt_tokens(cols, ok, own, base, target.label == header.baseline))
-        entry.update(_lengths(cols, ok, own))
-        entry.update(_matches(cols, ok, own, base, target.label == header.baseline))
-        entry.update(_determinism(cols, ok, own, header.repeat))
-        entry.update(_structured(cols, ok, own))
-        entry.update(_reference(cols, ok, own))
-        entry["worst"] = [] if entry["baseline"] else _worst(cols, ok, own, base, header.keep_outputs)
-        targets.append(entry)
-    doc: dict[str, Any] = {
+        is_baseline = target.label == header.baseline
+        targets.append(
+            {
+                "label": target.label,
+                "url": target.url,
+                "flavor": target.flavor,
+                "engine_version": target.engine_version,
+                "model": _model(target.models),
+                "baseline": is_baseline,
+                **_counts(cols, ok, own),
+                **_prompt_tokens(cols, ok, own, base, is_baseline),
+                **_lengths(cols, ok, own),
+                **_matches(cols, ok, own, base, is_baseline),
+                **_determinism(cols, ok, own, header.repeat),
+                **_structured(cols, ok, own),
+                **_reference(cols, ok, own),
+                "worst": [] if is_baseline else _worst(cols, ok, own, base, header.keep_outputs),
+            }
+        )
+    findings = verdict(targets, header.repeat)
+    return {
         "kind": "check",
         "path": str(check.path),
         "baseline": header.baseline,
@@ -70,11 +84,10 @@ def build_check_document(check: CheckFile) -> dict[str, Any]:
         "keep_outputs": header.keep_outputs,
         "scored": header.scored,
         "targets": targets,
+        "warnings": _warnings(header.repeat, len(targets)),
+        "findings": findings,
+        "verdict": "; ".join(findings),
     }
-    doc["warnings"] = _warnings(doc)
-    doc["findings"] = verdict(doc)
-    doc["verdict"] = "; ".join(doc["findings"])
-    return doc
 
 
 def _index(cols: dict[str, np.ndarray], label: str, prompts: int, repeat: int) -> _Answers:
@@ -84,7 +97,7 @@ def _index(cols: dict[str, np.ndarray], label: str, prompts: int, repeat: int) -
     return _Answers(rows)
 
 
-def _model(models: Any) -> str:
+def _model(models: object) -> str:
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict):
         return str(data[0].get("id", ""))
@@ -105,7 +118,7 @@ def _pairs(ok: np.ndarray, own: _Answers, base: _Answers) -> list[tuple[int, int
     return pairs
 
 
-def _counts(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[str, Any]:
+def _counts(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> AnswerCounts:
     rows = own.rows[own.rows >= 0]
     errors: dict[str, int] = {}
     failing: dict[str, str] = {}  # message -> the prompt ids that got it
@@ -129,11 +142,15 @@ def _counts(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[
 
 def _prompt_tokens(
     cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, base: _Answers, is_baseline: bool
-) -> dict[str, Any]:
+) -> PromptTokenFigures:
     """Prompt tokens for identical requests: a difference is a different template or tokenizer."""
     if is_baseline:
-        keys = ("compared", "equal", "delta_mean", "delta_per_message")
-        return {f"prompt_tokens_{key}": None for key in keys}
+        return {
+            "prompt_tokens_compared": None,
+            "prompt_tokens_equal": None,
+            "prompt_tokens_delta_mean": None,
+            "prompt_tokens_delta_per_message": None,
+        }
     deltas, per_message = [], []
     for a, b in _pairs(ok, own, base):
         mine, theirs = int(cols["prompt_tokens"][a]), int(cols["prompt_tokens"][b])
@@ -150,7 +167,7 @@ def _prompt_tokens(
     }
 
 
-def _lengths(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[str, Any]:
+def _lengths(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> LengthFigures:
     """Finish reasons and natural lengths (answers the engine ended itself) of first answers."""
     firsts = [own.first(p) for p in range(own.rows.shape[0])]
     firsts = [r for r in firsts if r >= 0 and ok[r]]
@@ -181,7 +198,7 @@ def _lengths(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict
 
 def _matches(
     cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, base: _Answers, is_baseline: bool
-) -> dict[str, Any]:
+) -> MatchFigures:
     if is_baseline:
         return {"compared": None, "match": None, "similarity": None, "similarity_differing": None}
     pairs = _pairs(ok, own, base)
@@ -196,7 +213,9 @@ def _matches(
     }
 
 
-def _determinism(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, repeat: int) -> dict[str, Any]:
+def _determinism(
+    cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, repeat: int
+) -> DeterminismFigures:
     """Share of prompts whose answers are identical across the target's own repeats."""
     if repeat < 2:
         return {"determinism": None, "nondeterministic_prompts": []}
@@ -213,7 +232,7 @@ def _determinism(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, rep
     return {"determinism": _share(stable, seen), "nondeterministic_prompts": unstable}
 
 
-def _structured(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[str, Any]:
+def _structured(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> StructuredFigures:
     rows = own.rows[own.rows >= 0]
     rows = rows[ok[rows]]
 
@@ -231,7 +250,7 @@ def _structured(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> d
     }
 
 
-def _reference(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> dict[str, Any]:
+def _reference(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> ReferenceFigures:
     rows = own.rows[own.rows >= 0]
     rows = rows[ok[rows]]
     exact = cols["reference_exact"][rows]
@@ -249,14 +268,14 @@ def _reference(cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers) -> di
 
 def _worst(
     cols: dict[str, np.ndarray], ok: np.ndarray, own: _Answers, base: _Answers, keep: bool
-) -> list[dict[str, Any]]:
+) -> list[WorstPrompt]:
     differing = [(a, b) for a, b in _pairs(ok, own, base) if cols["output_hash"][a] != cols["output_hash"][b]]
     differing.sort(
         key=lambda pair: (int(cols["similarity_ppm"][pair[0]]), int(cols["prompt_index"][pair[0]]))
     )
     worst = []
     for a, b in differing[:WORST]:
-        item: dict[str, Any] = {
+        item: WorstPrompt = {
             "id": str(cols["prompt_id"][a]),
             "similarity": int(cols["similarity_ppm"][a]) / PPM,
             "prompt_tokens": [int(cols["prompt_tokens"][b]), int(cols["prompt_tokens"][a])],
@@ -269,13 +288,13 @@ def _worst(
     return worst
 
 
-def _warnings(doc: dict[str, Any]) -> list[str]:
+def _warnings(repeat: int, targets: int) -> list[str]:
     warnings = [
         "Replays force output lengths (ignore_eos / min_tokens), so they cannot show stop handling; "
         "the finish reasons and natural lengths here can."
     ]
-    if doc["repeat"] < 2:
+    if repeat < 2:
         warnings.append("One answer per prompt: determinism is unknown (use --repeat 3).")
-    if len(doc["targets"]) < 2:
+    if targets < 2:
         warnings.append("One target: nothing to compare against; only determinism and validity are shown.")
     return warnings

@@ -6,21 +6,21 @@ The same `Table` as the replay report, so the text and Markdown renderers format
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replayproxy.report.cells import Table, fmt, pct
+from replayproxy.report.check_types import CheckDoc, CheckTargetDoc
 from replayproxy.report.render_text import format_markdown, format_text
 
 OUTPUT_PREVIEW = 160  # characters of each kept output shown beside a worst-differing prompt
 
-Cell = Callable[[dict[str, Any]], str]
+Cell = Callable[[CheckTargetDoc], str]
 
 
-def _finish(t: dict[str, Any]) -> str:
+def _finish(t: CheckTargetDoc) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(t["finish_reasons"].items())) or "-"
 
 
-def _stops(t: dict[str, Any]) -> str:
+def _stops(t: CheckTargetDoc) -> str:
     return f"{t['stop_prompts_ended_by_stop']}/{t['stop_prompts']}" if t["stop_prompts"] else "-"
 
 
@@ -48,7 +48,7 @@ ROWS: tuple[tuple[str, Cell], ...] = (
 )
 
 
-def check_tables(doc: dict[str, Any]) -> list[Table]:
+def check_tables(doc: CheckDoc) -> list[Table]:
     tables = [Table("Output check verdict", [], [], list(doc["findings"]), "check-verdict")]
     targets = doc["targets"]
     header = ["", *(t["label"] + (" (baseline)" if t["baseline"] else "") for t in targets)]
@@ -61,15 +61,14 @@ def check_tables(doc: dict[str, Any]) -> list[Table]:
     )
     tables.append(Table("Output check per target", header, rows, [note], "check-targets"))
     tables += _worst_tables(doc)
-    if doc.get("gate"):
-        gate = doc["gate"]
+    if gate := doc.get("gate"):
         lines = [f"FAILED {line}" for line in gate["failures"]] or [f"passed: {gate['spec']}"]
         tables.append(Table("Gate", [], [], lines, "check-gate"))
     tables.append(Table("Check warnings", [], [], list(doc["warnings"]), "check-warnings"))
     return tables
 
 
-def _worst_tables(doc: dict[str, Any]) -> list[Table]:
+def _worst_tables(doc: CheckDoc) -> list[Table]:
     base = doc["baseline"]
     tables = []
     for t in doc["targets"]:
@@ -101,9 +100,9 @@ def _preview(text: str) -> str:
     return text if len(text) <= OUTPUT_PREVIEW else text[:OUTPUT_PREVIEW] + "…"
 
 
-def render_check_text(doc: dict[str, Any]) -> str:
+def render_check_text(doc: CheckDoc) -> str:
     return format_text(check_tables(doc))
 
 
-def render_check_markdown(doc: dict[str, Any]) -> str:
+def render_check_markdown(doc: CheckDoc) -> str:
     return format_markdown(check_tables(doc))

@@ -7,28 +7,33 @@ structured-output validity, determinism and errors.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-# Gate metric -> (document key, whether the baseline's own value counts)
-GATE_METRICS: dict[str, tuple[str, bool]] = {
-    "match": ("match", False),
-    "similarity": ("similarity", False),
-    "prompt_tokens": ("prompt_tokens_equal", False),
-    "determinism": ("determinism", True),
-    "json_valid": ("json_valid", True),
-    "schema_valid": ("schema_valid", True),
-    "tool_valid": ("tool_valid", True),
-    "reference_match": ("reference_match", True),
-    "reference_similarity": ("reference_similarity", True),
-    "score": ("score", True),
-    "error_rate": ("error_rate", True),
+from replayproxy.report.check_types import CheckDoc, CheckTargetDoc
+
+Figure = Callable[[CheckTargetDoc], float | None]
+# Gate metric -> (the target's figure, whether the baseline's own value counts)
+GATE_METRICS: dict[str, tuple[Figure, bool]] = {
+    "match": (lambda t: t["match"], False),
+    "similarity": (lambda t: t["similarity"], False),
+    "prompt_tokens": (lambda t: t["prompt_tokens_equal"], False),
+    "determinism": (lambda t: t["determinism"], True),
+    "json_valid": (lambda t: t["json_valid"], True),
+    "schema_valid": (lambda t: t["schema_valid"], True),
+    "tool_valid": (lambda t: t["tool_valid"], True),
+    "reference_match": (lambda t: t["reference_match"], True),
+    "reference_similarity": (lambda t: t["reference_similarity"], True),
+    "score": (lambda t: t["score"], True),
+    "error_rate": (lambda t: t["error_rate"], True),
 }
 
 
-def gate_values(doc: dict[str, Any]) -> dict[str, list[tuple[str, float | None]]]:
+def gate_values(doc: CheckDoc) -> dict[str, list[tuple[str, float | None]]]:
     values: dict[str, list[tuple[str, float | None]]] = {}
-    for metric, (key, baseline_too) in GATE_METRICS.items():
-        values[metric] = [(t["label"], t[key]) for t in doc["targets"] if baseline_too or not t["baseline"]]
+    for metric, (figure, baseline_too) in GATE_METRICS.items():
+        values[metric] = [
+            (t["label"], figure(t)) for t in doc["targets"] if baseline_too or not t["baseline"]
+        ]
     return values
 
 
@@ -36,13 +41,13 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f} %"
 
 
-def verdict(doc: dict[str, Any]) -> list[str]:
+def verdict(targets: list[CheckTargetDoc], repeat: int) -> list[str]:
     """Findings as sentences; the first line of the report joins them. Without any problem, one
     all-clear sentence; with problems, each target's match rate still appears, in its place."""
-    base = next(t for t in doc["targets"] if t["baseline"])
+    base = next(t for t in targets if t["baseline"])
     findings: list[str] = []
     problems = 0
-    others = [t for t in doc["targets"] if not t["baseline"]]
+    others = [t for t in targets if not t["baseline"]]
     for t in others:
         findings += _template(t, base)
     for t in others:
@@ -54,21 +59,20 @@ def verdict(doc: dict[str, Any]) -> list[str]:
     for t in others:
         findings += _stops(t, base)
         findings += _structured(t, base)
-    for t in doc["targets"]:
-        findings += _determinism(t, doc["repeat"])
+    for t in targets:
+        findings += _determinism(t, repeat)
         if t["errors"]:
             examples = ", ".join(f"{e['message']} on {e['prompts']}" for e in t["error_examples"])
             findings.append(f"{t['label']} failed {t['errors']} of {t['answers']} requests ({examples})")
     if problems + len(findings) == 0:
-        return [_all_clear(doc, others, base)]
+        return [_all_clear(repeat, others, base)]
     return findings
 
 
-def _template(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    equal = t["prompt_tokens_equal"]
-    if equal is None or equal == 1:
+def _template(t: CheckTargetDoc, base: CheckTargetDoc) -> list[str]:
+    equal, delta = t["prompt_tokens_equal"], t["prompt_tokens_delta_mean"]
+    if equal is None or equal == 1 or delta is None:  # a share of requests compared means a mean delta
         return []
-    delta = t["prompt_tokens_delta_mean"]
     per_message = t["prompt_tokens_delta_per_message"]
     more = "more" if delta >= 0 else "fewer"
     text = (
@@ -80,7 +84,7 @@ def _template(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return [f"{text} than {base['label']} (another chat template or tokenizer; equal on {_pct(equal)})"]
 
 
-def _outputs(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _outputs(t: CheckTargetDoc, base: CheckTargetDoc) -> list[str]:
     if t["match"] is None or t["match"] == 1:
         return []
     text = f"{_pct(1 - t['match'])} of {t['label']}'s outputs differ from {base['label']}'s at temperature 0"
@@ -89,7 +93,7 @@ def _outputs(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return [text]
 
 
-def _stops(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _stops(t: CheckTargetDoc, base: CheckTargetDoc) -> list[str]:
     found = []
     if t["stop_prompts"] and t["stop_prompts_ended_by_stop"] != base["stop_prompts_ended_by_stop"]:
         mine, theirs = _tokens(t["stop_prompts_tokens_mean"]), _tokens(base["stop_prompts_tokens_mean"])
@@ -110,14 +114,14 @@ def _tokens(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def _structured(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _structured(t: CheckTargetDoc, base: CheckTargetDoc) -> list[str]:
     found = []
-    for key, name in (
-        ("json_valid", "JSON valid"),
-        ("schema_valid", "schema valid"),
-        ("tool_valid", "tool calls valid"),
+    for figure, name in (
+        (GATE_METRICS["json_valid"][0], "JSON valid"),
+        (GATE_METRICS["schema_valid"][0], "schema valid"),
+        (GATE_METRICS["tool_valid"][0], "tool calls valid"),
     ):
-        a, b = base[key], t[key]
+        a, b = figure(base), figure(t)
         if a is not None and b is not None and a != b:
             found.append(f"{name} {_pct(b)} at {t['label']} vs {_pct(a)} at {base['label']}")
     a, b = base["tool_call_rate"], t["tool_call_rate"]
@@ -128,7 +132,7 @@ def _structured(t: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return found
 
 
-def _determinism(t: dict[str, Any], repeat: int) -> list[str]:
+def _determinism(t: CheckTargetDoc, repeat: int) -> list[str]:
     if t["determinism"] is None or t["determinism"] == 1:
         return []
     changed = len(t["nondeterministic_prompts"])
@@ -138,7 +142,7 @@ def _determinism(t: dict[str, Any], repeat: int) -> list[str]:
     ]
 
 
-def _all_clear(doc: dict[str, Any], others: list[dict[str, Any]], base: dict[str, Any]) -> str:
+def _all_clear(repeat: int, others: list[CheckTargetDoc], base: CheckTargetDoc) -> str:
     parts = []
     for t in others:
         parts.append(
@@ -146,6 +150,6 @@ def _all_clear(doc: dict[str, Any], others: list[dict[str, Any]], base: dict[str
         )
     if others and all(t["prompt_tokens_equal"] == 1 for t in others):
         parts.append("prompt tokens equal")
-    if doc["repeat"] > 1:
-        parts.append(f"every target deterministic over {doc['repeat']} repeats")
+    if repeat > 1:
+        parts.append(f"every target deterministic over {repeat} repeats")
     return "; ".join(parts) or "nothing to compare"

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
     _write(args, text)
     if gate_clauses:
-        labels = [c["label"] for c in doc["verdict"]["candidates"]]
+        labels = [c.label for c in doc["verdict"]["candidates"]]
         failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
         if failures:
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""

@@ -9,8 +9,7 @@ like-for-like fields become warnings.
 
 from __future__ import annotations
 
-from typing import Any
-
+from replayproxy.report.decision_types import ContractDoc
 from replayproxy.report.runs import Run
 
 # Fields whose difference makes a comparison not like for like, by where they are found.
@@ -18,7 +17,7 @@ LIKE_FOR_LIKE_CONFIG = ("cache_dtype", "kv_cache_dtype", "dtype", "quantization"
 RESET_ACTIONS = ("reset_prefix_cache", "flush_cache")
 
 
-def contract_of(run: Run) -> dict[str, Any]:
+def contract_of(run: Run) -> ContractDoc:
     """One candidate's contract, from its first run's header."""
     header = run.headers[0] if run.headers else None
     contract = dict(header.contract) if header is not None else {}
@@ -47,7 +46,7 @@ def cache_reset(run: Run) -> str:
     return bad[0] if bad else "ok"
 
 
-def differences(contracts: list[dict[str, Any]]) -> list[str]:
+def differences(contracts: list[ContractDoc]) -> list[str]:
     """'not a like-for-like comparison' warnings: model, precision, KV dtype, context length."""
     if len(contracts) < 2:
         return []
@@ -63,8 +62,8 @@ def differences(contracts: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _fields(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    fields: list[tuple[str, Any, Any]] = [("model", a["model"], b["model"])]
+def _fields(a: ContractDoc, b: ContractDoc) -> list[tuple[str, object, object]]:
+    fields: list[tuple[str, object, object]] = [("model", a["model"], b["model"])]
     if a["max_model_len"] and b["max_model_len"]:
         fields.append(("max_model_len", a["max_model_len"], b["max_model_len"]))
     for key in LIKE_FOR_LIKE_CONFIG:

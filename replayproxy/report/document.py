@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 import numpy as np
 
 from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
-from replayproxy.report.document_types import Document, GoodputDoc, RunDoc, SloClause, StepDoc, SweepDoc
+from replayproxy.report.decision_types import ComparisonDoc, MetricComparisonDoc, QuantileComparisonDoc
+from replayproxy.report.document_types import (
+    Document,
+    GoodputDoc,
+    GroupDoc,
+    RunDoc,
+    SessionsDoc,
+    SloClause,
+    StepDoc,
+    SweepDoc,
+    TelemetryDoc,
+    WindowDoc,
+)
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import Requests, concurrency, exact_share
 from replayproxy.report.runs import Run, candidates
@@ -135,12 +146,12 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
-            "window_10s": [group_doc(g, window=True) for g in breakdown.by_window(m)],
+            "window_10s": [window_doc(g) for g in breakdown.by_window(m)],
         },
     }
 
 
-def _sessions_doc(req: Requests) -> dict[str, Any] | None:
+def _sessions_doc(req: Requests) -> SessionsDoc | None:
     if not (len(req.session) == len(req.after) == len(req.think_ns) == len(req)):
         return None  # a result file from before sessions were recorded
     columns = SessionColumns(
@@ -149,7 +160,7 @@ def _sessions_doc(req: Requests) -> dict[str, Any] | None:
     return session_doc(columns)
 
 
-def _telemetry_doc(run: Run, requests: int) -> dict[str, Any] | None:
+def _telemetry_doc(run: Run, requests: int) -> TelemetryDoc | None:
     """The engine's own view of the run, from the first telemetry record (one per run)."""
     records = run.extras.get("telemetry", [])
     return telemetry.summarize(records[0], requests) if records else None
@@ -189,13 +200,28 @@ def goodput_doc(g: Goodput) -> GoodputDoc:
     }
 
 
-def group_doc(g: breakdown.Group, window: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": g.name, "requests": g.requests, "errors": g.errors}
-    if window:
-        out["start_s"] = g.start_s
-        out["arrival_rate_per_s"] = g.arrival_rate_per_s
-    out.update(ttft_ms=g.ttft_ms.to_dict(), tpot_ms=g.tpot_ms.to_dict(), e2e_ms=g.e2e_ms.to_dict())
-    return out
+def group_doc(g: breakdown.Group) -> GroupDoc:
+    return {
+        "name": g.name,
+        "requests": g.requests,
+        "errors": g.errors,
+        "ttft_ms": g.ttft_ms.to_dict(),
+        "tpot_ms": g.tpot_ms.to_dict(),
+        "e2e_ms": g.e2e_ms.to_dict(),
+    }
+
+
+def window_doc(g: breakdown.Group) -> WindowDoc:
+    return {
+        "name": g.name,
+        "requests": g.requests,
+        "errors": g.errors,
+        "start_s": g.start_s,
+        "arrival_rate_per_s": g.arrival_rate_per_s,
+        "ttft_ms": g.ttft_ms.to_dict(),
+        "tpot_ms": g.tpot_ms.to_dict(),
+        "e2e_ms": g.e2e_ms.to_dict(),
+    }
 
 
 def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int) -> list[Comparison]:
@@ -219,27 +245,32 @@ def comparisons(runs: list[Run], baseline: Run | None, resamples: int, seed: int
     return out
 
 
-def comparison_doc(c: Comparison) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "a": c.a,
-        "b": c.b,
-        "runs_a": c.runs_a,
-        "runs_b": c.runs_b,
-        "run_to_run_noise": "measured" if c.noise_known else "unknown",
-        "common_requests": c.common,
-        "only_a": c.only_a,
-        "only_b": c.only_b,
+def comparison_doc(c: Comparison) -> ComparisonDoc:
+    metrics = {
+        mc.metric: MetricComparisonDoc(
+            pairs=mc.pairs,
+            median_ratio_b_over_a=num(mc.median_ratio),
+            share_faster_b=num(mc.share_faster_b),
+            quantiles={
+                q: QuantileComparisonDoc(
+                    ci.to_dict(), {"a": mc.spreads[q][0], "b": mc.spreads[q][1]}, mc.verdict(q)
+                )
+                for q, ci in mc.diffs.items()
+            },
+        )
+        for mc in c.metrics
     }
-    for mc in c.metrics:
-        doc[mc.metric] = {
-            "pairs": mc.pairs,
-            "median_ratio_b_over_a": num(mc.median_ratio),
-            "share_faster_b": num(mc.share_faster_b),
-            **{f"p{q}_diff_ms": ci.to_dict() for q, ci in mc.diffs.items()},
-            **{f"p{q}_run_spread_ms": {"a": s[0], "b": s[1]} for q, s in mc.spreads.items()},
-            **{f"p{q}_verdict": mc.verdict(q) for q in mc.diffs},
-        }
-    return doc
+    return ComparisonDoc(
+        a=c.a,
+        b=c.b,
+        runs_a=c.runs_a,
+        runs_b=c.runs_b,
+        run_to_run_noise="measured" if c.noise_known else "unknown",
+        common_requests=c.common,
+        only_a=c.only_a,
+        only_b=c.only_b,
+        metrics=metrics,
+    )
 
 
 def sweep_groups(runs: list[Run]) -> list[list[Run]]:

@@ -1,14 +1,26 @@
-"""The report document's sections as TypedDicts: `document.build_document` fills them, the
-renderers (`sections`, `verdict`, `render_*`, the gate) read them, and mypy checks both sides.
+"""The report document's sections, typed: `document.build_document` fills them, the renderers
+(`sections`, `verdict`, `render_*`, the gate) read them, and mypy checks both sides.
 
-They describe plain dicts, so `--json` writes exactly what it wrote before; keys carry units and a
-figure that could not be measured is None (null).
+Most sections are TypedDicts over the plain dicts `--json` writes; keys carry units and a figure
+that could not be measured is None (null). Where the published layout spells a key per metric or
+per quantile (`ttft.p50_diff_ms`) or only with an SLO (`goodput_fraction`), the section is a frozen
+dataclass holding a mapping instead, and its `to_json` writes the published layout (render_json).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict, cast
+from dataclasses import dataclass
+from typing import Protocol, TypedDict, cast, runtime_checkable
+
+from replayproxy.report.decision_types import ComparisonDoc, ContractDoc, VerdictDoc
+
+
+@runtime_checkable
+class Published(Protocol):
+    """A typed section whose JSON layout differs from its attributes; render_json calls `to_json`."""
+
+    def to_json(self) -> Mapping[str, object]: ...
 
 
 class Summary(TypedDict):
@@ -59,10 +71,122 @@ class GoodputDoc(TypedDict):
     not_applicable: int  # successful requests with no TPOT/ITL to judge
 
 
+class GroupDoc(TypedDict):
+    """One group of a breakdown (an input-length bucket, an endpoint): its requests and latency."""
+
+    name: str
+    requests: int
+    errors: int
+    ttft_ms: Summary
+    tpot_ms: Summary
+    e2e_ms: Summary
+
+
+class WindowDoc(GroupDoc):
+    """A 10 s window; `--json` writes its two keys after `errors`."""
+
+    start_s: float
+    arrival_rate_per_s: float
+
+
 class Breakdowns(TypedDict):
-    input_length: list[dict[str, Any]]
-    endpoint: list[dict[str, Any]]
-    window_10s: list[dict[str, Any]]
+    input_length: list[GroupDoc]
+    endpoint: list[GroupDoc]
+    window_10s: list[WindowDoc]
+
+
+class TelemetryFigures(TypedDict, total=False):
+    """The engine's gauges and counters over a run; a key only where the engine exposed the metric."""
+
+    kv_usage_peak: float  # share of the KV cache, 0..1
+    kv_usage_mean: float
+    waiting_peak: float
+    waiting_time_share: float | None  # None with fewer than two samples
+    running_peak: float
+    preemptions: float
+    preemptions_per_1k_requests: float | None  # None for a run of no requests
+    prefix_hit_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLatencyDoc:
+    """What one engine histogram observed during the run, in ms: the exact mean, and per quantile
+    only the bucket holding it (an interpolated value would look exact; `report.telemetry`)."""
+
+    count: float
+    mean: float | None
+    buckets: dict[int, tuple[float, float | None]]  # 50 -> (lower, upper); upper None past the last bound
+
+    def to_json(self) -> dict[str, object]:
+        """Published with a key per quantile: `p50_bucket: [lower, upper]`."""
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            **{f"p{q}_bucket": [low, high] for q, (low, high) in self.buckets.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryDoc:
+    """The engine's own view of one run, from the replayer's telemetry record (`report.telemetry`)."""
+
+    source: str  # the metrics URL polled
+    samples: int
+    found: dict[str, object]  # canonical name -> the engine's metric it was read from
+    figures: TelemetryFigures
+    engine_latency_ms: dict[str, EngineLatencyDoc]  # "ttft", "itl", "e2e" where the engine has them
+
+    def to_json(self) -> dict[str, object]:
+        """Published flat: the figures, then one `engine_<name>_ms` key per histogram."""
+        return {
+            "source": self.source,
+            "samples": self.samples,
+            "found": self.found,
+            **self.figures,
+            **{f"engine_{name}_ms": latency for name, latency in self.engine_latency_ms.items()},
+        }
+
+
+class GpuSamplesDoc(TypedDict):
+    """A run's `--gpu-sampler` lines reduced (`gpu.summarize`); None where not sampled."""
+
+    samples: int
+    unparsed: int  # lines that did not parse, counted rather than guessed at
+    gpus: int | None
+    memory_used_peak_mib: float | None
+    utilization_mean_pct: float | None
+    command: str
+
+
+class PrefixCacheDoc(TypedDict):
+    """Hits the trace implies at the engine's block size beside the engine's counter (`cache`)."""
+
+    engine_block_size: int | None
+    implied_hit_tokens: int | None
+    engine_hit_tokens: int | None
+    engine_query_tokens: int | None
+    engine_over_implied: float | None
+    trace_shared_tokens: int | None
+
+
+class ThinkFigures(TypedDict):
+    """Think time as replayed against the recorded one, and turns sent before their previous ended."""
+
+    later_turns: int
+    overlapping_turns: int
+    think_ms: Summary
+    think_error_ms: Summary
+    think_abs_error_ms: Summary
+
+
+class SessionsDoc(ThinkFigures):
+    """Per-session figures of a run of multi-turn sessions (`sessions.session_doc`)."""
+
+    sessions: int
+    multi_turn_sessions: int
+    turns_per_session: Summary
+    session_s: Summary
+    finish_from_schedule_s: Summary | None  # None when some turn had no scheduled time
 
 
 class RunDoc(TypedDict):
@@ -80,7 +204,7 @@ class RunDoc(TypedDict):
     speed: float | None
     shards: int
     token_timing: str
-    options: dict[str, Any]
+    options: dict[str, object]  # the replay options as the run header recorded them
     requests: int
     succeeded: int
     partial: Partial | None
@@ -108,11 +232,11 @@ class RunDoc(TypedDict):
     exact_output_share: float | None
     exact_output_count: int
     goodput: GoodputDoc | None
-    telemetry: dict[str, Any] | None
-    gpu: dict[str, Any] | None
+    telemetry: TelemetryDoc | None
+    gpu: GpuSamplesDoc | None
     trace_prefix_reuse: float | None
-    prefix_cache: dict[str, Any] | None
-    sessions: dict[str, Any] | None
+    prefix_cache: PrefixCacheDoc | None
+    sessions: SessionsDoc | None
     breakdowns: Breakdowns
 
 
@@ -169,19 +293,6 @@ class SweepDoc(TypedDict):
     max_error_rate: float
 
 
-class VerdictDoc(TypedDict):
-    """The report's opening: the lines every renderer prints first, and the decision as data."""
-
-    lines: list[str]
-    candidates: list[dict[str, Any]]  # one per candidate; its goodput keys only with an SLO
-    winner: str | None
-    versus: str | None
-    metric: str
-    margin: dict[str, Any] | None  # an interval, or goodput against none
-    noise: str  # "measured" (repetitions) or "unknown"
-    warnings: list[str]
-
-
 class Document(TypedDict):
     """The whole report, in the order `--json` writes it (schema in docs/report.md)."""
 
@@ -189,9 +300,9 @@ class Document(TypedDict):
     schema: str
     slo: SloSection | None
     runs: list[RunDoc]
-    comparisons: list[dict[str, Any]]
+    comparisons: list[ComparisonDoc]
     sweeps: list[SweepDoc]
-    contracts: list[dict[str, Any]]
+    contracts: list[ContractDoc]
     warnings: list[str]
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
-from replayproxy.report.document_types import Document, summary_of
+from replayproxy.report.decision_types import ContractDoc
+from replayproxy.report.document_types import Document, TelemetryFigures, summary_of
 
-CONTRACT_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+CONTRACT_ROWS: tuple[tuple[str, Callable[[ContractDoc], object]], ...] = (
     ("engine version", lambda c: c["engine_version"]),
     ("model", lambda c: c["model"]),
     ("max_model_len", lambda c: fmt(c["max_model_len"])),
@@ -46,20 +46,19 @@ def contract_section(doc: Document) -> list[Table]:
     return [Table("Contract", ["", *(c["label"] for c in cs)], rows, notes, "contract")]
 
 
-TELEMETRY_ROWS = (
-    ("KV cache usage peak", "kv_usage_peak", pct),
-    ("KV cache usage mean", "kv_usage_mean", pct),
-    ("requests waiting, peak", "waiting_peak", fmt),
-    ("time with requests waiting", "waiting_time_share", pct),
-    ("requests running, peak", "running_peak", fmt),
-    ("preemptions per 1k requests", "preemptions_per_1k_requests", fmt),
-    ("engine prefix-cache hit rate", "prefix_hit_rate", pct),
+# (row title, the figure, how it is shown)
+TelemetryRow = tuple[str, Callable[[TelemetryFigures], float | None], Callable[[float | None], str]]
+TELEMETRY_ROWS: tuple[TelemetryRow, ...] = (
+    ("KV cache usage peak", lambda t: t.get("kv_usage_peak"), pct),
+    ("KV cache usage mean", lambda t: t.get("kv_usage_mean"), pct),
+    ("requests waiting, peak", lambda t: t.get("waiting_peak"), fmt),
+    ("time with requests waiting", lambda t: t.get("waiting_time_share"), pct),
+    ("requests running, peak", lambda t: t.get("running_peak"), fmt),
+    ("preemptions per 1k requests", lambda t: t.get("preemptions_per_1k_requests"), fmt),
+    ("engine prefix-cache hit rate", lambda t: t.get("prefix_hit_rate"), pct),
 )
-ENGINE_LATENCY = (
-    ("TTFT", "engine_ttft_ms", "ttft_ms"),
-    ("ITL", "engine_itl_ms", "itl_ms"),
-    ("E2E", "engine_e2e_ms", "e2e_ms"),
-)
+ENGINE_LATENCY = (("TTFT", "ttft", "ttft_ms"), ("ITL", "itl", "itl_ms"), ("E2E", "e2e", "e2e_ms"))
+ENGINE_BUCKETS = (50, 90, 99)
 
 
 def telemetry_section(doc: Document) -> list[Table]:
@@ -68,22 +67,25 @@ def telemetry_section(doc: Document) -> list[Table]:
     if not pairs:
         return []
     runs, figures = [r for r, _ in pairs], [t for _, t in pairs]
-    rows = [[title, *(get(t.get(key)) for t in figures)] for title, key, get in TELEMETRY_ROWS]
+    rows = [[title, *(show(get(t.figures)) for t in figures)] for title, get, show in TELEMETRY_ROWS]
     rows.append(["trace prefix reuse", *(pct(r["trace_prefix_reuse"]) for r in runs)])
     for name, engine_key, client_key in ENGINE_LATENCY:
-        engine = [t.get(engine_key) or {} for t in figures]
+        engine = [t.engine_latency_ms.get(engine_key) for t in figures]
         rows.append(
             [
                 f"{name} mean ms: engine / client",
                 *(
-                    f"{fmt(e.get('mean'))} / {fmt(summary_of(r, client_key)['mean'])}"
+                    f"{fmt(e.mean if e else None)} / {fmt(summary_of(r, client_key)['mean'])}"
                     for e, r in zip(engine, runs, strict=True)
                 ),
             ]
         )
-        for stat in ("p50", "p90", "p99"):
+        for q in ENGINE_BUCKETS:
             rows.append(
-                [f"{name} {stat} ms: engine bucket", *(_bucket(e.get(f"{stat}_bucket")) for e in engine)]
+                [
+                    f"{name} p{q} ms: engine bucket",
+                    *(_bucket(e.buckets.get(q) if e else None) for e in engine),
+                ]
             )
     notes = [
         f"engine figures come from the target's /metrics, polled during the run; {MISSING} = not exposed",
@@ -95,7 +97,7 @@ def telemetry_section(doc: Document) -> list[Table]:
     return [Table("Engine telemetry", ["figure", *(r["name"] for r in runs)], rows, notes, "telemetry")]
 
 
-def _bucket(bounds: list[float | None] | None) -> str:
+def _bucket(bounds: tuple[float, float | None] | None) -> str:
     if not bounds:
         return MISSING
     low, high = bounds

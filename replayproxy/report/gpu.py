@@ -9,9 +9,12 @@ their units ("1234 MiB", "56 %"); lines that do not parse are counted, not guess
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from replayproxy.report.document_types import GpuSamplesDoc
 
 MEMORY = "memory.used"
 UTILIZATION = "utilization.gpu"
@@ -19,7 +22,7 @@ INDEX = "index"
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
 
-def summarize(record: dict[str, Any]) -> dict[str, Any]:
+def summarize(record: dict[str, Any]) -> GpuSamplesDoc:
     """{samples, unparsed, gpus, memory_used_peak_mib, utilization_mean_pct}; null where not sampled."""
     columns = _query_columns(str(record.get("command", "")))
     rows: list[list[str]] = []
@@ -63,7 +66,7 @@ def _column(rows: list[list[str]], columns: list[str] | None, name: str) -> np.n
     return np.array(values, dtype=np.float64)
 
 
-def _stat(values: np.ndarray | None, reduce: Any) -> float | None:
+def _stat(values: np.ndarray | None, reduce: Callable[[np.ndarray], Any]) -> float | None:
     if values is None:
         return None
     known = values[np.isfinite(values)]

@@ -41,9 +41,9 @@ def parse_gate(spec: str) -> tuple[GateRule, ...]:
 def value(doc: Document, label: str, clause: GateRule) -> float:
     """The candidate's figure: the mean over its replay runs at the verdict's load (goodput pooled)."""
     if clause.metric in ("goodput", "goodput_fraction"):
-        entry = next((c for c in doc["verdict"]["candidates"] if c["label"] == label), None)
-        key = "goodput_requests_per_s" if clause.metric == "goodput" else "goodput_fraction"
-        found = entry.get(key) if entry is not None else None
+        entry = next((c for c in doc["verdict"]["candidates"] if c.label == label), None)
+        g = entry.goodput if entry is not None else None
+        found = None if g is None else g.requests_per_s if clause.metric == "goodput" else g.fraction
         return float(found) if found is not None else math.nan
     runs = [r for r in doc["runs"] if r["label"] == label and r["kind"] == "replay"]
     values = []
@@ -61,7 +61,7 @@ def value(doc: Document, label: str, clause: GateRule) -> float:
 
 def evaluate(doc: Document, clauses: tuple[GateRule, ...], base: str) -> list[str]:
     """One line per broken clause per candidate; empty when the gate passes."""
-    labels = [c["label"] for c in doc["verdict"]["candidates"]]
+    labels = [c.label for c in doc["verdict"]["candidates"]]
     if base not in labels:
         raise BadOption(f"--gate-base {base!r} is not a candidate; candidates: {', '.join(labels) or 'none'}")
     if any(c.metric.startswith("goodput") for c in clauses) and doc["slo"] is None:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from replayproxy.report.document_types import Published
 
 
 def render_json(doc: Mapping[str, object]) -> str:
     return json.dumps(doc, indent=2, allow_nan=False, default=_default) + "\n"
 
 
-def _default(value: Any) -> Any:
-    """numpy scalars and tuples that slipped into options become plain JSON values."""
+def _default(value: object) -> object:
+    """Typed sections in their published layout; numpy scalars and sets that slipped into options
+    become plain JSON values."""
+    if isinstance(value, Published):
+        return value.to_json()
     if hasattr(value, "item"):
         return value.item()
     if isinstance(value, tuple | set):

@@ -102,10 +102,10 @@ def model_of(header: RunHeader) -> str:
 
 def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
     """Load result files, merge shards, and return one Run per replay run in file-name order."""
-    groups: dict[tuple[Any, ...], list[ResultFile]] = {}
+    groups: dict[tuple[str, ...], list[ResultFile]] = {}
     for f in load_results(paths):
         h = f.header
-        key: tuple[Any, ...] = (str(f.path),)
+        key: tuple[str, ...] = (str(f.path),)
         if h.shard:
             key = ("shard", h.label, h.target, h.trace_digest, h.shard.partition("/")[2])
         groups.setdefault(key, []).append(f)

@@ -7,15 +7,20 @@ SECTIONS; every renderer picks it up.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
+from replayproxy.report.compare import QUANTILES
+from replayproxy.report.decision_types import IntervalDoc, QuantileComparisonDoc
 from replayproxy.report.document_types import (
     Breakdowns,
     Document,
     GoodputDoc,
+    GroupDoc,
+    PrefixCacheDoc,
     RunDoc,
+    SessionsDoc,
     SloSection,
+    Summary,
     stat,
     summary_of,
 )
@@ -151,52 +156,48 @@ def _per_token_clause(slo: SloSection) -> bool:
 def comparison_section(doc: Document) -> list[Table]:
     tables = []
     for c in doc["comparisons"]:
-        rows = []
-        for metric in ("ttft", "e2e"):
-            mc = c[metric]
-            rows.append(
-                [
-                    metric.upper(),
-                    fmt(mc["pairs"]),
-                    fmt(mc["median_ratio_b_over_a"]),
-                    pct(mc["share_faster_b"]),
-                    _ci(mc["p50_diff_ms"]),
-                    mc["p50_verdict"],
-                    _ci(mc["p99_diff_ms"]),
-                    mc["p99_verdict"],
-                ]
-            )
+        rows = [
+            [
+                metric.upper(),
+                fmt(mc.pairs),
+                fmt(mc.median_ratio_b_over_a),
+                pct(mc.share_faster_b),
+                *(cell for q in QUANTILES for cell in _quantile_cells(mc.quantiles[q])),
+            ]
+            for metric, mc in c.metrics.items()
+        ]
         notes = [
-            f"A = {c['a']} ({c['runs_a']} runs), B = {c['b']} ({c['runs_b']} runs); pairs: "
-            f"{c['common_requests']} requests in both first runs ({c['only_a']} only in A, "
-            f"{c['only_b']} only in B)",
+            f"A = {c.a} ({c.runs_a} runs), B = {c.b} ({c.runs_b} runs); pairs: "
+            f"{c.common_requests} requests in both first runs ({c.only_a} only in A, "
+            f"{c.only_b} only in B)",
             "diffs are B - A of the mean per-run percentile; 95% CI from resampling runs, then requests; "
             "a difference within the spread between repetitions is 'no clear difference'",
         ]
-        if c["run_to_run_noise"] == "unknown":
+        if c.run_to_run_noise == "unknown":
             notes.append("run-to-run noise unknown (one run of A or B): replay with --repeat 3")
         header = [
             "metric",
             "pairs",
             "median B/A",
             "faster on B",
-            "p50 diff ms [95% CI]",
-            "p50",
-            "p99 diff ms [95% CI]",
-            "p99",
+            *(cell for q in QUANTILES for cell in (f"p{q} diff ms [95% CI]", f"p{q}")),
         ]
-        tables.append(Table(f"Paired: {c['b']} vs {c['a']}", header, rows, notes, "comparison"))
+        tables.append(Table(f"Paired: {c.b} vs {c.a}", header, rows, notes, "comparison"))
     return tables
 
 
-def _ci(d: dict[str, Any]) -> str:
+def _quantile_cells(q: QuantileComparisonDoc) -> tuple[str, str]:
+    return _ci(q.diff_ms), q.verdict
+
+
+def _ci(d: IntervalDoc) -> str:
     return f"{fmt(d['estimate'])} [{fmt(d['ci95_low'])}, {fmt(d['ci95_high'])}]"
 
 
 GROUP_HEADER = ["requests", "errors", "TTFT p50", "TTFT p95", "TPOT p50", "E2E p50", "E2E p95"]
 
 
-def _group_cells(g: dict[str, Any]) -> list[str]:
+def _group_cells(g: GroupDoc) -> list[str]:
     return [
         fmt(g["requests"]),
         fmt(g["errors"]),
@@ -208,7 +209,7 @@ def _group_cells(g: dict[str, Any]) -> list[str]:
     ]
 
 
-def _groups(breakdowns: Breakdowns, key: str) -> list[dict[str, Any]]:
+def _groups(breakdowns: Breakdowns, key: str) -> list[GroupDoc]:
     return breakdowns["input_length"] if key == "input_length" else breakdowns["endpoint"]
 
 
@@ -289,13 +290,13 @@ def sweep_section(doc: Document) -> list[Table]:
     return tables
 
 
-SESSION_ROWS = (
-    ("turns per session", "turns_per_session", ("p50", "p95", "max")),
-    ("session s (first send to last end)", "session_s", ("p50", "p95")),
-    ("finish s (from first scheduled send)", "finish_from_schedule_s", ("p50", "p95")),
-    ("think ms as replayed", "think_ms", ("p50", "p99")),
-    ("think error ms (replayed - planned)", "think_error_ms", ("p50", "p99")),
-    ("think |error| ms", "think_abs_error_ms", ("p50", "p99")),
+SESSION_ROWS: tuple[tuple[str, Callable[[SessionsDoc], Summary | None], tuple[str, ...]], ...] = (
+    ("turns per session", lambda f: f["turns_per_session"], ("p50", "p95", "max")),
+    ("session s (first send to last end)", lambda f: f["session_s"], ("p50", "p95")),
+    ("finish s (from first scheduled send)", lambda f: f["finish_from_schedule_s"], ("p50", "p95")),
+    ("think ms as replayed", lambda f: f["think_ms"], ("p50", "p99")),
+    ("think error ms (replayed - planned)", lambda f: f["think_error_ms"], ("p50", "p99")),
+    ("think |error| ms", lambda f: f["think_abs_error_ms"], ("p50", "p99")),
 )
 
 
@@ -310,9 +311,9 @@ def sessions_section(doc: Document) -> list[Table]:
         ["later turns", *(fmt(f["later_turns"]) for f in figures)],
         ["overlapping turns", *(fmt(f["overlapping_turns"]) for f in figures)],
     ]
-    for title, key, names in SESSION_ROWS:
+    for title, summary, names in SESSION_ROWS:
         for name in names:
-            rows.append([f"{title} {name}", *(fmt((f.get(key) or {}).get(name)) for f in figures)])
+            rows.append([f"{title} {name}", *(fmt(_stat_or_none(summary(f), name)) for f in figures)])
     notes = [
         "overlapping: a turn sent before the previous turn of its session ended (production never did)",
         "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
@@ -320,10 +321,14 @@ def sessions_section(doc: Document) -> list[Table]:
     return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
 
 
-CACHE_ROWS = (
-    ("engine KV block size, tokens", "engine_block_size"),
-    ("prefix-cache hits the trace implies, tokens", "implied_hit_tokens"),
-    ("prefix-cache hits the engine reported, tokens", "engine_hit_tokens"),
+def _stat_or_none(summary: Summary | None, name: str) -> float | int | None:
+    return None if summary is None else stat(summary, name)
+
+
+CACHE_ROWS: tuple[tuple[str, Callable[[PrefixCacheDoc], int | None]], ...] = (
+    ("engine KV block size, tokens", lambda c: c["engine_block_size"]),
+    ("prefix-cache hits the trace implies, tokens", lambda c: c["implied_hit_tokens"]),
+    ("prefix-cache hits the engine reported, tokens", lambda c: c["engine_hit_tokens"]),
 )
 
 
@@ -333,8 +338,8 @@ def prefix_cache_section(doc: Document) -> list[Table]:
     if not pairs:
         return []
     runs, caches = [r for r, _ in pairs], [c for _, c in pairs]
-    rows = [[title, *(fmt(c.get(key)) for c in caches)] for title, key in CACHE_ROWS]
-    rows.append(["engine / implied", *(pct(c.get("engine_over_implied")) for c in caches)])
+    rows = [[title, *(fmt(get(c)) for c in caches)] for title, get in CACHE_ROWS]
+    rows.append(["engine / implied", *(pct(c["engine_over_implied"]) for c in caches)])
     notes = [
         "implied: each request's prefix shared with an earlier request of the trace (with live replies, "
         "a later turn's also the previous turn's reply), in whole engine blocks (the last prompt token "

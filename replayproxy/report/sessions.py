@@ -11,10 +11,10 @@ happened in production. For the production baseline the same figures come from t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from replayproxy.report.document_types import SessionsDoc, ThinkFigures
 from replayproxy.report.measures import NS_PER_MS, NS_PER_S
 from replayproxy.report.stats import summarize
 
@@ -43,7 +43,7 @@ def previous_turns(session: np.ndarray) -> np.ndarray:
     return after
 
 
-def session_doc(cols: SessionColumns) -> dict[str, Any] | None:
+def session_doc(cols: SessionColumns) -> SessionsDoc | None:
     """The report's `sessions` entry, or None when no session has more than one turn."""
     linked = cols.session != 0
     if not linked.any():
@@ -58,22 +58,22 @@ def session_doc(cols: SessionColumns) -> dict[str, Any] | None:
     last_end = np.zeros(len(ids), np.int64)
     np.maximum.at(last_end, group, ends)
     scheduled = cols.scheduled_ns[linked]
-    doc: dict[str, Any] = {
+    finish = None
+    if (scheduled >= 0).all():
+        first_scheduled = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first_scheduled, group, scheduled)
+        finish = summarize((last_end - first_scheduled) / NS_PER_S).to_dict()
+    return {
         "sessions": len(ids),
         "multi_turn_sessions": int((turns > 1).sum()),
         "turns_per_session": summarize(turns.astype(np.float64)).to_dict(),
         "session_s": summarize((last_end - first_sent) / NS_PER_S).to_dict(),
-        "finish_from_schedule_s": None,
+        "finish_from_schedule_s": finish,
+        **_think_figures(cols),
     }
-    if (scheduled >= 0).all():
-        first_scheduled = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(first_scheduled, group, scheduled)
-        doc["finish_from_schedule_s"] = summarize((last_end - first_scheduled) / NS_PER_S).to_dict()
-    doc.update(_think_figures(cols))
-    return doc
 
 
-def _think_figures(cols: SessionColumns) -> dict[str, Any]:
+def _think_figures(cols: SessionColumns) -> ThinkFigures:
     """Think times as replayed against the planned ones, and how many turns overlapped."""
     end_of = dict(zip(cols.index.tolist(), (cols.sent_ns + np.maximum(cols.e2e_ns, 0)).tolist(), strict=True))
     later = np.flatnonzero((cols.after >= 0) & np.isin(cols.after, cols.index))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayproxy.report.decision_types import IntervalDoc
 from replayproxy.report.document_types import Summary as SummaryDoc
 
 PERCENTILES = (50, 90, 95, 99)
@@ -109,7 +110,7 @@ class Interval:
     def excludes_zero(self) -> bool:
         return bool(self.low > 0 or self.high < 0)
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> IntervalDoc:
         return {
             "estimate": _json_number(self.estimate),
             "ci95_low": _json_number(self.low),

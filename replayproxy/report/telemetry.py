@@ -16,17 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.report.document_types import EngineLatencyDoc, TelemetryDoc, TelemetryFigures
+
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
 
-def summarize(record: dict[str, Any], requests: int) -> dict[str, Any]:
-    """Per-run telemetry figures; keys are present only when the engine exposed the metric."""
+def summarize(record: dict[str, Any], requests: int) -> TelemetryDoc:
+    """Per-run telemetry figures; a figure is present only when the engine exposed the metric."""
     samples = record.get("samples", [])
-    summary: dict[str, Any] = {
-        "source": record.get("source", ""),
-        "samples": len(samples),
-        "found": record.get("found", {}),
-    }
+    summary: TelemetryFigures = {}
     times_s = np.array([s["t_ns"] for s in samples], dtype=np.float64) / 1e9
     kv = _series(samples, "kv_usage")
     if kv is not None:
@@ -51,11 +49,12 @@ def summarize(record: dict[str, Any], requests: int) -> dict[str, Any]:
         if rate is not None:
             summary["prefix_hit_rate"] = float(np.mean(rate))
     start, end = record.get("histograms_start", {}), record.get("histograms_end", {})
+    latency = {}
     for name, histogram in end.items():
         quantiles = histogram_quantiles(histogram, start.get(name), QUANTILES)
         if quantiles is not None:
-            summary[f"engine_{name.removesuffix('_s')}_ms"] = quantiles
-    return summary
+            latency[name.removesuffix("_s")] = quantiles
+    return TelemetryDoc(record.get("source", ""), len(samples), record.get("found", {}), summary, latency)
 
 
 _NUMBER = (int, float)
@@ -102,11 +101,11 @@ def over_time(record: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray
 
 def histogram_quantiles(
     end: dict[str, Any], start: dict[str, Any] | None, quantiles: Sequence[float]
-) -> dict[str, Any] | None:
+) -> EngineLatencyDoc | None:
     """The observations made between two cumulative histogram snapshots, in ms.
 
-    `count`; `mean` from `_sum / _count` (exact); `pNN_bucket` = [lower, upper] bounds of the bucket
-    holding the quantile (upper is null past the last finite bound).
+    `count`; `mean` from `_sum / _count` (exact); `buckets[NN]` = (lower, upper) bounds of the
+    bucket holding quantile NN (upper is None past the last finite bound).
     """
     bounds = np.array([b[0] for b in end["buckets"]], dtype=np.float64)
     counts = np.array([b[1] for b in end["buckets"]], dtype=np.float64)
@@ -119,13 +118,13 @@ def histogram_quantiles(
     if total <= 0:
         return None
     mean_ms = total_s / total * 1000.0
-    result: dict[str, Any] = {"count": float(total), "mean": mean_ms if math.isfinite(mean_ms) else None}
+    buckets = {}
     for q in quantiles:
         i = min(int(np.searchsorted(counts, q * total, side="left")), len(bounds) - 1)
         lower = float(bounds[i - 1]) * 1000.0 if i > 0 else 0.0
         upper = float(bounds[i]) * 1000.0
-        result[f"p{round(q * 100):d}_bucket"] = [lower, upper if math.isfinite(upper) else None]
-    return result
+        buckets[round(q * 100)] = (lower, upper if math.isfinite(upper) else None)
+    return EngineLatencyDoc(float(total), mean_ms if math.isfinite(mean_ms) else None, buckets)
 
 
 def _series(samples: list[dict[str, Any]], name: str) -> np.ndarray | None:

@@ -11,12 +11,19 @@ candidates' own repetitions.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from replayproxy.report import contracts, noise
-from replayproxy.report.document_types import SweepDoc, VerdictDoc
+from replayproxy.report.decision_types import (
+    CandidateDoc,
+    CandidateGoodput,
+    GoodputOverNone,
+    IntervalDoc,
+    VerdictDoc,
+)
+from replayproxy.report.document_types import SweepDoc
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.runs import Run, candidates
 from replayproxy.report.stats import Interval, summarize
@@ -56,6 +63,18 @@ def _ci(i: Interval, digits: str = ".2f") -> str:
     return f"95% CI [{i.low:{digits}}, {i.high:{digits}}]"
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Who won, against whom, by what margin, and the sentence that says so."""
+
+    sentence: str
+    metric: str  # "goodput" or "ttft_p50"
+    metric_text: str  # what the "decided by:" line names
+    winner: str | None = None
+    versus: str | None = None
+    margin: IntervalDoc | GoodputOverNone | None = None
+
+
 def build(
     runs: list[Run],
     baseline: Run | None,
@@ -69,9 +88,7 @@ def build(
     """The verdict as data (`lines` is what every renderer prints first)."""
     groups = pool(runs)
     lines: list[str] = []
-    entries: list[dict[str, Any]] = []
-    for group in groups:
-        entries.append(_entry(group, slos))
+    entries = [_entry(group, slos) for group in groups]
     for entry in entries[:MAX_CANDIDATE_LINES]:
         lines.append(_entry_line(entry, slo_spec))
     if len(entries) > MAX_CANDIDATE_LINES:
@@ -84,8 +101,8 @@ def build(
         if (max_rate := sweep["max_rate_under_slo"]) is not None:
             lines.append(f"{sweep['label']}: max rate under the SLO {max_rate:.3g} req/s (sweep)")
     decision = _decide(groups, slos, resamples, seed)
-    lines.append(decision["sentence"])
-    lines.append(f"decided by: {decision['metric_text'] if not slos else 'goodput under ' + slo_spec}")
+    lines.append(decision.sentence)
+    lines.append(f"decided by: {decision.metric_text if not slos else 'goodput under ' + slo_spec}")
     warnings = _warnings(groups)
     room = VERDICT_LINES - len(lines)
     shown = warnings
@@ -96,59 +113,54 @@ def build(
     return {
         "lines": lines[:VERDICT_LINES],
         "candidates": entries,
-        "winner": decision["winner"],
-        "versus": decision["versus"],
-        "metric": decision["metric"],
-        "margin": decision["margin"],
+        "winner": decision.winner,
+        "versus": decision.versus,
+        "metric": decision.metric,
+        "margin": decision.margin,
         "noise": "measured" if groups and all(len(g) > 1 for g in groups) else "unknown",
         "warnings": [w.removeprefix("warning: ") for w in warnings],
     }
 
 
-def _entry(group: list[Run], slos: tuple[Slo, ...]) -> dict[str, Any]:
-    run = group[0]
-    entry: dict[str, Any] = {"label": run.label, "runs": len(group)}
+def _entry(group: list[Run], slos: tuple[Slo, ...]) -> CandidateDoc:
+    goodput_figures = None
     if slos:
         counts = _counts(group, slos)
         total = sum(c.total for c in counts)
         rates = [c.rate for c in counts]
-        entry.update(
-            goodput_requests_per_s=_num(noise.pooled_rate(counts)),
-            goodput_fraction=_num(sum(c.good for c in counts) / total) if total else None,
-            goodput_run_range=[_num(min(rates)), _num(max(rates))] if len(group) > 1 else None,
+        goodput_figures = CandidateGoodput(
+            requests_per_s=_num(noise.pooled_rate(counts)),
+            fraction=_num(sum(c.good for c in counts) / total) if total else None,
+            run_range=(_num(min(rates)), _num(max(rates))) if len(group) > 1 else None,
             requests=total,
         )
     ttft = [summarize(r.measures.ttft_ms).p50 for r in group]
-    entry["ttft_p50_ms"] = _num(float(np.mean(ttft)))
-    return entry
+    return CandidateDoc(group[0].label, len(group), goodput_figures, _num(float(np.mean(ttft))))
 
 
-def _entry_line(entry: dict[str, Any], slo_spec: str) -> str:
-    runs = f"{entry['runs']} run{'s' if entry['runs'] > 1 else ''}"
-    if "goodput_requests_per_s" not in entry:
-        return f"{entry['label']}: TTFT p50 {_fmt(entry['ttft_p50_ms'])} ms, {runs} (no --slo: no goodput)"
-    rate, share = entry["goodput_requests_per_s"], entry["goodput_fraction"]
+def _entry_line(entry: CandidateDoc, slo_spec: str) -> str:
+    runs = f"{entry.runs} run{'s' if entry.runs > 1 else ''}"
+    g = entry.goodput
+    if g is None:
+        return f"{entry.label}: TTFT p50 {_fmt(entry.ttft_p50_ms)} ms, {runs} (no --slo: no goodput)"
     spread = ""
-    if entry["goodput_run_range"] is not None and rate:
-        low, high = entry["goodput_run_range"]
+    if g.run_range is not None and g.requests_per_s:
+        low, high = g.run_range
         spread = f", runs {_fmt(low)}-{_fmt(high)}"
-    share_text = "-" if share is None else f"{share:.1%}"
-    return f"{entry['label']}: goodput {_fmt(rate)} req/s ({share_text} meet {slo_spec}), {runs}{spread}"
+    share = "-" if g.fraction is None else f"{g.fraction:.1%}"
+    return f"{entry.label}: goodput {_fmt(g.requests_per_s)} req/s ({share} meet {slo_spec}), {runs}{spread}"
 
 
-def _decide(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: int, seed: int) -> dict[str, Any]:
-    none: dict[str, Any] = {"winner": None, "versus": None, "margin": None}
+def _decide(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: int, seed: int) -> Decision:
     if len(groups) < 2:
         what = "no replay run" if not groups else "one candidate: nothing to compare it with"
-        return {**none, "sentence": what, "metric": "goodput" if slos else "ttft_p50", "metric_text": "-"}
+        return Decision(what, "goodput" if slos else "ttft_p50", "-")
     if slos:
         return _decide_goodput(groups, slos, resamples, seed)
     return _decide_ttft(groups, resamples, seed)
 
 
-def _decide_goodput(
-    groups: list[list[Run]], slos: tuple[Slo, ...], resamples: int, seed: int
-) -> dict[str, Any]:
+def _decide_goodput(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: int, seed: int) -> Decision:
     counts = {id(g): _counts(g, slos) for g in groups}
     ranked = sorted(groups, key=lambda g: -_finite(noise.pooled_rate(counts[id(g)])))
     best, second = ranked[0], ranked[1]
@@ -156,34 +168,34 @@ def _decide_goodput(
     ratio = noise.goodput_ratio(a, b, resamples=resamples, seed=seed)
     spreads = [_relative_spread(c) for c in (a, b)]
     runs = _runs_text(second, best)
-    base: dict[str, Any] = {"metric": "goodput", "metric_text": "goodput", "versus": second[0].label}
+    base = Decision("", "goodput", "goodput", versus=second[0].label)
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) == 0:
         sentence = (
             f"no clear difference: neither {best[0].label} nor {second[0].label} meets the SLO "
             f"for any request, {runs}"
         )
-        return {**base, "sentence": sentence, "winner": None, "margin": None}
+        return replace(base, sentence=sentence)
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) > 0:
         rate = noise.pooled_rate(b)
         sentence = (
             f"{best[0].label} wins with {rate:.3g} req/s of goodput at this SLO: {second[0].label} meets it "
             f"for no request, {runs}"
         )
-        return {**base, "sentence": sentence, "winner": best[0].label, "margin": {"goodput_over_none": rate}}
+        return replace(base, sentence=sentence, winner=best[0].label, margin={"goodput_over_none": rate})
     if noise.clear(ratio, 1.0, spreads):
         sentence = (
             f"{best[0].label} sustains {ratio.estimate:.2f}x {second[0].label}'s goodput at this SLO, "
             f"{_ci(ratio)}, {runs}"
         )
-        return {**base, "sentence": sentence, "winner": best[0].label, "margin": ratio.to_dict()}
+        return replace(base, sentence=sentence, winner=best[0].label, margin=ratio.to_dict())
     sentence = (
         f"no clear difference: {best[0].label} vs {second[0].label} goodput {ratio.estimate:.2f}x, "
         f"{_ci(ratio) if math.isfinite(ratio.low) else 'interval unknown'}, {runs}"
     )
-    return {**base, "sentence": sentence, "winner": None, "margin": ratio.to_dict()}
+    return replace(base, sentence=sentence, margin=ratio.to_dict())
 
 
-def _decide_ttft(groups: list[list[Run]], resamples: int, seed: int) -> dict[str, Any]:
+def _decide_ttft(groups: list[list[Run]], resamples: int, seed: int) -> Decision:
     values = {id(g): [r.measures.ttft_ms for r in g] for g in groups}
     medians = {id(g): float(np.mean(noise.run_quantiles(values[id(g)], 0.5))) for g in groups}
     ranked = sorted(groups, key=lambda g: _finite(medians[id(g)], high=True))
@@ -193,20 +205,21 @@ def _decide_ttft(groups: list[list[Run]], resamples: int, seed: int) -> dict[str
     )
     spreads = [noise.spread(noise.run_quantiles(values[id(g)], 0.5)) for g in (best, second)]
     runs = _runs_text(second, best)
-    base: dict[str, Any] = {
-        "metric": "ttft_p50",
-        "metric_text": "TTFT p50 (no --slo given; give one for a goodput verdict)",
-        "versus": second[0].label,
-        "margin": diff.to_dict(),
-    }
+    base = Decision(
+        "",
+        "ttft_p50",
+        "TTFT p50 (no --slo given; give one for a goodput verdict)",
+        versus=second[0].label,
+        margin=diff.to_dict(),
+    )
     if noise.clear(diff, 0.0, spreads):
         sentence = (
             f"{best[0].label} has {diff.estimate:.3g} ms lower TTFT p50 than {second[0].label}, "
             f"{_ci(diff, '.3g')} ms, {runs}"
         )
-        return {**base, "sentence": sentence, "winner": best[0].label}
+        return replace(base, sentence=sentence, winner=best[0].label)
     sentence = f"no clear difference in TTFT p50: {best[0].label} vs {second[0].label}, {runs}"
-    return {**base, "sentence": sentence, "winner": None}
+    return replace(base, sentence=sentence)
 
 
 def _relative_spread(counts: list[noise.RunCount]) -> float | None:

@@ -40,11 +40,7 @@ def test_think_time_error_and_session_time() -> None:
 
 def test_a_turn_sent_before_the_previous_one_ended_is_an_overlap() -> None:
     doc = session_doc(columns([0, 50, 20, 400], [100, 200, 50, 100], [-1, 40, -1, 50]))
-    assert (
-        doc is not None
-        and doc["overlapping_turns"] == 1
-        and doc["think_ms"]["max"] == 150
-    )
+    assert doc is not None and doc["overlapping_turns"] == 1 and doc["think_ms"]["max"] == 150
 
 
 def test_no_multi_turn_session_means_no_section() -> None:

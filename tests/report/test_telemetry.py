@@ -18,21 +18,23 @@ def test_histogram_quantiles_are_buckets_and_the_mean_is_sum_over_count() -> Non
     q = histogram_quantiles(HIST, None, (0.5, 0.9, 0.95))
     assert q is not None
     # p50: rank 5 falls in (0.1, 1.0] holding observations 5..9; no value inside it is made up.
-    assert q["p50_bucket"] == [100.0, 1000.0]
-    assert q["p90_bucket"] == [100.0, 1000.0]
-    assert q["p95_bucket"] == [1000.0, None]  # in +Inf: only the lower bound is known
-    assert "p50" not in q
-    assert q["count"] == 10.0
-    assert q["mean"] == pytest.approx(350.0)  # 3.5 s over 10 observations, exact
+    assert q.buckets[50] == (100.0, 1000.0)
+    assert q.buckets[90] == (100.0, 1000.0)
+    assert q.buckets[95] == (1000.0, None)  # in +Inf: only the lower bound is known
+    assert set(q.buckets) == {50, 90, 95}
+    assert q.count == 10.0
+    assert q.mean == pytest.approx(350.0)  # 3.5 s over 10 observations, exact
+    published = q.to_json()
+    assert published["p50_bucket"] == [100.0, 1000.0] and "p50" not in published
 
 
 def test_histogram_quantiles_use_only_the_runs_observations() -> None:
     start = {"buckets": [[0.1, 4.0], [1.0, 4.0], [float("inf"), 4.0]], "count": 4.0, "sum": 0.2}
     q = histogram_quantiles(HIST, start, (0.5,))
-    assert q is not None and q["count"] == 6.0
+    assert q is not None and q.count == 6.0
     # 6 new observations: 5 in (0.1, 1.0], 1 in +Inf, 3.3 s between them.
-    assert q["p50_bucket"] == [100.0, 1000.0]
-    assert q["mean"] == pytest.approx(3300.0 / 6)
+    assert q.buckets[50] == (100.0, 1000.0)
+    assert q.mean == pytest.approx(3300.0 / 6)
     assert histogram_quantiles(HIST, HIST, (0.5,)) is None
 
 
@@ -64,14 +66,14 @@ def test_summary_of_gauges_counters_and_waiting_time() -> None:
         },
     ]
     record = {"source": "u", "samples": samples, "histograms_start": {}, "histograms_end": {"ttft_s": HIST}}
-    summary = summarize(record, requests=200)
+    summary = summarize(record, requests=200).figures
     assert summary["kv_usage_peak"] == 0.9
     assert summary["kv_usage_mean"] == pytest.approx(0.5)
     assert summary["waiting_time_share"] == pytest.approx(2 / 3)  # waiting from t=1 s to t=3 s of 3 s
     assert summary["preemptions"] == 3.0
     assert summary["preemptions_per_1k_requests"] == pytest.approx(15.0)
     assert summary["prefix_hit_rate"] == pytest.approx(100 / 400)
-    assert summary["engine_ttft_ms"]["p50_bucket"] == [100.0, 1000.0]
+    assert summarize(record, requests=200).engine_latency_ms["ttft"].buckets[50] == (100.0, 1000.0)
     times, values = over_time(record, "kv_usage") or ((), ())
     assert list(times) == [0.0, 1.0, 3.0] and list(values) == [0.2, 0.9, 0.4]
 
@@ -82,7 +84,7 @@ def test_counter_reset_and_missing_metrics() -> None:
         {"t_ns": 1, "preemptions": 2.0},
         {"t_ns": 2, "preemptions": 5.0},
     ]
-    summary = summarize({"samples": samples}, requests=0)
+    summary = summarize({"samples": samples}, requests=0).figures
     assert summary["preemptions"] == 5.0  # restart to 2, then +3
     assert summary["preemptions_per_1k_requests"] is None
     assert "kv_usage_peak" not in summary and "prefix_hit_rate" not in summary
