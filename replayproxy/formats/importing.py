@@ -307,4 +307,16 @@ def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Ca
         hash_scheme=IMPORT_HASH_SCHEME,
         extra={"skipped_lines": imported.bad.count, **imported.extra},
     )
-    return write_columns(path, header, columns, n, wall_ns=wall_ns)
+    return write_columns(path, header, columns, n, wall_ns=wall_ns, frame_records=_frame_records(imported))
+
+
+FRAME_HASHES = 1 << 21  # about this many prefix hashes (16 MiB) per written frame
+
+
+def _frame_records(imported: Imported) -> int:
+    """Requests per frame: 65,536, fewer when prompts hold thousands of blocks, so that one frame's
+    hashes, read back from the temporary file and encoded, stay a few MiB."""
+    if imported.hashes is None or not len(imported):
+        return 1 << 16
+    per_request = max(int(imported.hashes.counts().sum()) / len(imported), 1.0)
+    return int(min(max(FRAME_HASHES / per_request, 1024), 1 << 16))

@@ -36,7 +36,8 @@ OUTPUT_EVENTS = frozenset({"text", "reasoning", "tool_call"})
 
 
 _PARTS = ("sent", "run", "round", "session", "total", "cached", "outputs")
-CHAIN_ROWS = 1 << 16  # rounds whose block ids are built and chained at a time
+CHAIN_IDS = 1 << 20  # block ids built and chained at a time (agent prompts run to thousands of blocks)
+CHAIN_ROWS = 1 << 16  # and at most this many rounds
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
@@ -143,27 +144,31 @@ def _chain_rounds(
     latest round is kept as a few (first id, count) runs, not as its ids."""
     latest: dict[int, tuple[list[tuple[int, int]], int]] = {}  # session -> (runs, ids in them)
     fresh = 0
-    for lo in range(0, len(sessions), CHAIN_ROWS):
-        rows = slice(lo, lo + CHAIN_ROWS)
-        firsts: list[int] = []
-        lengths: list[int] = []
-        counts: list[int] = []
-        for session, total, cache in zip(
-            sessions[rows].tolist(), totals[rows].tolist(), cached[rows].tolist(), strict=True
-        ):
-            full = total // block
-            before, known = latest.get(session, ([], 0))
-            reuse = min(cache // block, known, full)
-            runs = _first_ids(before, reuse)
-            if full > reuse:
-                runs.append((fresh, full - reuse))
-                fresh += full - reuse
-            latest[session] = (runs, full)
-            firsts += [first for first, _ in runs]
-            lengths += [n for _, n in runs]
-            counts.append(full)
-        ids = _expand(np.array(firsts, np.int64), np.array(lengths, np.int64))
-        hashes.add(ids, np.array(counts, np.int64), totals[rows])
+    firsts: list[int] = []
+    lengths: list[int] = []
+    counts: list[int] = []
+    done = 0  # rounds chained so far
+    pending = 0  # ids of the rounds not chained yet
+    for i, (session, total, cache) in enumerate(
+        zip(sessions.tolist(), totals.tolist(), cached.tolist(), strict=True)
+    ):
+        full = total // block
+        before, known = latest.get(session, ([], 0))
+        reuse = min(cache // block, known, full)
+        runs = _first_ids(before, reuse)
+        if full > reuse:
+            runs.append((fresh, full - reuse))
+            fresh += full - reuse
+        latest[session] = (runs, full)
+        firsts += [first for first, _ in runs]
+        lengths += [n for _, n in runs]
+        counts.append(full)
+        pending += full
+        if pending >= CHAIN_IDS or len(counts) >= CHAIN_ROWS or i == len(sessions) - 1:
+            ids = _expand(np.array(firsts, np.int64), np.array(lengths, np.int64))
+            hashes.add(ids, np.array(counts, np.int64), totals[done : i + 1])
+            done = i + 1
+            firsts, lengths, counts, pending = [], [], [], 0
 
 
 def _first_ids(runs: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
