@@ -12,7 +12,9 @@ tool wait or the human — is the session's think time), and its prefix keeps th
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
             "session": sessions,
             "turn": turns_of(sessions),
             "e2e_ns": np.where(np.isnan(run), -1, np.rint(np.nan_to_num(run) * 1e9)).astype(np.int64),
-            "model": options.model or [models[i] for i in order.tolist()],
+            "model": options.model or np.array(models, dtype=object)[order],
         },
     )
 
@@ -149,9 +151,7 @@ def _chain_rounds(
     counts: list[int] = []
     done = 0  # rounds chained so far
     pending = 0  # ids of the rounds not chained yet
-    for i, (session, total, cache) in enumerate(
-        zip(sessions.tolist(), totals.tolist(), cached.tolist(), strict=True)
-    ):
+    for i, session, total, cache in _rounds(sessions, totals, cached):
         full = total // block
         before, known = latest.get(session, ([], 0))
         reuse = min(cache // block, known, full)
@@ -169,6 +169,17 @@ def _chain_rounds(
             hashes.add(ids, np.array(counts, np.int64), totals[done : i + 1])
             done = i + 1
             firsts, lengths, counts, pending = [], [], [], 0
+
+
+def _rounds(
+    sessions: np.ndarray, totals: np.ndarray, cached: np.ndarray
+) -> Iterator[tuple[int, int, int, int]]:
+    """(row, session, input tokens, cached tokens), as Python numbers a slice of rows at a time."""
+    for lo in range(0, len(sessions), CHAIN_ROWS):
+        part = slice(lo, lo + CHAIN_ROWS)
+        yield from zip(
+            itertools.count(lo), sessions[part].tolist(), totals[part].tolist(), cached[part].tolist()
+        )
 
 
 def _first_ids(runs: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
