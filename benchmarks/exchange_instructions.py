@@ -2,7 +2,7 @@
 
 The exchange state machine is sans-I/O, so its Python work can be counted apart from the kernel,
 uvloop and the machine's noise: this script drives a `ClientSide` and its `Exchange` over scripted
-links (no socket, no loop, no recorder thread) and counts, under `valgrind --tool=callgrind`, only
+links (no socket, no loop, no recorder process) and counts, under `valgrind --tool=callgrind`, only
 the instructions of one phase, run for N exchanges through `filter()` (callgrind's
 `--toggle-collect=filter_next`). The phases on the TTFT path are the request (head and body in one
 read) and the response head with the first chunk in one read; then 31 chunks one per read (the
@@ -10,8 +10,14 @@ paced shape of overhead_budget.py), the same 31 in one read (the burst shape), a
 Counts repeat to within a percent whatever else runs, so they tell small changes apart where
 proxy_overhead.py's wall-clock figures on a shared machine cannot.
 
+`--handoff` counts, per capture of the same recorded exchanges, recording's work after the
+exchange ends, by the process it runs in: packing captures for the pipe to the recorder process
+(the forwarding process's share), and in the recorder process unpacking them, then building the
+shapes and writing them to a trace (which a recorder thread did inside the forwarding process).
+
     python benchmarks/exchange_instructions.py                 # off, recording, recording without injection
     python benchmarks/exchange_instructions.py --modes rec --phases request,head
+    python benchmarks/exchange_instructions.py --handoff       # recording's work per capture, by process
 """
 
 from __future__ import annotations
@@ -117,7 +123,8 @@ class _Exchange:
             record=False,
             inject_usage=mode == "rec",
         )
-        forwarder = Forwarder(settings, HotCounters(), _Keep() if mode != "off" else None)
+        self.observer = _Keep()
+        forwarder = Forwarder(settings, HotCounters(), self.observer if mode != "off" else None)
         self.pool = _Pool()
         forwarder.pool = self.pool  # type: ignore[assignment]
         self.client = _Link()
@@ -165,10 +172,62 @@ def _play(mode: str, phase: str, count: int) -> None:
         sys.exit("exchange_instructions: a stream did not end")
 
 
+HANDOFF = {
+    "pack": "forwarding process: pack for the pipe",
+    "unpack": "recorder process: unpack",
+    "record": "recorder process: shape + write",
+}
+
+
+def _handoff(step: str, count: int) -> None:
+    """Record `count` exchanges, then run one step of recording's work on their captures through
+    filter() (counted); the steps before it run uncounted, as they would have."""
+    from replayproxy.clock import Anchor
+    from replayproxy.proxy import record_wire as wire
+    from replayproxy.proxy.prompt import PromptHasher
+    from replayproxy.proxy.record_core import TraceRecorder
+    from replayproxy.proxy.record_tally import Tally
+
+    exchanges = [_Exchange("rec") for _ in range(count)]
+    for name in ("request", "head", "paced", "end"):
+        for ex in exchanges:
+            getattr(ex, name)()
+    captures = [c for ex in exchanges for c in ex.observer.captures]
+    gc.disable()
+    packer = wire.packer()
+    batches = [captures[i : i + 4] for i in range(0, len(captures), 4)]  # 200 req/s, a batch per 20 ms
+    pack = lambda batch: packer.pack([wire.CAPTURES, list(map(wire.capture_record, batch))])  # noqa: E731
+    if step == "pack":
+        list(filter(lambda batch: not pack(batch), batches))
+        return
+    packed = [pack(batch) for batch in batches]
+    reader = wire.unpacker()
+    unpacked: list[list[Capture]] = []
+
+    def unpack(data: bytes) -> bool:
+        reader.feed(data)
+        unpacked.extend([list(map(wire.capture_from, payload)) for _, payload in reader])
+        return False
+
+    if step == "unpack":
+        list(filter(unpack, packed))
+    else:
+        list(map(unpack, packed))
+    if step == "record":
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = ProxySettings(upstream="http://engine:8000", trace_dir=Path(tmp))
+            recorder = TraceRecorder(settings, PromptHasher(b"k" * 32), Anchor.take(), Tally())
+            list(filter(lambda batch: recorder.record(batch), unpacked))  # type: ignore[func-returns-value]
+            recorder.close()
+            if recorder.tally.written != len(captures):
+                sys.exit(f"exchange_instructions: {recorder.tally.written} of {len(captures)} written")
+
+
 def _count(mode: str, phase: str, count: int, work: Path) -> float:
     out = work / f"{mode}-{phase}.out"
+    play = ["--play-handoff", phase] if mode == "handoff" else ["--play", mode, phase]
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=filter_next", f"--callgrind-out-file={out}",
-            sys.executable, __file__, "--play", mode, phase, "--count", str(count)]  # fmt: skip
+            sys.executable, __file__, *play, "--count", str(count)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"exchange_instructions: {mode} {phase} failed:\n{done.stderr[-2000:]}")
@@ -183,10 +242,15 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated: " + ", ".join(PHASES))
     parser.add_argument("--count", type=int, default=300, help="exchanges per count")
+    parser.add_argument("--handoff", action="store_true", help="recording's work per capture, by process")
     parser.add_argument("--play", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
+    parser.add_argument("--play-handoff", metavar="STEP", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.play:
         _play(args.play[0], args.play[1], args.count)
+        return
+    if args.play_handoff:
+        _handoff(args.play_handoff, args.count)
         return
     modes, phases = args.modes.split(","), args.phases.split(",")
     unknown = [m for m in modes if m not in MODES] + [p for p in phases if p not in PHASES]
@@ -194,6 +258,12 @@ def main() -> None:
         sys.exit(f"exchange_instructions: unknown mode or phase {unknown[0]!r}")
     if shutil.which("valgrind") is None:
         sys.exit("exchange_instructions: valgrind is not installed")
+    if args.handoff:
+        print(f"recording's work per capture after the exchange ({args.count} recorded 32-chunk streams)")
+        with tempfile.TemporaryDirectory() as tmp:
+            for step, label in HANDOFF.items():
+                print(f"  {label:42}{_count('handoff', step, args.count, Path(tmp)) / 1e3:>9,.1f}k")
+        return
     print(f"instructions per exchange ({args.count} exchanges per count; paced and burst: 31 chunks)")
     print(f"  {'':32}" + "".join(f"{p:>10}" for p in phases))
     with tempfile.TemporaryDirectory() as tmp:

@@ -116,7 +116,7 @@ def report_budget(
     with ExitStack() as stack:
         ports = {name: stack.enter_context(start_path(name)) for name in PATHS}
         for shape in SHAPES:
-            for port, _ in ports.values():  # warm-up: connections, caches, the recorder thread
+            for port, _ in ports.values():  # warm-up: connections, caches, the recorder process
                 _run_aio_load(port, rate, 1.0, shape, 1)
         for round_ in range(rounds):
             for shape in SHAPES:

@@ -215,8 +215,9 @@ async def _load(host: str, port: int, rate: float, duration_s: float) -> dict[st
 
 class _KeepOnly:
     """An observer that takes every exchange and does nothing with it: the forwarding path keeps
-    each read and its time, hands the capture over, and a thread polling like the recorder's drops
-    it. What this costs, any recorder that times every chunk in this process costs at least."""
+    each read and its time, hands the capture over, and a thread polling every 20 ms (as often as
+    the recorder's pipe timer runs) drops it. What this costs, any recorder that times every chunk
+    costs the forwarding process at least."""
 
     def __init__(self) -> None:
         self.captures: deque[Capture] = deque()
@@ -231,7 +232,7 @@ class _KeepOnly:
     def _drop(self) -> None:
         while True:
             self.captures.clear()
-            time.sleep(0.02)  # the recorder's poll
+            time.sleep(0.02)  # the recorder's pipe timer
 
 
 def _serve_keep_only(port: int, upstream: int) -> int:
@@ -260,7 +261,8 @@ def _pct(values: list[int], q: float) -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children (nginx's worker is a child)."""
+    """CPU seconds (user + system) of a process and its children (nginx's worker, replayproxy's
+    recorder process)."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):

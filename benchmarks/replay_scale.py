@@ -3,20 +3,23 @@
     python benchmarks/replay_scale.py [--conversation ../shared/data/traces/conversation_trace.jsonl]
         [--speeds 1,10] [--run-seconds 120] [--million 1000000] [--million-rate 500]
         [--million-workers 2] [--million-seconds 60] [--lag-rate 500] [--lag-seconds 10]
-        [--rate-requests 20000] [--skip conversation,million,lag,rate]
+        [--rate-requests 20000] [--skip conversation,sessions,million,lag,rate]
 
 Every replay is a real `replayproxy replay` process (flavor vllm: token-id completions) against a
 fast local SSE server (benchmarks/replay_fidelity.py's), interrupted with Ctrl-C after
-`--run-seconds` when the trace is longer, so the whole trace is planned but only its start is
-sent. For each it prints the time from launch to the first measured request, the peak RSS of the
-replayer's process tree (sender, preparer, workers; sampled every 20 ms), the schedule lag and
-the requests whose body was late. Cases: the Mooncake conversation trace at each `--speeds`
-value, streamed and prepared up front; a synthetic trace of `--million` requests (1k-token
-prompts, shared 512-token system prompts) with `--million-workers` workers, streamed only (up
-front it would need the whole trace's bodies in memory, estimated from the per-request size); the
-schedule lag at `--lag-rate` req/s on one pinned core with 1k-token prompts, streamed vs up front;
-and the preparation rate per core (CPU time) for 1k-token chat and token-id completion prompts,
-approximate and exact (a locally trained BPE tokenizer).
+`--run-seconds` when the trace is longer, so the whole trace is planned but only its start is sent. For
+each it prints the time from launch to the first measured request, the peak RSS of the replayer's
+process tree (sender, preparer, workers; sampled every 20 ms), the schedule lag and the requests
+whose body was late. Cases: the Mooncake conversation trace at each `--speeds` value, streamed and
+prepared up front; the same trace replayed closed loop (`--sessions closed`), its conversations
+linked as Mooncake's hash ids show them (a request whose blocks continue all the whole blocks of an
+earlier one is that one's next turn), with the turns that overlapped the turn before them and the
+think-time error beside the figures above; a synthetic trace of `--million` requests (1k-token
+prompts, shared 512-token system prompts) with `--million-workers` workers, streamed only (up front
+it would need the whole trace's bodies in memory, estimated from the per-request size); the schedule
+lag at `--lag-rate` req/s on one pinned core with 1k-token prompts, streamed vs up front; and the
+preparation rate per core (CPU time) for 1k-token chat and token-id completion prompts, approximate
+and exact (a locally trained BPE tokenizer).
 """
 
 from __future__ import annotations
@@ -90,6 +93,54 @@ def conversation_trace(source: Path, work: Path) -> Path:
         }
         trace.write_columns(out, cols.headers[0], columns, len(cols), wall_ns=clock.wall_ns)
     return out
+
+
+def with_sessions(path: Path, work: Path) -> Path:
+    """`path` with session links: a request whose prefix blocks continue every whole block of an
+    earlier request (hash chains: equal hashes at a position mean equal prefixes) is a later turn of
+    that request's conversation; its think time is left to the replayer (the recorded gap)."""
+    out = work / f"{path.stem}-sessions.rpt"
+    if out.exists():
+        return out
+    cols = trace.load(path)
+    block = plan.block_tokens(cols)
+    owner: dict[int, int] = {}  # chained hash of a request's last whole block -> that request
+    session = np.zeros(len(cols), np.uint64)
+    turn = np.zeros(len(cols), np.int64)
+    for row in range(len(cols)):
+        hashes = cols.prefix_hashes[cols.prefix_index[row] : cols.prefix_index[row + 1]].tolist()
+        previous = next((owner[h] for h in reversed(hashes) if h in owner), None)
+        if previous is not None:
+            session[row] = session[previous] or np.uint64(previous + 1)
+            session[previous] = session[row]
+            turn[row] = turn[previous] + 1
+        whole = int(cols.input_tokens[row]) // block
+        if whole >= 2 and whole <= len(hashes):
+            owner[hashes[whole - 1]] = row
+    columns = {
+        **cols.scalar,
+        "session": session,
+        "turn": turn,
+        "think_ns": np.full(len(cols), -1, np.int64),
+        "prefix_hashes": (cols.prefix_hashes, np.diff(cols.prefix_index)),
+        "chunk_gaps_us": (cols.chunk_gaps_us, np.diff(cols.chunk_index)),
+    }
+    trace.write_columns(out, cols.headers[0], columns, len(cols), wall_ns=clock.wall_ns)
+    return out
+
+
+def session_fidelity(out: Path) -> dict[str, float]:
+    """Later turns, those sent before the turn they continue ended, and the think-time error (ms)."""
+    result = load_results([out])[0]
+    index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+    after, think = result.column("after"), result.column("think_ns")
+    end_of = dict(zip(index.tolist(), (sent + e2e).tolist(), strict=True))
+    later = (after >= 0) & (sent >= 0) & np.isin(after, index)
+    ends = np.array([end_of[a] for a in after[later].tolist()], np.int64)
+    error = np.abs(sent[later] - ends - think[later]) / 1e6
+    p50, p99 = np.percentile(error, [50, 99]) if len(error) else (np.nan, np.nan)
+    return {"later": int(later.sum()), "overlapping": int((sent[later] < ends).sum()), "think_p50": p50,
+            "think_p99": p99}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- measuring one replay
@@ -237,6 +288,28 @@ def conversation_case(args: argparse.Namespace, work: Path) -> None:
             print(line(f"  --speed {speed:g} --prepare {mode}", measured))
 
 
+def sessions_case(args: argparse.Namespace, work: Path) -> None:
+    """The conversation trace closed loop: each later turn due at the previous turn's end plus the
+    recorded gap, its body streamed (or prepared up front) like an open-loop run's."""
+    if not args.conversation.exists():
+        print(f"conversation trace: {args.conversation} not found, skipped")
+        return
+    path = with_sessions(conversation_trace(args.conversation, work), work)
+    cols = trace.load(path)
+    print(f"conversation trace closed loop: {int((cols.turn > 0).sum())} of {len(cols)} requests are later "
+          f"turns of {len(np.unique(cols.session[cols.session != 0]))} conversations")  # fmt: skip
+    for speed in args.speeds:
+        for mode in ("stream", "upfront"):
+            out = work / f"sessions-{speed}-{mode}.rpr"
+            with Server(work, args.server_cpu) as server:
+                measured = replay(path, server.url, out, args.run_seconds, "--speed", f"{speed:g}",
+                                  "--prepare", mode, "--sessions", "closed")  # fmt: skip
+            turns = session_fidelity(out)
+            print(line(f"  closed --speed {speed:g} --prepare {mode}", measured))
+            print(f"    later turns {turns['later']}, overlapping {turns['overlapping']}, think error ms "
+                  f"p50 {turns['think_p50']:.3f} p99 {turns['think_p99']:.3f}")  # fmt: skip
+
+
 def million_case(args: argparse.Namespace, work: Path) -> None:
     """Interrupted with --workers, a run leaves no result file: the first request and the count
     come from the server's log (text completions, so no token-id probe precedes the run)."""
@@ -316,7 +389,9 @@ def main() -> None:
     parser.add_argument("--rate-requests", type=int, default=20_000)
     parser.add_argument("--client-cpu", type=int, default=0)
     parser.add_argument("--server-cpu", type=int, default=1)
-    parser.add_argument("--skip", default="", help="cases to leave out: conversation,million,lag,rate")
+    parser.add_argument(
+        "--skip", default="", help="cases to leave out: conversation,sessions,million,lag,rate"
+    )
     parser.add_argument("--work", type=Path, help="keep generated traces here (default: a temporary folder)")
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:
@@ -326,7 +401,7 @@ def main() -> None:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name, case in (("rate", rate_case), ("lag", lag_case), ("conversation", conversation_case),
-                           ("million", million_case)):  # fmt: skip
+                           ("sessions", sessions_case), ("million", million_case)):  # fmt: skip
             if name not in skip:
                 case(args, work)
 

@@ -134,7 +134,8 @@ class Exchange:
 
     __slots__ = (
         "ctx", "client", "send", "state", "deadline", "read_tick", "end_tick",
-        "target", "headers", "method", "version", "client_keep_alive", "upgrade", "trailers", "endpoint",
+        "target", "headers", "fields", "method", "version", "client_keep_alive", "upgrade", "trailers",
+        "endpoint",
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
         "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
         "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
@@ -151,6 +152,7 @@ class Exchange:
         self.end_tick = ctx.tick + ctx.limits.total_ticks if ctx.limits.total_ticks else -1
         self.target = b""
         self.headers: http1.Headers = []
+        self.fields: dict[bytes, bytes] = {}  # http1.field_values(headers), once the head is complete
         self.method = b""
         self.version = b"1.1"
         self.client_keep_alive = True
@@ -224,13 +226,14 @@ class Exchange:
         path = self.target.partition(b"?")[0]
         self.target = heads.rebase(self.target, self.ctx.upstream.prefix)  # may refuse it: nothing done yet
         self.endpoint = endpoint_of(method, path)
-        length = http1.header_value(self.headers, b"content-length")
+        fields = self.fields = http1.field_values(self.headers)
+        length = fields.get(b"content-length")
         self.req_length = int(length) if length is not None else None
-        self.req_chunked = http1.is_chunked(self.headers)
+        self.req_chunked = http1.is_chunked(fields)
         self.upgrade = upgrade and not self.req_chunked and not self.req_length and self.version == b"1.1"
-        te = http1.header_value(self.headers, b"te")
+        te = fields.get(b"te")
         self.trailers = te is not None and b"trailers" in te.lower()
-        expect = http1.header_value(self.headers, b"expect")
+        expect = fields.get(b"expect")
         if expect is not None and expect.lower() == b"100-continue" and self.version == b"1.1":
             self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # like nginx: answer it here, drop Expect
         if self.ctx.observer_wants(self.endpoint):
@@ -256,6 +259,7 @@ class Exchange:
             self.method,
             self.target,
             self.headers,
+            self.fields,
             ctx.upstream,
             length=length,
             chunked=self.req_chunked and length is None,
@@ -463,12 +467,13 @@ class Exchange:
         self.reusable = keep_alive
         headers = self.resp_headers
         framing: http1.Headers = []
-        length = http1.header_value(headers, b"content-length")
+        fields = http1.field_values(headers)
+        length = fields.get(b"content-length")
         no_body = http1.status_has_no_body(status, self.method)
         cap = self.cap
-        event_stream = cap is not None and heads.is_event_stream(headers)  # only observers need it
+        event_stream = cap is not None and heads.is_event_stream(fields)  # only observers need it
         stripping = cap is not None and cap.injected_usage and event_stream
-        chunked_in = http1.is_chunked(headers)
+        chunked_in = http1.is_chunked(fields)
         if length is not None and not chunked_in and not stripping:
             framing.append((b"Content-Length", length))
         elif not no_body and self.version == b"1.1" and (chunked_in or length is not None):
@@ -479,7 +484,8 @@ class Exchange:
         if not self.client_keep_alive or self.ctx.draining or not self.request_done:
             self.close_after = True
         connection = b"close" if self.close_after else b"keep-alive" if self.version == b"1.0" else b""
-        self.out.append(heads.response_head(self.version, status, self.reason, headers, framing, connection))
+        head = heads.response_head(self.version, status, self.reason, headers, fields, framing, connection)
+        self.out.append(head)
         self._to(State.STREAMING)
         if self.upgrade:
             self.client.upgrade_answered(self, switched=False)
@@ -547,8 +553,8 @@ class Exchange:
 
     def _close_delimited(self) -> bool:
         """The upstream body has no length and no chunking: its end is the connection's close."""
-        headers = self.resp_headers
-        return http1.header_value(headers, b"content-length") is None and not http1.is_chunked(headers)
+        fields = http1.field_values(self.resp_headers)  # rare (the upstream closed mid-body): not kept
+        return b"content-length" not in fields and not http1.is_chunked(fields)
 
     def _drop_upstream(self) -> None:
         """Abort the upstream connection, or stop waiting for one."""

@@ -1,4 +1,4 @@
-"""From a capture to a `RequestShape`: runs on the recorder thread, never on the forwarding path.
+"""From a capture to a `RequestShape`: runs in the recorder process, never on the forwarding path.
 
 Token counts come from the upstream's `usage`; without it, a stream's content chunks are counted
 and the count is marked estimated. Timings are the proxy's own view: TTFT is request arrival to

@@ -72,6 +72,7 @@ def request_head(
     method: bytes,
     target: bytes,
     headers: http1.Headers,
+    values: dict[bytes, bytes],
     upstream: Upstream,
     *,
     length: int | None,
@@ -79,9 +80,10 @@ def request_head(
     upgrade: bool,
     forwarded: http1.Headers,
 ) -> bytes:
-    """The head sent upstream: end-to-end fields as received, the proxy's framing and hop fields."""
+    """The head sent upstream: end-to-end fields as received, the proxy's framing and hop fields;
+    `values` is http1.field_values(headers)."""
     extra = forwarded
-    if http1.header_value(headers, b"host") is None:
+    if b"host" not in values:
         extra.append((b"Host", upstream.host))
     framing: http1.Headers = []
     if length is not None:
@@ -90,9 +92,9 @@ def request_head(
         framing.append((b"Transfer-Encoding", b"chunked"))
     if upgrade:  # offered upstream only for a request with no body: the 101 decides (RFC 9110 §7.8)
         extra.append((b"Connection", b"upgrade"))
-        extra.append((b"Upgrade", http1.header_value(headers, b"upgrade") or b""))
+        extra.append((b"Upgrade", values.get(b"upgrade", b"")))
     start = b"%b %b HTTP/1.1" % (method, target)
-    return http1.serialize(start, http1.end_to_end(headers, framing, _DROP_REQUEST), extra)
+    return http1.serialize(start, http1.end_to_end(headers, framing, _DROP_REQUEST, values), extra)
 
 
 def response_head(
@@ -100,13 +102,14 @@ def response_head(
     status: int,
     reason: bytes,
     headers: http1.Headers,
+    values: dict[bytes, bytes],
     framing: http1.Headers,
     connection: bytes,
 ) -> bytes:
     """The head sent to the client; `connection` is b"close", b"keep-alive" (HTTP/1.0) or b""."""
     extra = [(b"Connection", connection)] if connection else []
     start = b"HTTP/%b %d %b" % (version, status, reason)
-    return http1.serialize(start, http1.end_to_end(headers, framing), extra)
+    return http1.serialize(start, http1.end_to_end(headers, framing, values=values), extra)
 
 
 def switching_head(version: bytes, reason: bytes, headers: http1.Headers) -> bytes:
@@ -114,9 +117,8 @@ def switching_head(version: bytes, reason: bytes, headers: http1.Headers) -> byt
     return http1.serialize(b"HTTP/%b 101 %b" % (version, reason), headers)
 
 
-def is_event_stream(headers: http1.Headers) -> bool:
-    content_type = http1.header_value(headers, b"content-type") or b""
-    return content_type.lower().startswith(b"text/event-stream")
+def is_event_stream(values: dict[bytes, bytes]) -> bool:
+    return values.get(b"content-type", b"").lower().startswith(b"text/event-stream")
 
 
 def trailer_block(trailers: http1.Headers) -> bytes:

@@ -1,6 +1,6 @@
 """Turn links: which earlier reply a chat request continues, by keyed hashes, and its think time.
 
-On the recorder thread each chat request's conversation is hashed message by message (a keyed
+In the recorder process each chat request's conversation is hashed message by message (a keyed
 chain, like the prefix hashes). After its response ended, the conversation plus the reply the proxy
 forwarded gives its `chat_id`; a later request whose messages up to its last assistant message hash
 to that value (`parent_id`) continues it, as Bailian's `parent_chat_id` links turns. Because the
@@ -188,7 +188,7 @@ class Link(NamedTuple):
 class SessionLinker:
     """Recent chat ids and the turns they ended, bounded by count (oldest forgotten first).
 
-    Runs on the recorder thread only. Records come in the order responses end, and a continuation
+    Runs in the recorder process only. Records come in the order responses end, and a continuation
     arrives after its parent's reply ended, so a parent is always linked before its children."""
 
     def __init__(self, key: bytes, capacity: int = 1 << 16) -> None:

@@ -2,11 +2,11 @@
 
 Labels are closed vocabularies only (endpoint class, status class, error class, reason): no
 label can carry a path, a model name, a header value or any other user data. Figures updated
-per request are plain numbers, each written by one thread and read at scrape time: counters on
-the event loop (forwarding pays no locks) and the production latencies and token counts of
-recorded requests on the recorder thread (a prometheus-client `observe` takes a lock and several
-calls per value: the five updates per request measured 28k instructions, against ~3k for these).
-The rare rest goes through prometheus-client.
+per request are plain numbers, written on the event loop and read at scrape time: counters of
+forwarding (no locks) and the production latencies and token counts of recorded requests, which
+the recorder process adds up and reports in batches (a prometheus-client `observe` takes a lock and
+several calls per value: the five updates per request measured 28k instructions, against ~3k for
+these). The rare rest goes through prometheus-client.
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         ("field",),
     ),
     ("replayproxy_trace_bytes_written_total", "counter", "Bytes written to trace files", ()),
-    ("replayproxy_writer_queue_depth", "gauge", "Captured requests waiting for the recorder thread", ()),
+    (
+        "replayproxy_writer_queue_depth",
+        "gauge",
+        "Captured requests waiting for the recorder process (queued, or in its pipe)",
+        (),
+    ),
     (
         "replayproxy_recorder_errors_total",
         "counter",
@@ -102,7 +107,7 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 METRIC_NAMES = tuple(name for name, _, _, _ in METRICS)
 REFUSE_REASONS = ("limit", "fd_exhausted")
-DROP_REASONS = ("queue_full", "writer_error", "shape_error")
+DROP_REASONS = ("queue_full", "writer_error", "shape_error", "recorder_exited")
 RECORDER_ERROR_KINDS = ("disk_full", "permission", "io", "crash", "observer")
 
 # Buckets for LLM serving: TTFT spans 10 ms (cached, idle) to a minute (queued long prompts);
@@ -245,7 +250,7 @@ class ProxyMetrics:
         self.hot = HotCounters()
         self.registry.register(_HotCollector(self.hot))
         reg = self.registry
-        self.recorded: dict[str, EndpointFigures] = {}  # by endpoint class; the recorder thread adds
+        self.recorded: dict[str, EndpointFigures] = {}  # by endpoint class, as the recorder process reports
         reg.register(_RecordedCollector(self.recorded))
         self.records_written = Counter(*_args("replayproxy_records_written_total"), registry=reg)
         self.records_dropped = Counter(*_args("replayproxy_records_dropped_total"), registry=reg)

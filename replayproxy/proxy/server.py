@@ -13,7 +13,6 @@ import logging
 import resource
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -32,9 +31,6 @@ from replayproxy.proxy.settings import ProxySettings, parse_hostport
 from replayproxy.tasks import spawn
 
 _log = logging.getLogger("replayproxy.proxy")
-# The recorder thread holds the GIL while it builds shapes; a 1 ms switch interval (default 5 ms)
-# bounds how long the forwarding loop can wait for it.
-SWITCH_INTERVAL_S = 0.001
 
 
 class ProxyServer:
@@ -142,7 +138,7 @@ class ProxyServer:
             self._ticker.cancel()
         forwarder.pool.close_idle()
         if self.recorder is not None:
-            await asyncio.to_thread(self.recorder.close)
+            await self.recorder.close()
         if self._admin is not None:
             await self._admin.cleanup()
 
@@ -215,7 +211,6 @@ async def _serve(settings: ProxySettings, observer: Observer | None) -> int:
 def run(settings: ProxySettings, observer: Observer | None = None) -> int:
     """Serve until SIGTERM/SIGINT on uvloop (plain asyncio where uvloop is unavailable); `observer`
     replaces the recorder (benchmarks/proxy_overhead.py measures a do-nothing one)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     raise_fd_limit()
     try:
         import uvloop

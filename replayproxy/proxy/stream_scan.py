@@ -1,6 +1,6 @@
 """Which reads of a captured SSE body carried generated content, and the usage it reported.
 
-Runs on the recorder thread for every recorded stream, so its cost is most of what recording
+Runs in the recorder process for every recorded stream, so its cost is most of what recording
 costs (the proxy's CPU budget for recording). Engines write one `data:` event per read with the same envelope
 around every token; once `StreamClassifier` has learned that envelope, a whole run of such reads
 is accepted by comparing the joined reads with the envelope put back around their tokens

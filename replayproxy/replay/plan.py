@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from replayproxy.replay import exact, flavors, layout, synth, turns
+from replayproxy.replay import continuations, exact, flavors, layout, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
 from replayproxy.trace import Columns
@@ -35,6 +35,8 @@ class PlanOptions:
     chat_template: synth.Template = field(default_factory=synth.Template)
     text_template: synth.Template = field(default_factory=lambda: synth.Template(fixed_tokens=1))
     book: exact.Book | None = None  # the target's tokenizer measured: exact lengths and sharing
+    closed_loop: bool = False  # later turns wait for the turns they continue (replay.continuations)
+    live_replies: bool = False  # ...and carry the candidate's replies to them
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,12 @@ class Planner:
             size = len(self._spelled.words)
             self._ranks, self._rank_index = _branch_words(self._salted, self._sub_index, salts, rows, size)
         self._layouts: dict[int, synth.Layout | layout.Layout | None] = {}
+        self._sessions: continuations.Continuations | None = None
+        if options.closed_loop:
+            self._sessions = continuations.Continuations(
+                cols, rows, self.schedule.after, options.speed, live=options.live_replies,
+                token_ids=flavor.name in continuations.TOKEN_ID_FLAVORS,
+            )  # fmt: skip
         self.position = 0
 
     def __len__(self) -> int:
@@ -217,12 +225,16 @@ class Planner:
             self._layouts[position] = plan_layout if copyable else None
         if not render:
             return None
-        return Prepared(
+        body = flavors.request_body(flavor, planned)
+        sessions = self._sessions
+        if sessions is not None and sessions.asks_ids(position):
+            body["return_token_ids"] = True
+        prepared = Prepared(
             index=row,
             scheduled_ns=int(self.schedule.scheduled_ns[position]),
             endpoint=planned.endpoint,
             path=PATHS[planned.endpoint],
-            body=orjson.dumps(flavors.request_body(flavor, planned)),
+            body=orjson.dumps(body),
             stream=planned.stream,
             expected_input_tokens=expected_in,
             expected_output_tokens=planned.max_tokens if int(cols.output_tokens[row]) >= 0 else -1,
@@ -236,6 +248,9 @@ class Planner:
             think_ns=int(self.schedule.think_ns[position]),
             first=int(self.schedule.first[position]),
         )
+        if sessions is None:
+            return prepared
+        return sessions.rewrite(prepared, planned.prompt if planned.endpoint == "chat" else None)
 
 
 def prepare(cols: Columns, rows: np.ndarray, flavor: flavors.Flavor, options: PlanOptions) -> list[Prepared]:

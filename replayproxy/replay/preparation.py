@@ -33,7 +33,6 @@ from replayproxy.replay import (
 from replayproxy.replay.connection import Target
 from replayproxy.replay.feed import FeedSpec
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.plan import Prepared
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.trace.reuse import prefix_reuse
 
@@ -45,12 +44,10 @@ CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """The requests one sender sends: how its preparer makes them, and their schedule; or, in
-    closed loop, the requests themselves, prepared up front (`prepared`)."""
+    """The requests one sender sends: how its preparer makes them, and their schedule."""
 
     feed: FeedSpec
     schedule: plan.Schedule
-    prepared: list[Prepared] | None = None
 
 
 @dataclass(slots=True)
@@ -74,9 +71,6 @@ class RunPlan:
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
-    # Closed loop: every request prepared up front, since replies.py rewrites later turns (their
-    # links, bodies, expected sharing) from the whole list; None: bodies are streamed.
-    prepared: list[Prepared] | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -95,8 +89,7 @@ class RunPlan:
         part = self.schedule.take(positions)
         if shift_ns:
             part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
-        listed = [self.prepared[i] for i in positions.tolist()] if self.prepared is not None else None
-        return Share(feed, part, listed)
+        return Share(feed, part)
 
     def deal(self, count: int) -> list[np.ndarray]:
         return deal(self.schedule, self.send, count, self.closed_loop)
@@ -174,14 +167,9 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
         live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
-    upfront: list[Prepared] | None = None
-    if mode == "closed":
-        upfront = plan.prepare(cols, rows, flavor, plan_options)
-        if live is not None:
-            upfront = replies.expect_live_sharing(replies.ask_for_token_ids(upfront, flavor))
-        upfront, followers = replies.link_edits(cols, upfront, speed, whole=live is not None)
-        live = replace(live, followers=followers) if live is not None else None
-    planned = plan.schedule(cols, rows, speed) if upfront is None else plan.schedule_of(upfront)
+    # closed loop: the planner rewrites each later turn from the turns before it (replay.continuations)
+    plan_options = replace(plan_options, closed_loop=mode == "closed", live_replies=live is not None)
+    planned = plan.schedule(cols, rows, speed)
     send = np.arange(len(planned.trace_index), dtype=np.int64)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
@@ -202,7 +190,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
     return RunPlan(
         planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
-        live=live, prepared=upfront,
+        live=live,
     )  # fmt: skip
 
 

@@ -24,16 +24,14 @@ import aiohttp
 import orjson
 
 from replayproxy import sse
-from replayproxy.replay import exact, exactness, flavors
+from replayproxy.replay import continuations, exact, exactness, flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError
-from replayproxy.trace import Columns
 
 _log = logging.getLogger("replayproxy.replay")
 MODES = ("live", "planned")
-TOKEN_ID_FLAVORS = ("vllm",)  # answer `return_token_ids` with each choice's generated ids
 
 
 class Reply(NamedTuple):
@@ -91,89 +89,6 @@ class Setup:
     url: str
     model: str
     headers: dict[str, str] = field(default_factory=dict)
-    followers: frozenset[int] = frozenset()  # trace indexes of edited continuations (link_edits)
-
-
-def ask_for_token_ids(prepared: Sequence[Prepared], flavor: flavors.Flavor) -> list[Prepared]:
-    """Turns that a later turn continues ask the target for their generated ids: token-id
-    completions send them back; chat counts how many of them its reply text re-tokenizes to."""
-    if flavor.name not in TOKEN_ID_FLAVORS:
-        return list(prepared)
-    continued = {p.after for p in prepared if p.after >= 0}
-    out = []
-    for p in prepared:
-        if p.index in continued:
-            p = replace(p, body=orjson.dumps({**orjson.loads(p.body), "return_token_ids": True}))
-        out.append(p)
-    return out
-
-
-def expect_live_sharing(prepared: Sequence[Prepared]) -> list[Prepared]:
-    """A continued turn shares with the cache everything its previous turn computed: that prompt
-    and its reply but the last token (whose KV is never computed), at most its own length - 1."""
-    by_index = {p.index: p for p in prepared}
-    out = []
-    for p in prepared:
-        previous = by_index.get(p.after)
-        if previous is not None and min(previous.expected_input_tokens, p.expected_input_tokens) > 0:
-            computed = previous.expected_input_tokens + max(previous.expected_output_tokens, 1) - 1
-            shared = max(p.expected_shared_tokens, min(computed, p.expected_input_tokens - 1))
-            p = replace(p, expected_shared_tokens=shared)
-        out.append(p)
-    return out
-
-
-def link_edits(
-    cols: Columns, prepared: Sequence[Prepared], speed: float, whole: bool = True
-) -> tuple[list[Prepared], frozenset[int]]:
-    """Chat requests that extend a later turn's conversation with an edited reply (the client sent
-    something else back, so the proxy could not link them) continue that turn: same messages before
-    its last one, the same opening of that one, then an assistant message. They wait for its end
-    plus the recorded gap (in production they came after it; sent at their offset they could find
-    it still prefilling and miss the cache). With live replies (`whole`) they are built on the
-    messages it actually sent, keeping their own edited reply, and share its whole prompt. Returns
-    the requests and those followers' indexes."""
-    rebuilt = {p.index: p for p in prepared if p.after >= 0 and p.endpoint == "chat"}
-    leaders: dict[tuple[int, bytes, str], int] = {}
-    for p in rebuilt.values():
-        if (key := _opening(orjson.loads(p.body).get("messages"), None)) is not None:
-            leaders.setdefault(key, p.index)
-    lengths = sorted({n for n, _, _ in leaders}, reverse=True)
-    out, followers = [], set()
-    for p in prepared:
-        if leaders and p.endpoint == "chat" and p.after < 0 and p.expected_shared_tokens > 0:
-            messages = orjson.loads(p.body).get("messages")
-            found = (leaders.get(key) for n in lengths if (key := _opening(messages, n)) is not None)
-            leader = next((i for i in found if i is not None and i < p.index), None)
-            if leader is not None:
-                p = _follow(cols, p, rebuilt[leader], speed, whole)
-                followers.add(p.index)
-        out.append(p)
-    return out, frozenset(followers)
-
-
-def _opening(messages: Any, n: int | None) -> tuple[int, bytes, str] | None:
-    """The first `n` messages (all when None) as a key: the ones before the last whole, the last
-    by its first word; for a follower (`n` given), message n must be an assistant message."""
-    if not isinstance(messages, list) or not messages:
-        return None
-    n = len(messages) if n is None else n
-    if not 0 < n <= len(messages) or not all(isinstance(m, dict) for m in messages[: n + 1]):
-        return None
-    if n < len(messages) and messages[n].get("role") != "assistant":
-        return None
-    last = str(messages[n - 1].get("content") or "").split()
-    return n, orjson.dumps(messages[: n - 1]), last[0] if last else ""
-
-
-def _follow(cols: Columns, p: Prepared, leader: Prepared, speed: float, whole: bool) -> Prepared:
-    end = int(cols.offset_ns[leader.index]) + max(int(cols.e2e_ns[leader.index]), 0)
-    think = round(max(int(cols.offset_ns[p.index]) - end, 0) / speed)
-    shared = p.expected_shared_tokens
-    if whole:
-        shared = max(shared, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
-    first = leader.first if leader.first >= 0 else leader.index
-    return replace(p, after=leader.index, think_ns=think, first=first, expected_shared_tokens=shared)
 
 
 @dataclass(slots=True)
@@ -230,13 +145,17 @@ class Threader:
         self._continued = Counter(continued or {})  # trace index -> later turns still to build on it
         self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
 
-    async def wire_after(self, previous: RequestTimeline, turn: Prepared) -> bytes | None:
-        """The request bytes of `turn` after its previous turn ended (None: as planned)."""
+    async def wire_after(self, previous: RequestTimeline, turn: Prepared, wire: bytes) -> bytes | None:
+        """The request bytes of `turn` (planned as `wire`) after its previous turn ended (None: as
+        planned). Streamed requests carry their bodies only inside their wire bytes."""
         if previous.error or previous.status != 200:
             self.counts.keep("the previous turn failed")
             return None
         reply = reply_of(previous.reads, previous.prepared.stream)
-        body = await self.body_after(previous.prepared, reply, turn)
+        sent = previous.prepared
+        if not sent.body:
+            sent = replace(sent, body=body_of(previous.wire))
+        body = await self.body_after(sent, reply, turn if turn.body else replace(turn, body=body_of(wire)))
         if body is None or self._target is None:
             return None
         return self._target.request_bytes("POST", turn.path, body, self._headers)
@@ -251,7 +170,7 @@ class Threader:
             prompt = orjson.loads(previous.body).get("messages" if previous.endpoint == "chat" else "prompt")
         body = orjson.loads(turn.body)
         built: list[Any] | str | None
-        edited = turn.index in self.setup.followers  # keeps its own reply: the previous prompt only
+        edited = continuations.is_follower(turn, previous)  # keeps its own reply: the previous prompt only
         if reply.tool_call and not edited:
             self.counts.keep("the reply was a tool call")
             return None
@@ -365,9 +284,14 @@ def setup_for(
     return setup, f"live ({book.tokenizer_name})"
 
 
+def body_of(wire: bytes) -> bytes:
+    """The body of a whole HTTP request (replay.connection.Target.request_bytes)."""
+    return wire[wire.index(b"\r\n\r\n") + 4 :]
+
+
 @contextlib.asynccontextmanager
 async def opened(
-    setup: Setup, target: Target, headers: Mapping[str, str], prepared: Sequence[Prepared]
+    setup: Setup, target: Target, headers: Mapping[str, str], after: Sequence[int]
 ) -> AsyncIterator[Threader]:
     """A threader with its own tokenizer (and HTTP session, for an engine's tokenize endpoint)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as session:
@@ -377,5 +301,5 @@ async def opened(
         )  # fmt: skip
         if tokenizer is None:
             raise TokenizerError(f"live replies: no tokenizer for the run ({why})")
-        continued = Counter(p.after for p in prepared if p.after >= 0)
+        continued = Counter(a for a in after if a >= 0)
         yield Threader(setup, tokenizer, target, headers, continued)

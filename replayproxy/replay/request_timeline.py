@@ -31,6 +31,7 @@ class RequestTimeline:
         "prepared", "on_done", "connection", "scheduled_at", "sent_at", "headers_at", "first_at", "last_at",
         "end_at", "status", "error", "message", "gaps_us", "tokens", "per_chunk_usage", "content_chunks",
         "usage", "reads", "body_bytes", "new_connection", "prepared_late", "done", "complete", "digested",
+        "wire",
     )  # fmt: skip
 
     def __init__(
@@ -60,6 +61,7 @@ class RequestTimeline:
         self.done = False
         self.complete = False  # the whole response arrived
         self.digested = False
+        self.wire = b""  # the request's bytes as sent (a live reply builds the next turn on them)
 
     # ------------------------------------------------------------------ called by the connection
 

@@ -12,7 +12,9 @@ earlier ones finished, unless `max_concurrency` caps requests in flight. Closed 
 turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
 end plus its think time, and its schedule lag is measured against that deadline. With live
 replies (`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build
-that takes longer than the think time makes the turn late, and its lag says so.
+that takes longer than the think time makes the turn late, and its lag says so. A request the planner
+linked to an earlier turn as it was prepared (an edited-reply continuation) leaves the timed
+schedule when it arrives in the window and waits for that turn's end like any later turn.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import contextlib
 import gc
 import heapq
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -38,7 +40,7 @@ from replayproxy.tasks import spawn
 
 _log = logging.getLogger("replayproxy.replay")
 # A later turn's bytes, built once the turn before it ended (None: its planned bytes)
-Rebuild = Callable[[RequestTimeline, Prepared], Awaitable[bytes | None]]
+Rebuild = Callable[[RequestTimeline, Prepared, bytes], Awaitable[bytes | None]]
 
 HOUSEKEEPING_S = 0.1
 REFRESH_EVERY = 10  # housekeeping rounds between keep-alive refreshes
@@ -125,6 +127,11 @@ class Runner:
         self._fed = asyncio.Event()  # the feeder took in a batch
         self.rebuild = rebuild
         self._rebuilt: dict[int, bytes] = {}  # position -> bytes built from the previous turn's reply
+        self._own = np.sort(self.schedule.trace_index)  # trace indexes this runner sends
+        self._relinked: set[int] = set()  # timed positions that now wait for an earlier turn instead
+        self._ends: dict[int, int] = {}  # trace index -> end of a finished turn that requests may extend
+        # ...and its timeline, while requests arriving within the window's horizon may still extend it
+        self._ended: OrderedDict[int, RequestTimeline] = OrderedDict()
 
     @property
     def next_deadline_ns(self) -> int:
@@ -154,7 +161,8 @@ class Runner:
 
     async def _send_all(self) -> None:
         timed = self._timed_positions()
-        for _ in range(self.window.total):
+        self._relink()
+        while self.counters.sent < self.window.total:
             position, deadline = await self._next_due(timed)
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
@@ -163,6 +171,9 @@ class Runner:
             if late:
                 self.counters.prepared_late += 1
                 await self._arrival(position)
+                if position in self._relinked:  # it arrived linked to an earlier turn: due after that
+                    self._relinked.discard(position)
+                    continue
             prepared, wire = self.window.take(position)
             wire = self._rebuilt.pop(position, wire)
             timeline = RequestTimeline(prepared, deadline, self._finished)
@@ -208,6 +219,7 @@ class Runner:
                 await asyncio.sleep(max(room, 0) / 1e9 + 0.0002)  # until just after the next send
                 continue
             if window.read():
+                self._relink()
                 self._fed.set()
                 await asyncio.sleep(0)
             else:
@@ -236,6 +248,8 @@ class Runner:
         """Wait for the earliest deadline, timed or released, and take it: (position, deadline).
         A turn released while waiting (its previous turn ended) makes the choice again."""
         while True:
+            while timed and timed[0] in self._relinked:
+                self._relinked.discard(timed.popleft())
             timed_at = self.start_ns + int(self.schedule.scheduled_ns[timed[0]]) if timed else 1 << 62
             due_at = self._due[0][0] if self._due else 1 << 62
             deadline = min(timed_at, due_at)
@@ -250,10 +264,13 @@ class Runner:
                 continue
             if due_at <= timed_at:
                 return heapq.heappop(self._due)[1], deadline
+            if timed[0] in self._relinked:  # relinked while its offset was awaited
+                continue
             return timed.popleft(), deadline
 
     def _send(self, timeline: RequestTimeline, connection: Connection, wire: bytes) -> None:
         timeline.connection = connection
+        timeline.wire = wire
         sent = connection.send(timeline, wire)
         timeline.sent(sent)
         self.counters.lags_ns.append(sent - timeline.scheduled_at)
@@ -274,10 +291,9 @@ class Runner:
 
     def _finished(self, timeline: RequestTimeline) -> None:
         for position in self._waiting.pop(timeline.prepared.index, ()):
-            if self.rebuild is None:
-                self._release(timeline, position)
-            else:
-                spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
+            self._continue(timeline, position)
+        if self.closed_loop and timeline.prepared.after >= 0 and timeline.prepared.endpoint == "chat":
+            self._keep_ended(timeline)
         self._flying.discard(timeline)
         self.counters.done += 1
         self._undigested.append(timeline)
@@ -286,23 +302,68 @@ class Runner:
         if not self._flying:
             self._idle.set()
 
-    def _release(self, timeline: RequestTimeline, position: int) -> None:
+    def _continue(self, timeline: RequestTimeline, position: int) -> None:
+        """`position` continues the turn of `timeline`, which ended: due after its think time."""
+        if self.rebuild is None:
+            self._release(timeline.end_at, position)
+        else:
+            spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
+
+    def _release(self, end_at: int, position: int) -> None:
         think = max(int(self.schedule.think_ns[position]), 0)
-        heapq.heappush(self._due, (timeline.end_at + think, position))
+        heapq.heappush(self._due, (end_at + think, position))
         self._released.set()
+
+    def _keep_ended(self, timeline: RequestTimeline) -> None:
+        """A later chat turn that ended: an edited-reply continuation prepared later may extend it.
+        Its end is kept for good (a few bytes); with live replies its timeline too, while such a
+        request can still arrive within the window's horizon."""
+        index = timeline.prepared.index
+        self._ends[index] = timeline.end_at
+        if self.rebuild is None:
+            return
+        self._ended[index] = timeline
+        oldest = timeline.end_at - self.window.horizon_ns
+        while self._ended and next(iter(self._ended.values())).end_at < oldest:
+            self._ended.popitem(last=False)
+
+    def _relink(self) -> None:
+        """Requests that arrived linked to an earlier turn than the schedule said (the planner found
+        them extending its conversation) leave the timed schedule and wait for that turn's end."""
+        window = self.window
+        for position in window.relinked:
+            prepared = window.peek(position)[0]
+            after = prepared.after
+            at = int(np.searchsorted(self._own, after))
+            if not self.closed_loop or at >= len(self._own) or int(self._own[at]) != after:
+                continue  # open loop, or the turn it extends is another sender's
+            self.schedule.after[position] = after
+            self.schedule.think_ns[position] = prepared.think_ns
+            self.schedule.first[position] = prepared.first
+            self._relinked.add(position)
+            if after not in self._ends:
+                self._waiting.setdefault(after, []).append(position)
+            elif after in self._ended:
+                self._continue(self._ended[after], position)
+            else:
+                if self.rebuild is not None:
+                    _log.warning("live replies: an edited-reply turn keeps its planned prompt "
+                                 "(the turn it extends ended a window before it was prepared)")  # fmt: skip
+                self._release(self._ends[after], position)
+        window.relinked.clear()
 
     async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
         assert self.rebuild is not None
         try:
             if self.window.missing(position):  # a turn ahead of the window: read up to it first
                 await self._arrival(position)
-            wire = await self.rebuild(timeline, self.window.peek(position))
+            wire = await self.rebuild(timeline, *self.window.peek(position))
         except Exception as e:  # noqa: BLE001 — a failed build costs that turn its live reply, nothing more
             _log.warning("live reply not built (%s: %s); the turn stays as planned", type(e).__name__, e)
             wire = None
         if wire is not None:
             self._rebuilt[position] = wire
-        self._release(timeline, position)
+        self._release(timeline.end_at, position)
 
     def _digest(self, timeline: RequestTimeline) -> None:
         result = timeline.result(self.start_ns, self.worker)

@@ -2,7 +2,8 @@
 
 Everything slow happens off the send path: a preparer process (replay.feed) makes the bodies and
 the runner reads them into a bounded window (replay.window) between sends, so the send loop only
-sees prepared bytes and warm connections. A closed-loop share comes prepared up front instead.
+sees prepared bytes and warm connections; in closed loop too, a later turn's live reply is built on
+the body in the window when the turn it continues ends.
 With `workers > 1` each worker process runs this for its share (replay.workers) against one
 absolute start time.
 """
@@ -20,7 +21,7 @@ from replayproxy.errors import BadOption
 from replayproxy.replay import replies
 from replayproxy.replay import window as windows
 from replayproxy.replay.connection import Pool, Target
-from replayproxy.replay.feed import FeedReader, wire_of
+from replayproxy.replay.feed import FeedReader
 from replayproxy.replay.options import ReplayOptions, parse_start_at
 from replayproxy.replay.preparation import Share
 from replayproxy.replay.progress import Reading
@@ -69,14 +70,14 @@ async def run_local(
     outcome = outcome if outcome is not None else Outcome()
     target = Target.parse(options.target)
     pool = Pool(target, clock.now_ns, options.headers)
-    window = _window(options, share, target)
+    window = _window(options, share)
     upfront = options.prepare == "upfront"
     if upfront:
         window.horizon_ns = window.max_bytes = windows.UNLIMITED
     async with contextlib.AsyncExitStack() as stack:
         threader = None
-        if live is not None and closed_loop and share.prepared is not None:
-            opened = replies.opened(live, target, options.headers, share.prepared)
+        if live is not None and closed_loop:
+            opened = replies.opened(live, target, options.headers, share.schedule.after.tolist())
             threader = await stack.enter_async_context(opened)
         try:
             until = windows.UNLIMITED if upfront else windows.PRIME_NS
@@ -109,11 +110,8 @@ async def run_local(
     return outcome
 
 
-def _window(options: ReplayOptions, share: Share, target: Target) -> windows.Window:
-    """The share's requests as they were prepared up front, else streamed from a preparer."""
-    if share.prepared is not None:
-        wires = [wire_of(target, options.headers, p) for p in share.prepared]
-        return windows.Window.of(share.prepared, wires, share.schedule)
+def _window(options: ReplayOptions, share: Share) -> windows.Window:
+    """The share's requests, streamed from a preparer."""
     return windows.Window(
         share.schedule,
         FeedReader(share.feed) if len(share.schedule.trace_index) else None,

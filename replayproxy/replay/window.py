@@ -4,8 +4,10 @@ The runner knows its whole schedule up front (a few numbers per request, replay.
 bodies arrive from the preparer process (replay.feed) and are kept only while they are due within
 `horizon_ns` of the run clock and fit in `max_bytes`. A closed-loop turn whose previous turn
 ended early may be due before the window reached it: asking for it (`want`) reads ahead of the
-horizon, bytes allowing. A request whose body is not here at its deadline is sent as soon as it
-arrives and counted as prepared late (the preparer fell behind), next to schedule lag.
+horizon, bytes allowing. A request the planner linked to an earlier turn than the schedule said
+(an edited-reply continuation, replay.continuations) is listed in `relinked` as it arrives. A
+request whose body is not here at its deadline is sent as soon as it arrives and counted as
+prepared late (the preparer fell behind), next to schedule lag.
 Prepared up front, the same window is simply filled completely before the start.
 """
 
@@ -46,6 +48,7 @@ class Window:
         self._entries: dict[int, Entry] = {}
         self._wanted = -1  # a position asked for ahead of the horizon
         self._refilling = True  # reading until the horizon is covered
+        self.relinked: list[int] = []  # arrived positions whose `after` differs from the schedule's
 
     @classmethod
     def of(
@@ -65,9 +68,9 @@ class Window:
     def has(self, position: int) -> bool:
         return position in self._entries
 
-    def peek(self, position: int) -> Prepared:
+    def peek(self, position: int) -> Entry:
         """The request at `position` while it is held (a live reply builds its body from it)."""
-        return self._entries[position][0]
+        return self._entries[position]
 
     def take(self, position: int) -> Entry:
         prepared, wire = self._entries.pop(position)
@@ -120,6 +123,8 @@ class Window:
         if entry[0].index != expected:
             raise RuntimeError(f"prepared request {entry[0].index} arrived where {expected} was due")
         self._entries[self.received] = entry
+        if entry[0].after != int(self.schedule.after[self.received]):
+            self.relinked.append(self.received)
         self.received += 1
         self.held_bytes += len(entry[1])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import aiohttp
 import pytest
 
 from replayproxy.trace import ReadReport, load, read_trace_files
-from tests.proxy.helpers import admin_url
+from tests.proxy.helpers import admin_url, children_of, ended
 from tests.servers import sim, start_proxy
 from tests.trace.helpers import shapes_in
 
@@ -60,8 +61,11 @@ def test_sigterm_drains_in_flight_streams_and_completes_the_trace(tmp_path: Path
                     await session.get(proxy.url + "/v1/models")
             return await streams
 
+        _wait(lambda: len(children_of(proxy.process.pid)) == 1)
+        recorders = children_of(proxy.process.pid)
         bodies = asyncio.run(main())
         assert proxy.process.wait(20) == 0
+    assert len(recorders) == 1 and all(ended(pid) for pid in recorders)  # stopped with the proxy
     assert all(body.endswith(b"data: [DONE]\n\n") and body.count(b'"content"') == 31 for body in bodies)
     columns = load(tmp_path)
     report = columns.report
@@ -86,6 +90,31 @@ def test_sighup_rotates_the_trace_file(tmp_path: Path) -> None:
         asyncio.run(send())
         proxy.stop()
     assert len(list(tmp_path.glob("*.rpt"))) == 2 and _footers(tmp_path) == 2
+
+
+def test_the_recorder_process_never_outlives_the_proxy(tmp_path: Path) -> None:
+    """Killed outright (no drain, no close), the proxy leaves no orphan: its recorder process sees
+    the pipe close, writes what it holds (footer included) and exits."""
+    with (
+        sim("--speed", "50") as engine,
+        start_proxy(engine.url, tmp_path, "--flush-interval-s", "30") as proxy,
+    ):
+        short = {**CHAT, "max_tokens": 2, "stream": False}
+
+        async def send() -> None:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(5):
+                    async with session.post(proxy.url + "/v1/chat/completions", json=short) as resp:
+                        await resp.read()
+
+        asyncio.run(send())
+        _wait(lambda: len(children_of(proxy.process.pid)) == 1)
+        recorders = children_of(proxy.process.pid)
+        _wait(lambda: len(list(tmp_path.glob("*.rpt"))) == 1)  # its five records are in its hands
+        proxy.process.kill()
+        proxy.process.wait(10)
+        _wait(lambda: ended(recorders[0]))
+    assert _footers(tmp_path) == 1 and len(shapes_in(load(tmp_path))) == 5
 
 
 def _footers(directory: Path) -> int:
@@ -119,6 +148,7 @@ def mounted(target: Path, *options: str) -> Iterator[bool]:
 @pytest.mark.parametrize("case", ["blocked", "read-only", "full"])
 def test_recording_failures_leave_traffic_intact(tmp_path: Path, case: str) -> None:
     trace_dir = tmp_path / "traces"
+    kind = {"blocked": "io", "read-only": "permission", "full": "disk_full"}[case]
     options = {
         "blocked": None,
         "read-only": ("-o", "bind,ro", str(tmp_path / "traces")),
@@ -151,21 +181,26 @@ def test_recording_failures_leave_traffic_intact(tmp_path: Path, case: str) -> N
         ):
 
             async def main() -> str:
-                async with aiohttp.ClientSession() as session:
-                    for _ in range(40):
+                """Requests until the failure is counted: the recorder process writes them in batches
+                of whatever arrived meanwhile, so how many fill the disk varies."""
+                async with aiohttp.ClientSession() as session, asyncio.timeout(60):
+                    for i in itertools.count():
                         async with session.post(proxy.url + "/v1/chat/completions", json=prompt) as resp:
                             assert (
                                 resp.status == 200 and (await resp.json())["usage"]["completion_tokens"] == 3
                             )
                         await asyncio.sleep(0.01)
-                    async with session.get(admin_url(proxy) + "/metrics") as resp:
-                        return await resp.text()
+                        if i >= 40 and i % 5 == 0:
+                            async with session.get(admin_url(proxy) + "/metrics") as resp:
+                                text = await resp.text()
+                            if f'replayproxy_recorder_errors_total{{kind="{kind}"}} 1.0' in text:
+                                return text
+                raise AssertionError("unreachable")
 
             metrics = asyncio.run(main())
             proxy.stop()
         errors = [line for line in proxy.output if "trace writing failed" in line]
         assert len(errors) == 1, proxy.output  # once per interval, however many records failed
-        kind = {"blocked": "io", "read-only": "permission", "full": "disk_full"}[case]
         assert f'replayproxy_recorder_errors_total{{kind="{kind}"}} 1.0' in metrics
         assert 'replayproxy_records_dropped_total{reason="writer_error"} 0.0' not in metrics
         assert not [line for line in proxy.output if "Traceback" in line]

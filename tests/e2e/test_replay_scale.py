@@ -2,7 +2,8 @@
 
 The replayer runs in a subprocess whose data segment is limited (RLIMIT_DATA, inherited by its
 preparer): preparing the whole trace up front needs more than the limit and fails, streaming
-preparation holds only its window and sends every request, none of them late for its body.
+preparation holds only its window and sends every request, none of them late for its body. In
+open loop, and in closed loop (sessions of three turns, each later turn due after the one before).
 """
 
 from __future__ import annotations
@@ -54,12 +55,44 @@ def replay(trace: Path, url: str, out: Path, *extra: str) -> subprocess.Complete
     return subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=limited)
 
 
-def test_a_trace_bigger_than_the_memory_limit_replays_to_the_end_on_schedule(tmp_path: Path) -> None:
-    shapes = [
-        RequestShape(int(i * 1e9 / RATE), "completions", "big", True, INPUT_TOKENS, 2)
-        for i in range(REQUESTS)
-    ]
-    trace = traces.write(tmp_path / "big.rpt", shapes)
+TURNS = 3
+THINK_NS = 500_000_000
+
+
+def shapes(sessions: str) -> list[RequestShape]:
+    """Arrivals at RATE; in closed loop, sessions of TURNS turns (each a gap of 1 / RATE after the
+    previous turn's recorded end) interleaved at that rate."""
+    if sessions == "open":
+        return [
+            RequestShape(int(i * 1e9 / RATE), "completions", "big", True, INPUT_TOKENS, 2)
+            for i in range(REQUESTS)
+        ]
+    out = []
+    for s in range(REQUESTS // TURNS):
+        for turn in range(TURNS):
+            offset = int(s * TURNS * 1e9 / RATE) + turn * (THINK_NS + 10_000_000)
+            out.append(
+                RequestShape(
+                    offset,
+                    "completions",
+                    "big",
+                    True,
+                    INPUT_TOKENS,
+                    2,
+                    e2e_ns=10_000_000,
+                    session=100 + s,
+                    turn=turn,
+                    think_ns=THINK_NS if turn else -1,
+                )  # fmt: skip
+            )
+    return sorted(out, key=lambda shape: shape.offset_ns)
+
+
+@pytest.mark.parametrize("sessions", ["open", "closed"])
+def test_a_trace_bigger_than_the_memory_limit_replays_to_the_end_on_schedule(
+    tmp_path: Path, sessions: str
+) -> None:
+    trace = traces.write(tmp_path / "big.rpt", shapes(sessions))
     assert REQUESTS * INPUT_TOKENS * 5 > LIMIT_BYTES // 2  # each token id takes 5-6 bytes of JSON
     with server() as running:
         upfront = replay(trace, running.url, tmp_path / "upfront.rpr", "--prepare", "upfront")
@@ -72,6 +105,9 @@ def test_a_trace_bigger_than_the_memory_limit_replays_to_the_end_on_schedule(tmp
     assert streamed.returncode == 0, streamed.stderr[-2000:]
     result = load_results([tmp_path / "streamed.rpr"])[0]
     assert len(result.column("index")) == REQUESTS
+    assert result.header.pre_run["sessions"] == sessions
+    if sessions == "closed":  # every later turn waited for the one before it
+        assert int((result.column("after") >= 0).sum()) == REQUESTS - REQUESTS // TURNS
     assert not result.column("error").any()
     assert not result.column("prepared_late").any()  # no body was missing at its deadline
     lag_ms = (result.column("sent_ns") - result.column("scheduled_ns")) / 1e6

@@ -227,6 +227,24 @@ async def raw_exchange(url: str, data: bytes, responses: int = 1) -> list[RawRes
     return parser.done
 
 
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (the proxy's recorder process)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                found.append(int(stat.parent.name))
+    return found
+
+
+def ended(pid: int) -> bool:
+    """The process ended (a zombie its parent has not reaped yet counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def add_piece(cap: Capture, piece: bytes, at_ns: int) -> None:
     """Keep one piece of an upstream body in a hand-made capture, as the forwarding path does."""
     cap.response_bytes += len(piece)

@@ -10,7 +10,7 @@ from replayproxy.proxy.http1 import (
     connection_options,
     end_to_end,
     error_response,
-    header_value,
+    field_values,
     is_chunked,
     serialize,
     status_has_no_body,
@@ -62,11 +62,18 @@ def test_framing_is_appended_when_the_message_had_none_and_drop_removes_more() -
 
 
 def test_header_lookup_and_chunked_detection_ignore_case() -> None:
-    assert (
-        header_value(HEAD, b"content-type") == b"application/json" and header_value(HEAD, b"x-none") is None
-    )
-    assert is_chunked(HEAD) and is_chunked([(b"transfer-encoding", b"gzip, Chunked ")])
-    assert not is_chunked([(b"Transfer-Encoding", b"gzip")]) and not is_chunked([])
+    values = field_values([*HEAD, (b"content-type", b"text/plain")])
+    assert values[b"content-type"] == b"application/json" and b"x-none" not in values  # the first one
+    assert is_chunked(values) and is_chunked(field_values([(b"transfer-encoding", b"gzip, Chunked ")]))
+    assert not is_chunked(field_values([(b"Transfer-Encoding", b"gzip")])) and not is_chunked({})
+
+
+def test_connection_options_are_dropped_whether_or_not_the_values_are_given() -> None:
+    head = [(b"X-Hop", b"1"), (b"Accept", b"*/*"), (b"connection", b"x-hop")]
+    for values in (None, field_values(head)):
+        assert end_to_end(head, [], values=values) == [(b"Accept", b"*/*")]
+    plain = [(b"Accept", b"*/*"), (b"Upgrade", b"h2c")]
+    assert end_to_end(plain, [], values=field_values(plain)) == [(b"Accept", b"*/*")]
 
 
 def test_heads_and_chunks_serialize_as_rfc_9112_writes_them() -> None:

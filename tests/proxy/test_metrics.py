@@ -8,6 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
+from replayproxy.clock import now_ns
 from replayproxy.proxy.metrics import METRIC_NAMES, METRICS, Buckets
 from tests.proxy.helpers import RawRequest, RawUpstream, proxy, run
 
@@ -49,7 +50,7 @@ def test_metrics_names_labels_and_health(tmp_path: Path) -> None:
         assert "replayproxy_requests_in_flight 0.0" in text
         assert "replayproxy_recording_failing 0.0" in text
 
-    run(main())
+    run(main(), timeout_s=60.0)
 
 
 def test_health_stays_200_but_says_recording_fails_while_records_are_dropped(tmp_path: Path) -> None:
@@ -60,7 +61,8 @@ def test_health_stays_200_but_says_recording_fails_while_records_are_dropped(tmp
             # After a clean start the directory's place is taken by a file: every write now fails.
             trace_dir.write_text("a file where the trace directory should be")
             async with aiohttp.ClientSession() as session:
-                for _ in range(100):
+                deadline = now_ns() + 40 * 10**9  # the recorder process may start slowly on a busy host
+                while now_ns() < deadline:
                     async with session.post(px.url + "/v1/chat/completions", json={"messages": []}) as resp:
                         assert resp.status == 200  # live traffic never pays for recording
                         await resp.read()
@@ -72,14 +74,15 @@ def test_health_stays_200_but_says_recording_fails_while_records_are_dropped(tmp
                 async with session.get(px.admin_url + "/metrics") as resp:
                     return status, health, await resp.text()
 
-    status, health, metrics = run(main())
+    status, health, metrics = run(main(), timeout_s=60.0)
     assert status == 200 and health["status"] == "ok"
     assert re.fullmatch(r"failing \(\w+: \w+Error(: .+)?\)", health["recording"]), health
     assert "replayproxy_recording_failing 1.0" in metrics
 
 
 async def _wait_written(session: aiohttp.ClientSession, admin_url: str) -> None:
-    for _ in range(200):
+    deadline = now_ns() + 40 * 10**9  # the recorder process reports once it is up
+    while now_ns() < deadline:
         async with session.get(admin_url + "/metrics") as resp:
             if "replayproxy_records_written_total 2.0" in await resp.text():
                 return

@@ -25,7 +25,7 @@ from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
 from replayproxy.trace import ReadReport, TraceHeader, TraceWriter, read_trace_files
 from tests.proxy.helpers import add_piece
-from tests.proxy.test_recorder import KEY, cap, make, sample
+from tests.proxy.test_record_core import KEY, Core, cap
 
 HASHER = PromptHasher(KEY)
 REQUEST_KEYS = [
@@ -165,23 +165,21 @@ def test_values_that_do_not_fit_a_column_are_clamped_or_unknown_and_counted(tmp_
 def test_one_oversized_max_tokens_costs_nobody_else(tmp_path: Path) -> None:
     """The reproduction: max_tokens 2**63 in one request of a batch of 121 used to fail the writer and
     drop all of them; now all are written and the one value is counted as clamped."""
-    recorder, metrics = make(tmp_path)
+    core = Core(tmp_path)
     captures = [cap(i) for i in range(120)]
     for bad in (2**63, 2**64 - 1):
         body = orjson.dumps({"model": "m", "max_tokens": bad, "messages": [{"role": "user", "content": "x"}]})
         odd = cap(0)
         odd.request_body, odd.request_bytes = [body], len(body)
         captures.insert(60, odd)
-    for c in captures:  # queued before the thread starts: one batch
-        recorder.finished(c)
-    recorder.start()
-    recorder.close()
+    core.record(*captures)  # one batch
+    core.close()
     [(_, table)] = read_trace_files([tmp_path / "traces"])
     assert table.n == 122
     assert sorted(table.columns["max_tokens"].tolist())[-2:] == [2**63 - 1, 2**63 - 1]
-    assert sample(metrics, "replayproxy_records_written_total") == 122
-    assert sample(metrics, "replayproxy_records_dropped_total", reason="writer_error") == 0
-    assert sample(metrics, "replayproxy_values_clamped_total", field="max_tokens") == 2
+    assert core.sample("replayproxy_records_written_total") == 122
+    assert core.sample("replayproxy_records_dropped_total", reason="writer_error") == 0
+    assert core.sample("replayproxy_values_clamped_total", field="max_tokens") == 2
 
 
 @pytest.mark.parametrize("depth", [100, 1000, 5000])

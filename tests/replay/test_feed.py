@@ -4,6 +4,7 @@ window holds only what its horizon and byte limit allow."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,10 @@ import pytest
 
 from replayproxy.replay import feed, flavors, plan, synth, window
 from replayproxy.replay.connection import Target
+from replayproxy.shape import prefix_block_hashes
 from replayproxy.sim import tokenizer
 from replayproxy.trace import load
+from tests.e2e.test_replay_sessions import MS, session_shapes
 from tests.replay import traces
 
 OPTIONS = plan.PlanOptions(
@@ -28,17 +31,37 @@ def chat_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def spec(path: Path, send: np.ndarray, flavor: str = "vllm") -> feed.FeedSpec:
-    cols = load(path)
-    return feed.FeedSpec((str(path),), np.arange(len(cols)), send, flavors.get(flavor), OPTIONS, TARGET)
+@pytest.fixture(scope="module")
+def session_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi-turn sessions, and a request that extends one session's second turn with an edited
+    reply (a new session to the proxy), which closed loop links to that turn as it is planned."""
+    shapes = session_shapes(sessions=12, turns=3)
+    second = next(s for s in shapes if s.session == 1000 and s.turn == 1)
+    units = [*range(128), *range(500_000, 500_012), *range(600_000, 600_020)]  # its prompt, edited, new
+    edited = second._replace(
+        offset_ns=second.offset_ns + 80 * MS, session=0, turn=0, think_ns=-1, roles="suauau",
+        input_tokens=len(units), prefix_hashes=prefix_block_hashes(units, 16, b"k"), prefix_units=len(units),
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("feed") / "sessions.rpt"
+    return traces.write(path, sorted([*shapes, edited], key=lambda s: s.offset_ns))
 
 
-def upfront_wires(path: Path, flavor: str = "vllm") -> list[bytes]:
+def spec(
+    path: Path, send: np.ndarray, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS
+) -> feed.FeedSpec:
     cols = load(path)
-    prepared = plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), OPTIONS)
+    return feed.FeedSpec((str(path),), np.arange(len(cols)), send, flavors.get(flavor), options, TARGET)
+
+
+def upfront(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[plan.Prepared]:
+    cols = load(path)
+    return plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), options)
+
+
+def upfront_wires(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[bytes]:
     target = Target.parse(TARGET)
     headers = {"Accept": "text/event-stream"}
-    return [target.request_bytes("POST", p.path, p.body, headers) for p in prepared]
+    return [target.request_bytes("POST", p.path, p.body, headers) for p in upfront(path, flavor, options)]
 
 
 async def streamed(the_spec: feed.FeedSpec, **limits: int) -> window.Window:
@@ -62,6 +85,30 @@ def test_streamed_bodies_are_byte_identical_to_bodies_prepared_up_front(
     assert [wire for _, wire in got] == expected
     assert [p.index for p, _ in got] == list(range(len(expected)))
     assert all(p.body == b"" for p, _ in got)  # the body travels once, inside the wire bytes
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["planned replies", "live replies"])
+def test_closed_loop_streams_the_bytes_and_links_prepared_up_front(session_trace: Path, live: bool) -> None:
+    """Closed loop's rewrites (ids asked for, live sharing, an edited-reply follower linked to the
+    turn it extends) are made while planning, so a streamed run gets what preparing up front gives."""
+    options = replace(OPTIONS, closed_loop=True, live_replies=live)
+    expected = upfront(session_trace, options=options)
+    wires = upfront_wires(session_trace, options=options)
+    held = asyncio.run(streamed(spec(session_trace, np.arange(len(expected)), options=options)))
+    try:
+        got = [held.take(position) for position in range(held.total)]
+        relinked = list(held.relinked)
+    finally:
+        held.close()
+    assert [wire for _, wire in got] == wires
+    assert [replace(p, body=b"") for p, _ in got] == [replace(p, body=b"") for p in expected]
+    follower = next(p for p in expected if p.session == 0)
+    assert follower.after >= 0 and relinked == [follower.index]  # the schedule did not know it
+    asks = [b'"return_token_ids":true' in wire for wire in wires]
+    assert any(asks) == live
+    open_loop = upfront_wires(session_trace)
+    if not live:  # planned replies change no body
+        assert wires == open_loop
 
 
 def test_a_share_gets_the_bytes_the_whole_plan_gives_those_requests(chat_trace: Path) -> None:

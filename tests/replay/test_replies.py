@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,6 @@ from replayproxy.replay import exact, replies
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.tokenizer import Chat
-from replayproxy.shape import RequestShape
-from replayproxy.trace import load
-from tests.replay import traces
 
 
 def _event(choice: dict[str, Any]) -> bytes:
@@ -48,7 +44,7 @@ def _prepared(
     body = orjson.dumps({"model": "m", key: prompt})
     return Prepared(
         index=index, scheduled_ns=0, endpoint=endpoint, path="/v1/x", body=body, stream=False,
-        expected_input_tokens=expected_in, expected_output_tokens=out, after=after,
+        expected_input_tokens=expected_in, expected_output_tokens=out, after=after, session=1,
     )  # fmt: skip
 
 
@@ -108,33 +104,3 @@ def test_a_token_id_turn_appends_the_generated_ids() -> None:
     assert (
         prompt[:6] == [11, 12, 13, 90, 91, 92] and len(prompt) == 10 and set(prompt[6:]) <= {40, 41, 42, 43}
     )
-
-
-def test_implied_sharing_counts_the_reply_but_its_last_token() -> None:
-    first = _prepared(0, "chat", [], 100, out=30)
-    second = _prepared(1, "chat", [], 200, after=0)
-    lone = _prepared(2, "chat", [], 50)
-    shared = [p.expected_shared_tokens for p in replies.expect_live_sharing([first, second, lone])]
-    assert shared == [0, 129, 0]
-
-
-def test_a_request_extending_a_live_turn_with_an_edited_reply_follows_that_turn(tmp_path: Path) -> None:
-    """The proxy links by the reply sent back, so a client that edits it starts a new session; its
-    messages still extend the live turn's conversation, so it waits for that turn and shares it."""
-    s = 1_000_000_000
-    shapes = [RequestShape(offset_ns=i * s, e2e_ns=s // 2) for i in range(4)]  # each ended 0.5 s later
-    cols = load(traces.write(tmp_path / "t.rpt", shapes))
-    system, user = {"role": "system", "content": "alpha beta"}, {"role": "user", "content": "gamma delta"}
-    first = _prepared(0, "chat", [system, user], 20)
-    reply = {"role": "assistant", "content": "x"}
-    live = replace(_prepared(1, "chat", [system, user, reply, user], 40, after=0), first=0)
-    edited = [system, user, {"role": "assistant", "content": "x"}, {"role": "user", "content": "gamma"},
-              {"role": "assistant", "content": "edited"}, user]  # fmt: skip
-    follower = replace(_prepared(2, "chat", edited, 60), expected_shared_tokens=30)
-    stranger = replace(_prepared(3, "chat", [system, {"role": "user", "content": "other"}, *edited[2:]], 60),
-                       expected_shared_tokens=4)  # fmt: skip
-    out, followers = replies.link_edits(cols, [first, live, follower, stranger], speed=2.0)
-    assert followers == {2}
-    # waits for turn 1 (the recorded gap at speed 2), stays with its session, shares its whole prompt
-    assert (out[2].after, out[2].think_ns, out[2].first, out[2].expected_shared_tokens) == (1, s // 4, 0, 40)
-    assert out[3] == stranger and out[:2] == [first, live]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.plan import Prepared, Schedule, schedule_of
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
@@ -19,13 +20,16 @@ def plan(count: int, gap_ns: int) -> list[Prepared]:
     return [Prepared(i, i * gap_ns, "chat", "/v1/chat/completions", b"{}", True, 5, 3) for i in range(count)]
 
 
-async def replay(respond, prepared: list[Prepared], pool_size: int, **kwargs: object) -> list[ReplayResult]:  # type: ignore[no-untyped-def]
+async def replay(
+    respond, prepared: list[Prepared], pool_size: int, schedule: Schedule | None = None, **kwargs: object
+) -> list[ReplayResult]:  # type: ignore[no-untyped-def]
     async with serving(respond) as server:
         target = Target.parse(server.url)
         pool = Pool(target, clock.now_ns)
         await pool.fill(pool_size)
         wires = [target.request_bytes("POST", p.path, p.body) for p in prepared]
-        runner = Runner(Window.of(prepared, wires), pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
+        window = Window.of(prepared, wires, schedule)
+        runner = Runner(window, pool, clock=clock.now_ns, **kwargs)  # type: ignore[arg-type]
         settle_memory()
         try:
             results = await runner.run(clock.now_ns() + 20_000_000)
@@ -37,6 +41,19 @@ async def replay(respond, prepared: list[Prepared], pool_size: int, **kwargs: ob
 
 def answer(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
     writer.write(MODELS if request.startswith(b"GET") else sse_answer(3))
+
+
+def slowly(delay_s: float, chunks: int) -> Callable[[bytes, asyncio.StreamWriter, int], Awaitable[None]]:
+    """A responder that answers each POST after `delay_s` with a stream of `chunks` chunks."""
+
+    async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+        if request.startswith(b"GET"):
+            writer.write(MODELS)
+            return
+        await asyncio.sleep(delay_s)
+        writer.write(sse_answer(chunks))
+
+    return respond
 
 
 def test_open_loop_sends_on_schedule_over_warm_connections() -> None:
@@ -55,12 +72,7 @@ def test_without_an_idle_connection_the_result_says_so() -> None:
 
 
 def test_max_concurrency_delays_sends() -> None:
-    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
-        if request.startswith(b"GET"):
-            writer.write(MODELS)
-            return
-        await asyncio.sleep(0.05)
-        writer.write(sse_answer(1))
+    slow = slowly(0.05, 1)
 
     results = asyncio.run(replay(slow, plan(4, 0), 4, timeout_s=5, max_concurrency=1))
     lags = [r.sent_ns - r.scheduled_ns for r in results]
@@ -85,12 +97,7 @@ def test_timeouts_are_recorded_and_the_run_continues() -> None:
 
 
 def test_closed_loop_sends_a_later_turn_at_the_previous_end_plus_think_time() -> None:
-    async def slow(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
-        if request.startswith(b"GET"):
-            writer.write(MODELS)
-            return
-        await asyncio.sleep(0.08)  # longer than the recorded gap between the turns
-        writer.write(sse_answer(2))
+    slow = slowly(0.08, 2)  # longer than the recorded gap between the turns
 
     def turn(index: int, offset_ms: int, after: int) -> Prepared:
         think = 30_000_000 if after >= 0 else -1
@@ -106,3 +113,26 @@ def test_closed_loop_sends_a_later_turn_at_the_previous_end_plus_think_time() ->
         assert later.scheduled_ns == previous.sent_ns + previous.e2e_ns + 30_000_000  # the dynamic deadline
     open_loop = asyncio.run(replay(slow, prepared, 3, timeout_s=5))
     assert [r.scheduled_ns for r in open_loop] == [0, 20_000_000, 40_000_000]
+
+
+def test_closed_loop_holds_a_request_the_planner_linked_until_the_turn_it_extends_ended() -> None:
+    """An edited-reply continuation is found only as it is planned: the schedule sends it at its
+    offset, but arriving linked to a turn it waits for that turn's end plus its think time."""
+
+    slow = slowly(0.08, 2)
+
+    leader = Prepared(0, 0, "chat", "/v1/chat/completions", b"{}", True, 5, 3, session=7)
+    follower = Prepared(1, 10_000_000, "chat", "/v1/chat/completions", b"{}", True, 5, 3, after=0,
+                        think_ns=30_000_000, first=0)  # fmt: skip
+    prepared = [leader, follower]
+    unlinked = schedule_of(prepared)
+    unlinked.after[1] = unlinked.think_ns[1] = unlinked.first[1] = -1  # what the schedule knew
+    results = asyncio.run(replay(slow, prepared, 2, unlinked, timeout_s=5, closed_loop=True))
+    first, second = results
+    assert first.error == second.error == "" and second.after == 0
+    assert second.scheduled_ns == first.sent_ns + first.e2e_ns + 30_000_000  # not its 10 ms offset
+    assert second.sent_ns >= second.scheduled_ns
+    open_loop = asyncio.run(
+        replay(slow, prepared, 2, schedule_of(prepared)._replace(after=unlinked.after), timeout_s=5)
+    )
+    assert open_loop[1].scheduled_ns == 10_000_000  # open loop: at its offset

@@ -1,0 +1,127 @@
+"""The recorder process: reads captures from the proxy's pipe, records them, reports back.
+
+Started by recorder.py with one end of a socket pair; everything it knows comes through it, the
+hash key included (never argv or the environment). It runs at a lower CPU priority so that on a
+shared core the forwarding loop comes first, ignores the terminal's and the service manager's
+signals (the proxy decides when recording ends: after draining, with a `close` message), and ends
+when the pipe closes, so it never outlives the proxy: it writes what it holds, closes the trace
+file with its footer, and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any, cast
+
+import msgpack
+
+from replayproxy.clock import now_ns
+from replayproxy.proxy import record_wire as wire
+from replayproxy.proxy.observe import Capture
+from replayproxy.proxy.prompt import PromptHasher
+from replayproxy.proxy.record_core import TraceRecorder
+from replayproxy.proxy.record_tally import Tally
+
+NICE = 10  # below the proxy's priority: recording waits, forwarding does not
+POLL_S = 0.02  # the writer's flush and rotation clocks are looked at this often while idle
+REPORT_NS = 100_000_000  # counts go back to the proxy at most every 0.1 s
+_READ_BYTES = 1 << 20
+
+
+class _ToTally(logging.Handler):
+    """Log lines travel to the proxy with the counts, and are logged there as its own."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__()
+        self._tally = tally
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._tally.logs.append((record.levelno, record.getMessage()))
+
+
+def serve(sock: socket.socket) -> None:
+    """Record until the proxy says `close` or goes away; then flush, report, return."""
+    reader = wire.unpacker()
+    packer = wire.packer()
+    tally = Tally()
+    handler = _ToTally(tally)
+    logger = logging.getLogger("replayproxy.proxy")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        config = _first_message(sock, reader)
+        if config is None:
+            return
+        settings, key, anchor = wire.config_from(config)
+        recorder = TraceRecorder(
+            settings, PromptHasher(key, settings.tokenizer, settings.block_size), anchor, tally
+        )
+        recorder.start()
+        reported = 0
+        open_ = True
+        while open_:
+            captures: list[Capture] = []
+            rotate = False
+            readable, _, _ = select.select([sock], [], [], POLL_S)
+            if readable:
+                data = sock.recv(_READ_BYTES)
+                open_ = bool(data)  # b"": the proxy is gone
+                reader.feed(data)
+            for kind, payload in reader:
+                if kind == wire.CAPTURES:
+                    captures.extend(map(wire.capture_from, payload))
+                elif kind == wire.ROTATE:
+                    rotate = True
+                elif kind == wire.CLOSE:
+                    open_ = False
+            if captures:
+                tally.received += len(captures)
+                recorder.record(captures)
+            recorder.idle(rotate)
+            if tally.changed() and (rotate or now_ns() - reported >= REPORT_NS):
+                reported = now_ns()
+                _send(sock, packer, tally)
+        recorder.close()
+        _send(sock, packer, tally)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _first_message(sock: socket.socket, reader: msgpack.Unpacker) -> dict[str, Any] | None:
+    """The config, which the proxy writes before anything else; None if the pipe closed first."""
+    while True:
+        for kind, payload in reader:
+            if kind != wire.CONFIG:
+                raise ValueError(f"recorder process: expected the config first, got {kind!r}")
+            return cast(dict[str, Any], payload)
+        data = sock.recv(_READ_BYTES)
+        if not data:
+            return None
+        reader.feed(data)
+
+
+def _send(sock: socket.socket, packer: msgpack.Packer, tally: Tally) -> None:
+    try:
+        sock.sendall(packer.pack([wire.TALLY, tally.take().to_record()]))
+    except OSError:
+        pass  # the proxy is gone: nobody is left to tell; the trace is what counts
+
+
+def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass  # not permitted here: record at the proxy's priority
+    with socket.socket(fileno=int(sys.argv[1])) as sock:
+        serve(sock)
+
+
+if __name__ == "__main__":
+    main()
