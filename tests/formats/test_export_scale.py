@@ -97,6 +97,37 @@ def test_million_row_jsonl_import_stays_under_500_mb(million_trace: Path, tmp_pa
     assert stats["requests"] == ROWS and stats["prefix_reuse"] > 0.3  # the shared first block
 
 
+def million_mooncake_lines(path: Path, rows: int = ROWS) -> Path:
+    """Mooncake rows of 4-6 blocks sharing a first id; every tenth row is a later session turn with
+    a delay, and every thousandth arrives early (so the import has to reorder)."""
+    rng = np.random.default_rng(1)
+    inputs = rng.integers(1600, 3000, rows)
+    with open(path, "wb") as out:
+        for i, n in enumerate(inputs.tolist()):
+            ids = [0, *range(8 * i + 1, 8 * i + (n + 511) // 512)]
+            stamp = i * 3 - (5_000 if i % 1000 == 999 else 0)
+            if i % 10 == 9:
+                line = f'{{"session_id": "s{i % 5000}", "delay": 500, "input_length": {n}'
+            else:
+                line = f'{{"timestamp": {stamp}, "input_length": {n}'
+            out.write(f'{line}, "output_length": {i % 400 + 1}, "hash_ids": {ids}}}\n'.encode())
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_million_row_mooncake_import_with_sessions_stays_under_500_mb(tmp_path: Path) -> None:
+    """Hash ids are chained a batch at a time and the chains leave memory for a temporary file;
+    session turns keep only each session's latest turn between batches."""
+    source = million_mooncake_lines(tmp_path / "big.jsonl")
+    back = tmp_path / "back.rpt"
+    stdout, peak = run_limited("import", str(source), "-f", "mooncake", "-o", str(back))
+    assert f"imported {ROWS} requests" in stdout
+    assert peak < PEAK_MB, f"peak {peak} MB"
+    stats = json.loads(run_limited("inspect", "--json", str(back))[0].split("peak_mb")[0])
+    assert stats["requests"] == ROWS and stats["prefix_reuse"] > 0.01  # the shared first block
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt", ["vllm-custom", "aiperf"])
