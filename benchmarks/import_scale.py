@@ -153,7 +153,8 @@ def main() -> None:
         mooncake.write(cols, back, ExportOptions())
         export_s = time.perf_counter() - start
 
-    print(f"file: {args.lines:,} lines, {size_mb:.0f} MB, {int(imported.id_counts.sum()):,} hash ids")
+    blocks = int(imported.hashes.counts().sum()) if imported.hashes is not None else 0
+    print(f"file: {args.lines:,} lines, {size_mb:.0f} MB, {blocks:,} full-block hashes")
     print(f"orjson parse only      {parse_s:6.2f} s")
     print(
         f"import (read+write)    {import_s:6.2f} s   ratio to parse-only {import_s / parse_s:4.2f}x   "

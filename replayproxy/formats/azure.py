@@ -14,31 +14,45 @@ from pathlib import Path
 
 import numpy as np
 
-from replayproxy.formats.importing import (
-    BadLines,
-    Imported,
-    ImportOptions,
-    csv_problem,
-    drop_rows,
-    keep_good,
-    read_csv,
-    same_width,
-)
+from replayproxy.formats.csv_rows import CsvBatches, csv_problem, same_width
+from replayproxy.formats.importing import BadLines, Imported, ImportOptions, drop_rows, keep_good
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
+    """Rows a batch at a time: only the three numbers of each request outlive its batch."""
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, COLUMNS, bad)
-    at = [where[name] for name in COLUMNS]
+    columns: list[list[np.ndarray]] = [[], [], []]
+    zones = ZoneCheck(str(path))
+    with CsvBatches(path, COLUMNS, bad) as batches:
+        at = [batches.where[name] for name in COLUMNS]
+        for rows, line_nos in batches:
+            batch = _batch(rows, line_nos, at, len(batches.where), bad, zones)
+            for column, values in zip(columns, batch, strict=True):
+                column.append(values)
+    times, inputs, outputs = (np.concatenate(c) if c else np.zeros(0, np.int64) for c in columns)
+    return Imported(
+        source="azure",
+        offset_ns=times,
+        input_tokens=inputs,
+        output_tokens=outputs,
+        bad=bad,
+        wall_clock=True,
+        columns={"model": options.model} if options.model else {},
+        warnings=zones.warnings(),
+    )
+
+
+def _batch(
+    rows: list[list[str]], line_nos: list[int], at: list[int], width: int, bad: BadLines, zones: ZoneCheck
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One batch's UTC nanoseconds, context and generated tokens, bad rows reported."""
     try:
-        same_width(rows, len(where))
+        same_width(rows, width)
         times, inputs, outputs = _convert(rows, at)
     except ValueError:
-        rows, line_nos = keep_good(
-            rows, line_nos, csv_problem(len(where), lambda row: _problem(row, at)), bad
-        )
+        rows, line_nos = keep_good(rows, line_nos, csv_problem(width, lambda row: _problem(row, at)), bad)
         times, inputs, outputs = _convert(rows, at)
     keep = drop_rows(
         (inputs < 0) | (outputs < 0),
@@ -46,17 +60,9 @@ def read(path: Path, options: ImportOptions) -> Imported:
         line_nos,
         bad,
     )
-    stamps = [rows[i][at[0]] for i in keep.tolist()]
-    return Imported(
-        source="azure",
-        offset_ns=times[keep],
-        input_tokens=inputs[keep],
-        output_tokens=outputs[keep],
-        bad=bad,
-        wall_clock=True,
-        columns={"model": options.model} if options.model else {},
-        warnings=zone_warnings(stamps, [line_nos[i] for i in keep.tolist()], times[keep], str(path)),
-    )
+    kept = keep.tolist()
+    zones.add([rows[i][at[0]] for i in kept], [line_nos[i] for i in kept], times[keep])
+    return times[keep], inputs[keep], outputs[keep]
 
 
 def _convert(rows: list[list[str]], at: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -84,26 +90,50 @@ def zone_of(text: str) -> str:
     return tail if len(tail) == 6 and tail[0] in "+-" and tail[3] == ":" else ""
 
 
-def zone_warnings(texts: list[str], line_nos: list[int], times: np.ndarray, path: str) -> list[str]:
+class ZoneCheck:
     """Rows whose zone differs from the first row's are placed by their own offset; say so.
 
     One odd offset in a file usually means an edited or merged file: each row is still placed at its
     true UTC instant, but the user should know the timeline moved (and where the start went).
+    Fed a batch of rows at a time; keeps only what the warning names.
     """
-    zones = [zone_of(t) for t in texts]
-    odd = [i for i, zone in enumerate(zones) if zone != zones[0]]
-    if not odd:
-        return []
-    named = sorted({zones[i] or "none" for i in odd})
-    earliest = int(np.argmin(times))
-    moved = ""
-    if times[earliest] < times[0]:
-        ahead = (int(times[0]) - int(times[earliest])) / 60e9
-        moved = f"; the trace starts at line {line_nos[earliest]}, {ahead:.0f} min before the first row"
-    return [
-        f"{path}:{line_nos[odd[0]]}: {len(odd)} rows name another zone ({', '.join(named)}) than the "
-        f"first row ({zones[0] or 'none, read as UTC'}); each is converted to UTC by its own offset{moved}"
-    ]
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.first_zone: str | None = None
+        self.first_ns = 0  # the first row's time
+        self.odd = 0
+        self.first_odd_line = 0
+        self.named: set[str] = set()
+        self.earliest: tuple[int, int] | None = None  # (time, line) of the earliest row
+
+    def add(self, texts: list[str], line_nos: list[int], times: np.ndarray) -> None:
+        if not texts:
+            return
+        if self.first_zone is None:
+            self.first_zone, self.first_ns = zone_of(texts[0]), int(times[0])
+        for text, line_no in zip(texts, line_nos, strict=True):
+            zone = zone_of(text)
+            if zone != self.first_zone:
+                self.odd += 1
+                self.first_odd_line = self.first_odd_line or line_no
+                self.named.add(zone or "none")
+        at = int(np.argmin(times))
+        if self.earliest is None or int(times[at]) < self.earliest[0]:
+            self.earliest = (int(times[at]), line_nos[at])
+
+    def warnings(self) -> list[str]:
+        if not self.odd or self.earliest is None:
+            return []
+        moved = ""
+        if self.earliest[0] < self.first_ns:
+            ahead = (self.first_ns - self.earliest[0]) / 60e9
+            moved = f"; the trace starts at line {self.earliest[1]}, {ahead:.0f} min before the first row"
+        return [
+            f"{self.path}:{self.first_odd_line}: {self.odd} rows name another zone "
+            f"({', '.join(sorted(self.named))}) than the first row "
+            f"({self.first_zone or 'none, read as UTC'}); each is converted to UTC by its own offset{moved}"
+        ]
 
 
 def times_ns(texts: list[str]) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 
 from replayproxy.formats import mooncake
 from replayproxy.formats.blocks import iter_row_ids
+from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -27,8 +28,9 @@ from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
+    iter_json_lines,
     keep_good,
-    read_json_lines,
+    paused_gc,
     unit_warnings,
 )
 from replayproxy.shape import REQUEST_TYPES
@@ -37,17 +39,39 @@ from replayproxy.trace import Columns
 DEFAULT_BLOCK = 16
 
 
+_PARTS = ("ts", "inputs", "outputs", "chats", "parents", "turns")
+
+
 def read(path: Path, options: ImportOptions) -> Imported:
-    """Parse a Bailian file: sessions follow parent_chat_id links to their root chat."""
+    """Parse a Bailian file a batch of lines at a time: sessions follow parent_chat_id links to their
+    root chat once every chat id is known (two numbers a row until then)."""
     bad = BadLines(str(path), options.skip_bad)
-    rows, line_nos = read_json_lines(path, bad)
-    rows, line_nos = keep_good(rows, line_nos, _problem, bad)
     block = options.block_size or DEFAULT_BLOCK
-    columns = mooncake.row_columns(rows)
-    rows, (ts, inputs, outputs, ids, counts) = mooncake.valid_rows(rows, columns, line_nos, block, bad)
-    sessions = _root_sessions(rows)
+    hashes = ChainedHashes(block)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in _PARTS}
+    types: list[str] = []
+    with paused_gc():
+        for rows, line_nos in iter_json_lines(path, bad):
+            rows, line_nos = keep_good(rows, line_nos, _problem, bad)
+            columns = mooncake.row_columns(rows)
+            rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad)
+            ts, inputs, outputs, ids, counts = columns
+            hashes.add(ids, counts, inputs)
+            batch = {
+                "ts": ts,
+                "inputs": inputs,
+                "outputs": outputs,
+                "chats": np.array([r["chat_id"] for r in rows], np.int64),
+                "parents": np.array([r["parent_chat_id"] for r in rows], np.int64),
+                "turns": np.array([max(r["turn"] - 1, 0) for r in rows], np.int64),
+            }
+            for name, values in batch.items():
+                parts[name].append(values)
+            types += [_request_type(r.get("type")) for r in rows]
+    ts, inputs, outputs, chats, parents, turns = (
+        np.concatenate(parts[name]) if parts[name] else np.zeros(0, np.int64) for name in _PARTS
+    )
     unit = options.time_unit or "s"
-    types = [_request_type(r.get("type")) for r in rows]
     return Imported(
         source="bailian",
         offset_ns=np.rint(ts * mooncake.UNIT_NS[unit]).astype(np.int64),
@@ -55,11 +79,10 @@ def read(path: Path, options: ImportOptions) -> Imported:
         output_tokens=outputs,
         bad=bad,
         block_size=block,
-        ids=ids,
-        id_counts=counts,
+        hashes=hashes,
         columns={
-            "session": sessions,
-            "turn": np.array([max(int(r["turn"]) - 1, 0) for r in rows], np.int64),
+            "session": _root_sessions(chats, parents),
+            "turn": turns,
             "request_type": types,
             **({"model": options.model} if options.model else {}),
         },
@@ -83,24 +106,52 @@ def _problem(row: dict[str, Any]) -> str | None:
     for name in ("chat_id", "parent_chat_id", "turn"):
         if type(row.get(name)) is not int:
             return f"{name} is {row.get(name)!r}, not an integer"
+        if abs(row[name]) >= _ID_LIMIT:
+            return f"{name} {row[name]} is out of range (|value| < 2**62)"
     if "timestamp" not in row or "output_length" not in row:
         return "no timestamp" if "timestamp" not in row else "no output_length"
     return mooncake.row_problem(row)
 
 
-def _root_sessions(rows: list[dict[str, Any]]) -> np.ndarray:
-    """Session = the root chat reached through parent links (chats without follow-ups get none)."""
-    parent = {r["chat_id"]: r["parent_chat_id"] for r in rows}
-    has_children = {p for p in parent.values() if p != -1}
-    roots: list[int] = []
-    for r in rows:
-        chat, seen = r["chat_id"], set()
-        while parent.get(chat, -1) != -1 and parent[chat] in parent and chat not in seen:
+_ID_LIMIT = 1 << 62
+_WALK_STEPS = 64  # parent links followed for all chats at once; longer or looping chains one by one
+
+
+def _root_sessions(chats: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """Session = the root chat reached through parent links, + 1 (chat 0 must not read as "no
+    session"); chats without follow-ups get none (0). A chat id listed twice takes its last row's
+    parent; a parent absent from the file ends the chain; a loop ends where it first comes back."""
+    if not len(chats):
+        return np.zeros(0, np.uint64)
+    known, last_from_end = np.unique(chats[::-1], return_index=True)
+    parent_of = parents[::-1][last_from_end]
+    at = np.minimum(np.searchsorted(known, parent_of), len(known) - 1)
+    step = np.where((parent_of != -1) & (known[at] == parent_of), at, -1)  # index of the parent chat
+    root = _walk(step)
+    has_children = np.isin(known, parent_of[parent_of != -1])
+    chat = np.searchsorted(known, chats)
+    linked = (parents != -1) | has_children[chat]
+    sessions: np.ndarray = np.where(linked, known[root[chat]] + 1, 0).astype(np.uint64)
+    return sessions
+
+
+def _walk(step: np.ndarray) -> np.ndarray:
+    """Per chat, the chat its parent links lead to (`step`: the parent's index, -1 at a root)."""
+    at = np.arange(len(step))
+    moving = np.flatnonzero(step != -1)
+    for _ in range(_WALK_STEPS):
+        if not len(moving):
+            return at
+        at[moving] = step[at[moving]]
+        moving = moving[step[at[moving]] != -1]
+    links = step.tolist()
+    for start in moving.tolist():  # a chain longer than _WALK_STEPS, or a loop: as a walk
+        chat, seen = start, set()
+        while links[chat] != -1 and chat not in seen:
             seen.add(chat)
-            chat = parent[chat]
-        linked = r["parent_chat_id"] != -1 or r["chat_id"] in has_children
-        roots.append(int(chat) + 1 if linked else 0)  # +1: chat 0 must not read as "no session"
-    return np.array(roots, np.uint64)
+            chat = links[chat]
+        at[start] = chat
+    return at
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:

@@ -14,26 +14,79 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.formats.csv_rows import CsvBatches, csv_problem, same_width
 from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
-    csv_problem,
     drop_rows,
     keep_good,
     key_of,
-    read_csv,
-    same_width,
     turns_of,
 )
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 SESSION, ELAPSED = "Session ID", "Elapsed time"
+_FIELDS = ("seconds", "inputs", "outputs", "elapsed", "session")
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
+    """Rows a batch at a time: numbers per request outlive their batch, strings once per name."""
     bad = BadLines(str(path), options.skip_bad)
-    where, rows, line_nos = read_csv(path, COLUMNS, bad)
+    columns: dict[str, list[np.ndarray]] = {name: [] for name in _FIELDS}
+    models: list[str] = []
+    names: dict[str, str] = {}  # one string object per model name
+    session_keys: dict[str, int] = {}
+    dropped = 0
+    with CsvBatches(path, COLUMNS, bad) as batches:
+        where = batches.where
+        for rows, line_nos in batches:
+            batch, kept_rows, dropped_now = _batch(rows, line_nos, where, options.drop_failed, bad)
+            dropped += dropped_now
+            for name, values in batch.items():
+                columns[name].append(values)
+            if not options.model:
+                models += [names.setdefault(m, m) for m in (row[where["Model"]].strip() for row in kept_rows)]
+            if SESSION in where:
+                columns["session"].append(
+                    np.fromiter(
+                        (_session_key(row[where[SESSION]].strip(), session_keys) for row in kept_rows),
+                        np.uint64,
+                        len(kept_rows),
+                    )
+                )
+    seconds, inputs, outputs, elapsed, sessions = (
+        np.concatenate(columns[name]) if columns[name] else np.zeros(0) for name in _FIELDS
+    )
+    failed = outputs == 0
+    extra_columns: dict[str, Any] = {
+        "model": options.model or models,
+        "error": np.array(["", "other"], dtype=object)[failed.astype(np.intp)],
+        "status": np.where(failed, 0, 200),
+    }
+    if ELAPSED in where:
+        extra_columns["e2e_ns"] = np.where(elapsed > 0, np.rint(elapsed * 1e9), -1).astype(np.int64)
+    if SESSION in where:
+        sessions = sessions.astype(np.uint64)
+        order = np.argsort(seconds, kind="stable")
+        turns = np.empty(len(sessions), np.int64)
+        turns[order] = turns_of(sessions[order])
+        extra_columns.update(session=sessions, turn=turns)
+    return Imported(
+        source="burstgpt",
+        offset_ns=np.rint(seconds * 1e9).astype(np.int64),
+        input_tokens=inputs.astype(np.int64),
+        output_tokens=outputs.astype(np.int64),
+        bad=bad,
+        columns=extra_columns,
+        extra={"failed_requests": int(failed.sum()), "dropped_failed": dropped},
+    )
+
+
+def _batch(
+    rows: list[list[str]], line_nos: list[int], where: dict[str, int], drop_failed: bool, bad: BadLines
+) -> tuple[dict[str, np.ndarray], list[list[str]], int]:
+    """One batch's numbers by field, the rows kept (for their strings) and how many failed were dropped."""
     numeric = [where[name] for name in ("Timestamp", "Request tokens", "Response tokens")]
     if ELAPSED in where:
         numeric.append(where[ELAPSED])
@@ -52,35 +105,25 @@ def read(path: Path, options: ImportOptions) -> Imported:
         ~finite | (seconds < 0) | (inputs < 0) | (outputs < 0) | (counts[0] % 1 != 0) | (counts[1] % 1 != 0)
     )
     keep = drop_rows(wrong, lambda i: f"bad numbers in {rows[i]}", line_nos, bad)
-    failed = outputs == 0
-    dropped = int(failed[keep].sum()) if options.drop_failed else 0
-    if options.drop_failed:
-        keep = keep[~failed[keep]]
-    columns: dict[str, Any] = {
-        "model": options.model or [rows[i][where["Model"]].strip() for i in keep],
-        "error": np.where(failed[keep], "other", "").astype(object),
-        "status": np.where(failed[keep], 0, 200),
-    }
+    dropped = 0
+    if drop_failed:
+        failed = outputs[keep] == 0
+        dropped = int(failed.sum())
+        keep = keep[~failed]
+    batch = {"seconds": seconds[keep], "inputs": inputs[keep], "outputs": outputs[keep]}
     if ELAPSED in where:
-        columns["e2e_ns"] = np.where(values[3][keep] > 0, np.rint(values[3][keep] * 1e9), -1).astype(np.int64)
-    if SESSION in where:
-        sessions = np.array(
-            [key_of(rows[i][where[SESSION]].strip()) if rows[i][where[SESSION]].strip() else 0 for i in keep],
-            np.uint64,
-        )
-        order = np.argsort(seconds[keep], kind="stable")
-        turns = np.empty(len(keep), np.int64)
-        turns[order] = turns_of(sessions[order])
-        columns.update(session=sessions, turn=turns)
-    return Imported(
-        source="burstgpt",
-        offset_ns=np.rint(seconds[keep] * 1e9).astype(np.int64),
-        input_tokens=inputs[keep],
-        output_tokens=outputs[keep],
-        bad=bad,
-        columns=columns,
-        extra={"failed_requests": int(failed[keep].sum()), "dropped_failed": dropped},
-    )
+        batch["elapsed"] = values[3][keep]
+    return batch, [rows[i] for i in keep.tolist()], dropped
+
+
+def _session_key(label: str, keys: dict[str, int]) -> int:
+    """A session's keyed number (0: no session), computed once per distinct label."""
+    if not label:
+        return 0
+    key = keys.get(label)
+    if key is None:
+        key = keys[label] = key_of(label)
+    return key
 
 
 def _numbers(rows: list[list[str]], at: list[int]) -> list[np.ndarray]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -11,26 +12,31 @@ from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
 from replayproxy.trace import Columns
 
+CHUNK_ROWS = 16_384  # rows turned into text at a time: memory does not grow with the trace
+
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     columns = request_columns(cols)
-    cells: list[list[object]] = []
-    for name in COLUMNS:
-        value = columns[name]
-        if isinstance(value, tuple):
-            flat, index = value
-            text = flat.astype(str)
-            cells.append(
-                [" ".join(text[a:b]) for a, b in zip(index[:-1].tolist(), index[1:].tolist(), strict=True)]
-            )
-        elif value.dtype == np.bool_:
-            cells.append(np.where(value, "true", "false").tolist())
-        else:
-            cells.append(value.tolist())
     with open(path, "w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(COLUMNS)
-        writer.writerows(zip(*cells, strict=True))
+        for lo in range(0, len(cols), CHUNK_ROWS):
+            hi = min(len(cols), lo + CHUNK_ROWS)
+            writer.writerows(zip(*(_cells(columns[name], lo, hi) for name in COLUMNS), strict=True))
     return ExportResult(
         len(cols), [header_note(cols), f"duckdb -c \"SELECT count(*) FROM read_csv_auto('{path}')\""]
     )
+
+
+def _cells(value: Any, lo: int, hi: int) -> list[Any]:
+    """One column's cells for rows [lo, hi): lists as spaced numbers, booleans as true/false."""
+    if isinstance(value, tuple):
+        flat, index = value
+        first = int(index[lo])
+        text = flat[first : int(index[hi])].astype(str)
+        bounds = (index[lo : hi + 1] - first).tolist()
+        return [" ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if value.dtype == np.bool_:
+        cells: list[Any] = np.where(value[lo:hi], "true", "false").tolist()
+        return cells
+    return list(value[lo:hi].tolist())

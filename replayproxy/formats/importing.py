@@ -1,6 +1,7 @@
 """What every importer shares: bad-line accounting, source hash ids turned into prefix hashes, writing.
 
-An importer parses its file into `Imported` columns (numpy, one entry per request) and
+An importer parses its file a batch of lines at a time into `Imported` columns (numpy, one entry per
+request; hash ids chained per batch into `ChainedHashes`, which leave memory once they are many) and
 `write_imported` writes them with `trace.write_columns`, so a million-line file never becomes a
 million Python objects. See docs/formats.md for each format's mapping.
 """
@@ -8,13 +9,10 @@ million Python objects. See docs/formats.md for each format's mapping.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gc
 import hashlib
-import io
 import itertools
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,8 @@ import numpy as np
 import orjson
 
 from replayproxy.errors import BadInputFile
-from replayproxy.formats.idchain import IMPORT_HASH_SCHEME, chain_hashes
+from replayproxy.formats.chained_hashes import ChainedHashes
+from replayproxy.formats.idchain import IMPORT_HASH_SCHEME
 from replayproxy.shape import UNKNOWN
 from replayproxy.trace import TraceHeader, write_columns
 
@@ -36,7 +35,6 @@ class ImportFormatError(BadInputFile):
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, written by Excel and some Windows tools
 MAX_LINE_BYTES = 16 << 20  # no request row needs more (a 16 MiB hash_ids list is ~1.5 M ids)
 SPAN_WARNING_S = 30 * 86_400  # an import spanning more than this is probably read in the wrong unit
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that `surrogateescape` kept from a failed decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +70,7 @@ class BadLines:
 
 @dataclass(slots=True)
 class Imported:
-    """One source file as columns; `ids`/`id_counts` are the source's per-block hash ids, if any."""
+    """One source file as columns; `hashes` are the chained source hash ids, if the format has any."""
 
     source: str  # format name, kept as "import:<format>" in the header
     offset_ns: np.ndarray  # arrival, any origin (rebased to the first request when written)
@@ -80,8 +78,7 @@ class Imported:
     output_tokens: np.ndarray
     bad: BadLines
     block_size: int = 16  # tokens per source id
-    ids: np.ndarray | None = None
-    id_counts: np.ndarray | None = None
+    hashes: ChainedHashes | None = None
     columns: dict[str, Any] = field(default_factory=dict)  # further shape fields by name
     wall_clock: bool = False  # offset_ns are UTC nanoseconds since the epoch (sources with dates)
     extra: dict[str, Any] = field(default_factory=dict)  # header notes
@@ -91,23 +88,12 @@ class Imported:
         return len(self.offset_ns)
 
 
-BATCH_BYTES = 8 << 20  # JSON lines are read and parsed this much of the file at a time
-
-
-def read_json_lines(path: Path, bad: BadLines) -> tuple[list[Any], Sequence[int]]:
-    """Parsed objects and their 1-based line numbers; blank lines are ignored."""
-    rows: list[Any] = []
-    numbers: list[Sequence[int]] = []
-    for batch_rows, batch_nos in iter_json_lines(path, bad):
-        rows += batch_rows
-        numbers.append(batch_nos)
-    if all(isinstance(nos, range) for nos in numbers):
-        return rows, range(1, len(rows) + 1) if rows else range(0)
-    return rows, [no for nos in numbers for no in nos]
+BATCH_BYTES = 4 << 20  # JSON lines are read and parsed this much of the file at a time
 
 
 def iter_json_lines(path: Path, bad: BadLines) -> Iterator[tuple[list[Any], Sequence[int]]]:
-    """`read_json_lines` a batch of lines at a time (memory bounded by the batch, whatever the file).
+    """Parsed objects and their 1-based line numbers, a batch of lines at a time (memory bounded by
+    the batch, whatever the file); blank lines are ignored.
 
     The fast path parses a batch in one comprehension; a batch with a blank or broken line is
     parsed again line by line, so the bad line is found and named. A line longer than
@@ -201,60 +187,6 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_csv(
-    path: Path, required: Sequence[str], bad: BadLines
-) -> tuple[dict[str, int], list[list[str]], list[int]]:
-    """Column positions by header name, data rows and their line numbers.
-
-    Rows with the wrong number of fields are kept, so that the caller's row checks (`csv_problem`)
-    report bad lines in file order. A leading byte-order mark is dropped; a line that is not UTF-8
-    is a bad line (named, skippable), not a failure of the whole file.
-    """
-    data = path.read_bytes()
-    data = data[len(BOM) :] if data.startswith(BOM) else data
-    try:
-        text, checked = data.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, checked = data.decode("utf-8", "surrogateescape"), False
-    del data
-    with io.StringIO(text, newline="") as stream:
-        del text
-        reader = csv.reader(stream)
-        header = [name.strip() for name in next(reader, [])]
-        missing = [name for name in required if name not in header]
-        if missing:
-            raise ImportFormatError(
-                f"{path}:1: header {header} lacks {missing}; expected columns {list(required)}"
-            )
-        rows: list[list[str]] = []
-        line_nos: list[int] = []
-        for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            if not checked and (found := _NOT_UTF8.search("\x00".join(row))):
-                byte = ord(found.group()) - 0xDC00
-                bad(reader.line_num, f"not UTF-8 text (byte 0x{byte:02x})")
-                continue
-            rows.append(row)
-            line_nos.append(reader.line_num)
-    return {name: i for i, name in enumerate(header)}, rows, line_nos
-
-
-def csv_problem(width: int, problem: Callable[[list[str]], str | None]) -> Callable[[list[str]], str | None]:
-    """A row check that first checks the field count against the header's."""
-
-    def check(row: list[str]) -> str | None:
-        return f"{len(row)} fields where the header has {width}" if len(row) != width else problem(row)
-
-    return check
-
-
-def same_width(rows: list[list[str]], width: int) -> None:
-    """Raise ValueError (sending the caller to its row-by-row path) if a row has another width."""
-    if any(len(row) != width for row in rows):
-        raise ValueError("ragged rows")
-
-
 def keep_good(
     rows: list[Any], line_nos: Sequence[int], problem: Callable[[Any], str | None], bad: BadLines
 ) -> tuple[list[Any], list[int]]:
@@ -343,28 +275,30 @@ def turns_of(sessions: np.ndarray) -> np.ndarray:
 
 
 def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Callable[[], int]) -> int:
-    """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace."""
+    """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace.
+
+    A file already in arrival order (most published traces) is written without reordering copies.
+    """
     n = len(imported)
-    order = np.argsort(imported.offset_ns, kind="stable")
-    offsets = imported.offset_ns[order]
+    stamps = imported.offset_ns
+    order = None if n < 2 or bool((stamps[1:] >= stamps[:-1]).all()) else np.argsort(stamps, kind="stable")
+
+    def arranged(values: Any) -> Any:
+        if order is None or not isinstance(values, list | np.ndarray):
+            return values
+        return np.asarray(values, dtype=object)[order] if isinstance(values, list) else values[order]
+
+    offsets = arranged(stamps)
     origin = int(offsets[0]) if n else 0
-    inputs = imported.input_tokens[order]
-    columns: dict[str, Any] = {
-        name: (np.asarray(value, dtype=object)[order] if isinstance(value, list) else value[order])
-        if isinstance(value, list | np.ndarray)
-        else value
-        for name, value in imported.columns.items()
-    }
+    inputs = arranged(imported.input_tokens)
+    columns: dict[str, Any] = {name: arranged(value) for name, value in imported.columns.items()}
     columns.setdefault("status", 200)  # published traces list served requests unless they say otherwise
     columns.update(
-        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=imported.output_tokens[order]
+        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=arranged(imported.output_tokens)
     )
-    if imported.ids is not None and imported.id_counts is not None:
-        hashes, counts = _full_block_hashes(
-            imported.ids, imported.id_counts, order, inputs, imported.block_size
-        )
-        columns["prefix_hashes"] = (hashes, counts)
-        columns["prefix_units"] = np.where(imported.id_counts[order] > 0, inputs, UNKNOWN)
+    if imported.hashes is not None:
+        columns["prefix_hashes"] = imported.hashes.in_order(order)
+        columns["prefix_units"] = np.where(arranged(imported.hashes.had_ids()), inputs, UNKNOWN)
     header = TraceHeader(
         start_wall_ns=origin if imported.wall_clock else 0,
         source=f"import:{imported.source}",
@@ -373,19 +307,16 @@ def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Ca
         hash_scheme=IMPORT_HASH_SCHEME,
         extra={"skipped_lines": imported.bad.count, **imported.extra},
     )
-    return write_columns(path, header, columns, n, wall_ns=wall_ns)
+    return write_columns(path, header, columns, n, wall_ns=wall_ns, frame_records=_frame_records(imported))
 
 
-def _full_block_hashes(
-    ids: np.ndarray, counts: np.ndarray, order: np.ndarray, inputs: np.ndarray, block_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Chain hashes of each row's *full* blocks only (a trailing partial block is never shared)."""
-    if not np.array_equal(order, np.arange(len(order))):
-        starts = np.cumsum(counts) - counts
-        moved = counts[order]
-        index = np.repeat(starts[order], moved) + (
-            np.arange(int(moved.sum())) - np.repeat(np.cumsum(moved) - moved, moved)
-        )
-        ids, counts = ids[index], moved
-    keep = np.minimum(counts, np.maximum(inputs, 0) // block_size)
-    return chain_hashes(ids, counts, keep=keep), keep
+FRAME_HASHES = 1 << 21  # about this many prefix hashes (16 MiB) per written frame
+
+
+def _frame_records(imported: Imported) -> int:
+    """Requests per frame: 65,536, fewer when prompts hold thousands of blocks, so that one frame's
+    hashes, read back from the temporary file and encoded, stay a few MiB."""
+    if imported.hashes is None or not len(imported):
+        return 1 << 16
+    per_request = max(int(imported.hashes.counts().sum()) / len(imported), 1.0)
+    return int(min(max(FRAME_HASHES / per_request, 1024), 1 << 16))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats.blocks import iter_block_ids, repeated_ids
+from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import ExportOptions, ExportResult, session_labels, write_json_lines
 from replayproxy.formats.importing import (
     BadLines,
@@ -39,21 +40,22 @@ def read(path: Path, options: ImportOptions) -> Imported:
     block = options.block_size or DEFAULT_BLOCK
     bad = BadLines(str(path), options.skip_bad)
     batches: list[dict[str, Any]] = []
+    hashes = ChainedHashes(block)
     fresh = 0
     names: dict[str, str] = {}  # one string object per distinct model / endpoint / error
     for rows, line_nos in iter_json_lines(path, bad):
         rows, _ = keep_good(rows, line_nos, _problem, bad)
         batch, fresh = _columns(rows, block, fresh, options.model, names)
+        hashes.add(batch.pop("ids"), batch["id_counts"], batch["input_tokens"])
         batches.append(batch)
     columns: dict[str, Any] = {
-        name: np.concatenate([b[name] for b in batches]) if batches else np.zeros(0, np.int64)
+        name: np.concatenate([b.pop(name) for b in batches]) if batches else np.zeros(0, np.int64)
         for name in _NUMERIC
-    }
+    }  # each column's batches are freed as soon as it is joined
     columns["session"] = columns["session"].astype(np.uint64)
     columns["stream"] = columns["stream"].astype(bool)
     for name in _STRINGS:
         columns[name] = [value for b in batches for value in b[name]]
-    ids = [b["ids"] for b in batches]
     return Imported(
         source="jsonl",
         offset_ns=columns.pop("offset_ns"),
@@ -61,15 +63,13 @@ def read(path: Path, options: ImportOptions) -> Imported:
         output_tokens=columns.pop("output_tokens"),
         bad=bad,
         block_size=block,
-        ids=np.concatenate(ids) if ids else np.zeros(0, np.int64),
-        id_counts=columns.pop("id_counts"),
+        hashes=hashes,
         columns=columns,
     )
 
 
 _NUMERIC = (
     "offset_ns", "input_tokens", "output_tokens", "max_tokens", "stream", "status", "session", "turn",
-    "id_counts",
 )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats.blocks import iter_row_ids
+from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
@@ -68,19 +69,27 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     unit = options.time_unit or "ms"
     unit_ns = UNIT_NS[unit]
     bad = BadLines(str(path), options.skip_bad)
-    batches = [_batch(rows, line_nos, block, bad) for rows, line_nos in iter_json_lines(path, bad)]
-    ts, inputs, outputs, ids, counts, sessions, delays = (
-        np.concatenate([b[k] for b in batches]) if batches else np.zeros(0) for k in range(7)
+    hashes = ChainedHashes(block)
+    turns = _SessionTurns()
+    batches: list[list[np.ndarray]] = []
+    for rows, line_nos in iter_json_lines(path, bad):
+        ts, inputs, outputs, ids, counts, sessions, delays = _batch(rows, line_nos, block, bad)
+        if sessions.any():
+            ts, inputs = turns.follow(ts, sessions, delays, inputs, outputs)
+        hashes.add(ids, counts, inputs)
+        batches.append([ts, inputs, outputs, sessions, delays])
+    ts, inputs, outputs, sessions, delays = (
+        np.concatenate([b[k] for b in batches]) if batches else np.zeros(0) for k in range(5)
     )
     inputs, outputs = inputs.astype(np.int64), outputs.astype(np.int64)  # int64 unless no batch
     extra_columns: dict[str, Any] = {}
     if sessions.any():
         sessions = sessions.astype(np.uint64)
-        ts, think_ns, inputs = _session_turns(ts, sessions, delays, inputs, outputs, unit_ns)
         order = np.argsort(ts, kind="stable")
-        turns = np.empty(len(ts), np.int64)
-        turns[order] = turns_of(sessions[order])
-        extra_columns.update(session=sessions, turn=turns, think_ns=think_ns)
+        turn = np.empty(len(ts), np.int64)
+        turn[order] = turns_of(sessions[order])
+        think_ns = np.where(np.isnan(delays), -1, np.rint(np.nan_to_num(delays) * unit_ns)).astype(np.int64)
+        extra_columns.update(session=sessions, turn=turn, think_ns=think_ns)
     if options.model:
         extra_columns["model"] = options.model
     return Imported(
@@ -90,8 +99,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
         output_tokens=outputs,
         bad=bad,
         block_size=block,
-        ids=ids.astype(np.int64),
-        id_counts=counts.astype(np.int64),
+        hashes=hashes,
         columns=extra_columns,
         extra={"time_unit": unit},
         warnings=unit_warnings(ts, unit, str(path)),
@@ -210,33 +218,36 @@ def value_problems(
     return mask, reason
 
 
-def _session_turns(
-    ts: np.ndarray,
-    sessions: np.ndarray,
-    delays: np.ndarray,
-    inputs: np.ndarray,
-    outputs: np.ndarray,
-    unit_ns: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _SessionTurns:
     """Later turns of a session as AIPerf reads them: the whole prompt is the previous prompt, its
     reply and this row's new part; `delay` (NaN: none) is the think time after the previous reply
     ended. Its arrival is taken as the previous arrival + delay (the reply's duration is not in the
     file: a lower bound; closed-loop replay uses the think time). Rows in file order, as AIPerf
-    takes them."""
-    ts, inputs = ts.copy(), inputs.copy()
-    has_delay = ~np.isnan(delays)
-    think_ns = np.where(has_delay, np.rint(np.nan_to_num(delays) * unit_ns), -1).astype(np.int64)
-    last: dict[int, int] = {}  # session -> row of its latest turn so far
-    for i, session in enumerate(sessions.tolist()):
-        previous = last.get(session) if session else None
-        if previous is not None:
-            inputs[i] += inputs[previous] + max(int(outputs[previous]), 0)
-        if math.isnan(ts[i]):
-            delay = float(delays[i]) if has_delay[i] else 0.0
-            ts[i] = (ts[previous] if previous is not None else 0.0) + delay
-        if session:
-            last[session] = i
-    return ts, think_ns, inputs
+    takes them, a batch at a time: only each session's latest turn is kept between batches."""
+
+    def __init__(self) -> None:
+        self.latest: dict[int, tuple[float, int, int]] = {}  # session -> its latest turn's (ts, in, out)
+
+    def follow(
+        self,
+        ts: np.ndarray,
+        sessions: np.ndarray,
+        delays: np.ndarray,
+        inputs: np.ndarray,
+        outputs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's arrival times and whole-prompt input lengths."""
+        ts, inputs = ts.copy(), inputs.copy()
+        latest = self.latest
+        for i, (session, delay) in enumerate(zip(sessions.tolist(), delays.tolist(), strict=True)):
+            previous = latest.get(session) if session else None
+            if previous is not None:
+                inputs[i] += previous[1] + max(previous[2], 0)
+            if math.isnan(ts[i]):
+                ts[i] = (previous[0] if previous is not None else 0.0) + (0.0 if math.isnan(delay) else delay)
+            if session:
+                latest[session] = (float(ts[i]), int(inputs[i]), int(outputs[i]))
+        return ts, inputs
 
 
 # --------------------------------------------------------------------------- export

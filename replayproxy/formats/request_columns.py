@@ -58,9 +58,7 @@ def request_columns(cols: Columns) -> dict[str, Any]:
     derived: dict[str, Any] = {
         "arrival_s": (offsets - (offsets[0] if len(offsets) else 0)) / 1e9,
         "message_count": cols.message_count,
-        "sampling": np.array(
-            [orjson.dumps(s, option=orjson.OPT_SORT_KEYS).decode() for s in cols.sampling], object
-        ),
+        "sampling": _sampling_texts(cols.sampling),
         "prefix_blocks": np.diff(cols.prefix_index),
         "chunk_count": np.where(cols.ttft_ns >= 0, np.diff(cols.chunk_index) + 1, 0),
     }
@@ -72,6 +70,19 @@ def request_columns(cols: Columns) -> dict[str, Any]:
         else:
             columns[name] = derived[name] if name in derived else cols.scalar[name]
     return columns
+
+
+def _sampling_texts(sampling: np.ndarray) -> np.ndarray:
+    """Each request's sampling map as JSON; rows share the few distinct maps a trace decodes to, so
+    each is written once (one string per distinct map, not one per row)."""
+    texts: dict[int, str] = {}
+    out = np.empty(len(sampling), object)
+    for i, value in enumerate(sampling.tolist()):
+        text = texts.get(id(value))
+        if text is None:
+            text = texts[id(value)] = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        out[i] = text
+    return out
 
 
 def header_note(cols: Columns) -> str:

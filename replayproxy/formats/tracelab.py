@@ -12,6 +12,8 @@ tool wait or the human — is the session's think time), and its prefix keeps th
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
-    flatten_ids,
+    iter_json_lines,
     keep_good,
     key_of,
-    read_json_lines,
     turns_of,
 )
 
@@ -35,46 +37,77 @@ INPUT_EVENTS = frozenset({"user_message", "tool_result"})
 OUTPUT_EVENTS = frozenset({"text", "reasoning", "tool_call"})
 
 
+_PARTS = ("sent", "run", "round", "session", "total", "cached", "outputs")
+CHAIN_IDS = 1 << 20  # block ids built and chained at a time (agent prompts run to thousands of blocks)
+CHAIN_ROWS = 1 << 16  # and at most this many rounds
+
+
 def read(path: Path, options: ImportOptions) -> Imported:
+    """Rounds a batch of lines at a time, kept as numbers; ordered by send time once all are read,
+    then chained session by session (each session's latest round kept as runs of ids)."""
     block = options.block_size or DEFAULT_BLOCK
     bad = BadLines(str(path), options.skip_bad)
-    rows, line_nos = read_json_lines(path, bad)
-    rows, line_nos = keep_good(rows, line_nos, _problem, bad)
-    timed = [(*_timing(row), row) for row in rows]
-    order = sorted(range(len(timed)), key=lambda i: (timed[i][0], timed[i][2].get("round_index") or 0))
-    timed = [timed[i] for i in order]
-    sessions = np.array([key_of(str(row["session_id"])) for _, _, row in timed], np.uint64)
-    ids, counts = flatten_ids(list(_hash_chains(timed, block)))
-    inputs = np.array([int(row["input_tokens_total"]) for _, _, row in timed], np.int64)
-    outputs = np.array(
-        [
-            int(row.get("output_tokens") or 0) + int(row.get("reasoning_output_tokens") or 0)
-            for _, _, row in timed
-        ],
-        np.int64,
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in _PARTS}
+    models: list[str] = []
+    names: dict[str, str] = {}  # one string object per model name
+    for rows, line_nos in iter_json_lines(path, bad):
+        rows, _ = keep_good(rows, line_nos, _problem, bad)
+        for name, values in _numbers(rows).items():
+            parts[name].append(values)
+        if not options.model:
+            models += [names.setdefault(m, m) for m in (str(row.get("model") or "") for row in rows)]
+    sent, run, rounds, sessions, totals, cached, outputs = (
+        np.concatenate(parts[name]) if parts[name] else np.zeros(0) for name in _PARTS
     )
+    order = np.lexsort((rounds, sent))  # stable: by send time, then round, then file order
+    sessions, totals = sessions[order].astype(np.uint64), totals[order].astype(np.int64)
+    run = run[order]
+    hashes = ChainedHashes(block)
+    _chain_rounds(hashes, sessions, totals, cached[order].astype(np.int64), block)
     return Imported(
         source="tracelab",
-        offset_ns=np.array([round(t * 1e9) for t, _, _ in timed], np.int64),
-        input_tokens=inputs,
-        output_tokens=outputs,
+        offset_ns=np.rint(sent[order] * 1e9).astype(np.int64),
+        input_tokens=totals,
+        output_tokens=outputs[order].astype(np.int64),
         bad=bad,
         block_size=block,
-        ids=ids,
-        id_counts=counts,
+        hashes=hashes,
         wall_clock=True,
         columns={
             "session": sessions,
             "turn": turns_of(sessions),
-            "e2e_ns": np.array([-1 if api is None else round(api * 1e9) for _, api, _ in timed], np.int64),
-            "model": options.model or [str(row.get("model") or "") for _, _, row in timed],
+            "e2e_ns": np.where(np.isnan(run), -1, np.rint(np.nan_to_num(run) * 1e9)).astype(np.int64),
+            "model": options.model or np.array(models, dtype=object)[order],
         },
     )
+
+
+def _numbers(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """A batch of checked rounds as the numbers the import keeps (no row outlives its batch)."""
+    timing = [_timing(row) for row in rows]
+    totals = [int(row["input_tokens_total"]) for row in rows]
+    return {
+        "sent": np.array([sent for sent, _ in timing], np.float64),
+        "run": np.array([math.nan if run is None else run for _, run in timing], np.float64),
+        "round": np.array([row.get("round_index") or 0 for row in rows], np.float64),
+        "session": np.array([key_of(str(row["session_id"])) for row in rows], np.uint64),
+        "total": np.array(totals, np.int64),
+        "cached": np.array(
+            [min(int(row.get("prefix_tokens") or 0), total) for row, total in zip(rows, totals, strict=True)],
+            np.int64,
+        ),
+        "outputs": np.array(
+            [int(r.get("output_tokens") or 0) + int(r.get("reasoning_output_tokens") or 0) for r in rows],
+            np.int64,
+        ),
+    }
 
 
 def _problem(row: dict[str, Any]) -> str | None:
     if not isinstance(row.get("session_id"), str | int) or isinstance(row.get("session_id"), bool):
         return "no session_id"
+    if not isinstance(row.get("round_index") or 0, int | float):
+        return f"round_index is {row['round_index']!r}, not a number"
     for name in ("input_tokens_total", "prefix_tokens", "output_tokens", "reasoning_output_tokens"):
         value = row.get(name)
         if name == "input_tokens_total" or value is not None:
@@ -105,17 +138,64 @@ def _timing(row: dict[str, Any]) -> tuple[float, float | None]:
     return sent, (max(max(outs) - sent, 0.0) if outs else None)
 
 
-def _hash_chains(timed: list[tuple[float, float | None, dict[str, Any]]], block: int) -> Iterator[list[int]]:
-    """Per round, ids of its full blocks: the cached prefix continues the session's previous round."""
-    previous: dict[str, list[int]] = {}
+def _chain_rounds(
+    hashes: ChainedHashes, sessions: np.ndarray, totals: np.ndarray, cached: np.ndarray, block: int
+) -> None:
+    """Per round (in send order), ids of its full blocks: the cached prefix continues the session's
+    previous round, fresh ids follow. A round's ids are runs of consecutive ids, so each session's
+    latest round is kept as a few (first id, count) runs, not as its ids."""
+    latest: dict[int, tuple[list[tuple[int, int]], int]] = {}  # session -> (runs, ids in them)
     fresh = 0
-    for _, _, row in timed:
-        session = str(row["session_id"])
-        total = int(row["input_tokens_total"])
-        cached = min(int(row.get("prefix_tokens") or 0), total)
-        before = previous.get(session, [])
-        reuse = min(cached // block, len(before), total // block)
-        ids = before[:reuse] + list(range(fresh, fresh + total // block - reuse))
-        fresh += total // block - reuse
-        previous[session] = ids
-        yield ids
+    firsts: list[int] = []
+    lengths: list[int] = []
+    counts: list[int] = []
+    done = 0  # rounds chained so far
+    pending = 0  # ids of the rounds not chained yet
+    for i, session, total, cache in _rounds(sessions, totals, cached):
+        full = total // block
+        before, known = latest.get(session, ([], 0))
+        reuse = min(cache // block, known, full)
+        runs = _first_ids(before, reuse)
+        if full > reuse:
+            runs.append((fresh, full - reuse))
+            fresh += full - reuse
+        latest[session] = (runs, full)
+        firsts += [first for first, _ in runs]
+        lengths += [n for _, n in runs]
+        counts.append(full)
+        pending += full
+        if pending >= CHAIN_IDS or len(counts) >= CHAIN_ROWS or i == len(sessions) - 1:
+            ids = _expand(np.array(firsts, np.int64), np.array(lengths, np.int64))
+            hashes.add(ids, np.array(counts, np.int64), totals[done : i + 1])
+            done = i + 1
+            firsts, lengths, counts, pending = [], [], [], 0
+
+
+def _rounds(
+    sessions: np.ndarray, totals: np.ndarray, cached: np.ndarray
+) -> Iterator[tuple[int, int, int, int]]:
+    """(row, session, input tokens, cached tokens), as Python numbers a slice of rows at a time."""
+    for lo in range(0, len(sessions), CHAIN_ROWS):
+        part = slice(lo, lo + CHAIN_ROWS)
+        yield from zip(
+            itertools.count(lo), sessions[part].tolist(), totals[part].tolist(), cached[part].tolist()
+        )
+
+
+def _first_ids(runs: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    """The runs holding the first `n` ids of `runs`."""
+    kept: list[tuple[int, int]] = []
+    for first, length in runs:
+        if n <= 0:
+            break
+        kept.append((first, min(length, n)))
+        n -= length
+    return kept
+
+
+def _expand(firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Runs of consecutive ids as one flat array."""
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    ids: np.ndarray = np.repeat(firsts - (ends - lengths), lengths) + np.arange(total)
+    return ids

@@ -337,7 +337,9 @@ def write_columns(
     """Write a whole trace from columns, with no object per request (importers of million-row files).
 
     Each scalar field is an array of `n` values or one value for every row; a ragged field is
-    `(flat, per-row counts)`; fields left out take RequestShape's defaults. Returns `n`.
+    `(flat, per-row counts)`, where `flat` may also be a function giving the flat values of rows
+    [lo, hi) (so that they need not all be in memory at once); fields left out take RequestShape's
+    defaults. Returns `n`.
     """
     defaults = RequestShape(offset_ns=0)
     record = replace(header, created_wall_ns=wall_ns()).to_record()
@@ -353,9 +355,10 @@ def write_columns(
         encoded: list[Any] = []
         for name, kind in zip(record["fields"], kinds, strict=True):
             if kind in RAGGED_KINDS:
-                flat = np.asarray(columns[name][0]) if name in columns else np.zeros(0)
+                flat = columns[name][0] if name in columns else np.zeros(0)
                 starts = ragged_starts[name]
-                part = flat[starts[lo] : starts[hi]].astype(RAGGED_KINDS[kind], copy=False)
+                values = flat(lo, hi) if callable(flat) else np.asarray(flat)[starts[lo] : starts[hi]]
+                part = values.astype(RAGGED_KINDS[kind], copy=False)
                 sizes = np.diff(starts[lo : hi + 1]) * RAGGED_KINDS[kind].itemsize
                 encoded.append([part, sizes.astype("<u4")])
                 continue

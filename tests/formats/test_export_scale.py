@@ -49,6 +49,12 @@ def million_request_trace(path: Path, rows: int = ROWS) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def million_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One million-request trace for the module's tests, which only read it (built once: seconds)."""
+    return million_request_trace(tmp_path_factory.mktemp("scale") / "big.rpt")
+
+
 def run_limited(*args: str) -> tuple[str, int]:
     """The CLI in a child under an address-space cap; its output and peak resident memory (MB)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -65,10 +71,9 @@ def line_count(path: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt", ["mooncake", "burstgpt", "jsonl"])
-def test_million_row_export_stays_under_500_mb(tmp_path: Path, fmt: str) -> None:
-    trace = million_request_trace(tmp_path / "big.rpt")
+def test_million_row_export_stays_under_500_mb(million_trace: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"big.{fmt}"
-    stdout, peak = run_limited("export", str(trace), "-f", fmt, "-o", str(out))
+    stdout, peak = run_limited("export", str(million_trace), "-f", fmt, "-o", str(out))
     assert f"wrote {ROWS} requests" in stdout
     assert peak < PEAK_MB, f"peak {peak} MB"
     assert line_count(out) == ROWS + (fmt == "burstgpt")  # every row written (+ the header)
@@ -76,11 +81,11 @@ def test_million_row_export_stays_under_500_mb(tmp_path: Path, fmt: str) -> None
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_million_row_jsonl_import_stays_under_500_mb(tmp_path: Path) -> None:
+def test_million_row_jsonl_import_stays_under_500_mb(million_trace: Path, tmp_path: Path) -> None:
     """Lines are parsed a batch at a time: no million dicts at once (512-token blocks keep the ids,
     8 bytes per block in any trace, small beside the rows)."""
     source = tmp_path / "big.jsonl"
-    run_limited("export", str(million_request_trace(tmp_path / "big.rpt")), "-f", "jsonl",
+    run_limited("export", str(million_trace), "-f", "jsonl",
                 "--block-size", "512", "-o", str(source))  # fmt: skip
     back = tmp_path / "back.rpt"
     stdout, peak = run_limited("import", str(source), "-f", "jsonl", "--block-size", "512", "-o", str(back))
@@ -90,6 +95,37 @@ def test_million_row_jsonl_import_stays_under_500_mb(tmp_path: Path) -> None:
     # forked from it later would report that size as its own peak (ru_maxrss survives exec)
     stats = json.loads(run_limited("inspect", "--json", str(back))[0].split("peak_mb")[0])
     assert stats["requests"] == ROWS and stats["prefix_reuse"] > 0.3  # the shared first block
+
+
+def million_mooncake_lines(path: Path, rows: int = ROWS) -> Path:
+    """Mooncake rows of 4-6 blocks sharing a first id; every tenth row is a later session turn with
+    a delay, and every thousandth arrives early (so the import has to reorder)."""
+    rng = np.random.default_rng(1)
+    inputs = rng.integers(1600, 3000, rows)
+    with open(path, "wb") as out:
+        for i, n in enumerate(inputs.tolist()):
+            ids = [0, *range(8 * i + 1, 8 * i + (n + 511) // 512)]
+            stamp = i * 3 - (5_000 if i % 1000 == 999 else 0)
+            if i % 10 == 9:
+                line = f'{{"session_id": "s{i % 5000}", "delay": 500, "input_length": {n}'
+            else:
+                line = f'{{"timestamp": {stamp}, "input_length": {n}'
+            out.write(f'{line}, "output_length": {i % 400 + 1}, "hash_ids": {ids}}}\n'.encode())
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_million_row_mooncake_import_with_sessions_stays_under_500_mb(tmp_path: Path) -> None:
+    """Hash ids are chained a batch at a time and the chains leave memory for a temporary file;
+    session turns keep only each session's latest turn between batches."""
+    source = million_mooncake_lines(tmp_path / "big.jsonl")
+    back = tmp_path / "back.rpt"
+    stdout, peak = run_limited("import", str(source), "-f", "mooncake", "-o", str(back))
+    assert f"imported {ROWS} requests" in stdout
+    assert peak < PEAK_MB, f"peak {peak} MB"
+    stats = json.loads(run_limited("inspect", "--json", str(back))[0].split("peak_mb")[0])
+    assert stats["requests"] == ROWS and stats["prefix_reuse"] > 0.01  # the shared first block
 
 
 @pytest.mark.slow

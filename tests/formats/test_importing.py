@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportFormatError,
-    read_json_lines,
+    iter_json_lines,
     write_imported,
 )
 from replayproxy.shape import RequestShape
@@ -28,12 +29,21 @@ def test_bad_lines_raise_or_count() -> None:
     assert lenient.count == 2 and lenient.first == "f:7: why"
 
 
+def read_all(path: Path, bad: BadLines) -> tuple[list[object], list[int]]:
+    rows: list[object] = []
+    numbers: list[int] = []
+    for batch, batch_numbers in iter_json_lines(path, bad):
+        rows += batch
+        numbers += batch_numbers
+    return rows, numbers
+
+
 def test_json_lines_fast_and_slow_paths(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
-    rows, nos = read_json_lines(tmp_path / "a.jsonl", BadLines("a", skip=False))
-    assert rows == [{"a": 1}, {"a": 2}] and list(nos) == [1, 2]
+    rows, nos = read_all(tmp_path / "a.jsonl", BadLines("a", skip=False))
+    assert rows == [{"a": 1}, {"a": 2}] and nos == [1, 2]
     (tmp_path / "b.jsonl").write_text('{"a": 1}\n\n  \n[1]\n{"a": 3}')
-    rows, nos = read_json_lines(tmp_path / "b.jsonl", BadLines("b", skip=True))
+    rows, nos = read_all(tmp_path / "b.jsonl", BadLines("b", skip=True))
     assert rows == [{"a": 1}, {"a": 3}] and nos == [1, 5]
 
 
@@ -69,10 +79,11 @@ def test_write_imported_sorts_rebases_and_keeps_full_blocks(tmp_path: Path) -> N
         input_tokens=np.array([40, 10, 33]),
         output_tokens=np.array([1, 2, 3]),
         bad=BadLines("x", skip=True),
-        ids=np.array([1, 2, 3, 9, 1, 2, 4]),
-        id_counts=np.array([3, 1, 3]),
+        hashes=ChainedHashes(16),
         wall_clock=True,
     )
+    assert imported.hashes is not None
+    imported.hashes.add(np.array([1, 2, 3, 9, 1, 2, 4]), np.array([3, 1, 3]), imported.input_tokens)
     write_imported(imported, tmp_path / "t.rpt", int)
     shapes = shapes_of(tmp_path / "t.rpt")
     assert [s.offset_ns for s in shapes] == [0, 1_000, 2_000] and [s.input_tokens for s in shapes] == [
