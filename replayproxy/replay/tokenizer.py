@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
 import orjson
 
 from replayproxy.errors import UserError
+
+if TYPE_CHECKING:  # aiohttp is imported where a request is made: the preparer process imports
+    import aiohttp  # this module (through replay.exact) and never makes one
 
 Message = Mapping[str, Any]  # an OpenAI chat message: {"role": ..., "content": ...}
 CONCURRENCY = 32  # tokenize calls in flight against an engine (they are short)
@@ -70,6 +72,8 @@ class _Endpoint:
     headers: Mapping[str, str]
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
+        import aiohttp
+
         try:
             async with self.session.post(
                 f"{self.url}{path}",
