@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replayproxy import cli
+from replayproxy.formats import blocks
 from replayproxy.formats.blocks import block_ids
-from replayproxy.trace import load
+from replayproxy.trace import TraceHeader, load, write_columns
 from tests.formats.helpers import shape, tokens, write
 
 
@@ -74,3 +76,33 @@ def test_mixed_block_sizes_refuse(tmp_path: Path) -> None:
     write(tmp_path / "b.rpt", [shape(0, tokens(("a", 40)), block=32)], block=32)
     with pytest.raises(ValueError, match="different block sizes"):
         block_ids(load([tmp_path / "a.rpt", tmp_path / "b.rpt"]), 16)
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "bailian", "jsonl"])
+def test_recurring_hashes_counted_a_range_and_slice_at_a_time_export_the_same_bytes(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeats that fall in different slices and value ranges are still found: same file, byte for byte."""
+    rows = 3000
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 2**64, 5000, dtype=np.uint64)  # some hashes recur, far apart in the trace
+    hashes = pool[rng.integers(0, len(pool), 24 * rows)]
+    inputs = rng.integers(24 * 16 - 15, 24 * 16 + 1, rows)
+    columns = {
+        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
+        "input_tokens": inputs,
+        "output_tokens": rng.integers(1, 500, rows),
+        "status": 200,
+        "prefix_hashes": (hashes, np.full(rows, 24)),
+        "prefix_units": inputs,
+    }
+    header = TraceHeader(start_wall_ns=0, source="test", block_size=16, block_unit="token")
+    trace = tmp_path / "t.rpt"
+    write_columns(trace, header, columns, rows, wall_ns=lambda: 0)
+    whole, ranged = tmp_path / f"whole.{fmt}", tmp_path / f"ranged.{fmt}"
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(whole), "--block-size", "16"]) == 0
+    monkeypatch.setattr(blocks, "HASHES_PER_BUCKET", 1000)  # 64 value ranges
+    monkeypatch.setattr(blocks, "HASHES_PER_SLICE", 777)  # ~90 slices per range
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(ranged), "--block-size", "16"]) == 0
+    assert ranged.read_bytes() == whole.read_bytes()
+    assert len(blocks._recurring(hashes)) > 1000  # the trace does share blocks
