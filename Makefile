@@ -18,8 +18,12 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/replayproxy demo --keep demo-output
 
+# The whole suite in two passes (tests/conftest.py says why): everything but the `serial` tests on
+# one worker per core, then the `serial` tests, which measure wall-clock timing, alone.
+TEST_WORKERS ?= 2
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 
 lint: install-test
 	$(BIN)/python -m pip install -q ruff mypy

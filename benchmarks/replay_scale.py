@@ -3,7 +3,7 @@
     python benchmarks/replay_scale.py [--conversation ../shared/data/traces/conversation_trace.jsonl]
         [--speeds 1,10] [--run-seconds 120] [--million 1000000] [--million-rate 500]
         [--million-workers 2] [--million-seconds 60] [--lag-rate 500] [--lag-seconds 10]
-        [--rate-requests 20000] [--skip conversation,sessions,million,lag,rate]
+        [--rate-requests 20000] [--skip conversation,sessions,million,lag,rate,shared]
 
 Every replay is a real `replayproxy replay` process (flavor vllm: token-id completions) against a
 fast local SSE server (benchmarks/replay_fidelity.py's), interrupted with Ctrl-C after
@@ -19,7 +19,9 @@ prompts, shared 512-token system prompts) with `--million-workers` workers, stre
 it would need the whole trace's bodies in memory, estimated from the per-request size); the schedule
 lag at `--lag-rate` req/s on one pinned core with 1k-token prompts, streamed vs up front; and the
 preparation rate per core (CPU time) for 1k-token chat and token-id completion prompts, approximate
-and exact (a locally trained BPE tokenizer).
+and exact (a locally trained BPE tokenizer). `shared` (no timing, so it may run on a busy machine)
+counts how many of the window's bytes are prefix pieces equal to an earlier body's, the most that
+storing shared pieces once (scatter-gather writes) could save.
 """
 
 from __future__ import annotations
@@ -371,6 +373,48 @@ def rate_case(args: argparse.Namespace, work: Path) -> None:
             print(f"  {kind:22s} {name:12s} {rate:8.0f} requests/s")
 
 
+def shared_case(args: argparse.Namespace, work: Path) -> None:
+    """Bytes of each body equal to its prefix donor's body (the request whose prefix it copies),
+    and, for a window of --prepare-window's default 20 s at each speed (and at ten times the last,
+    a service ten times as busy), the bytes held against those a store of shared pieces would hold
+    (each piece once per conversation root, at its longest)."""
+    if not args.conversation.exists():
+        print(f"conversation trace: {args.conversation} not found, skipped")
+        return
+    cols = trace.load(conversation_trace(args.conversation, work))
+    planner = plan.Planner(cols, np.arange(len(cols)), flavors.get("vllm"), plan.PlanOptions())
+    donors, last_use = planner._donor, planner._last_use
+    size, shared = np.zeros(len(cols), np.int64), np.zeros(len(cols), np.int64)
+    root, kept = np.arange(len(cols)), {}
+    for position in range(len(cols)):
+        body = planner.next().body
+        size[position], donor = len(body), int(donors[position])
+        if donor >= 0:
+            other = kept[donor] if last_use[donor] > position else kept.pop(donor)
+            n = min(len(body), len(other))
+            differ = np.flatnonzero(np.frombuffer(body, np.uint8, n) != np.frombuffer(other, np.uint8, n))
+            shared[position], root[position] = int(differ[0]) if len(differ) else n, root[donor]
+        if last_use[position] > position:
+            kept[position] = body
+    print(f"shared prefix bytes: {shared.sum() / size.sum():.1%} of {size.sum() / 2**20:.0f} MiB of bodies "
+          "equal their donor's prefix")  # fmt: skip
+    seconds = cols.offset_ns / 1e9
+    for speed in [*args.speeds, args.speeds[-1] * 10]:
+        held, saved = [], []
+        t = seconds / speed
+        for start in np.arange(t[0], max(t[-1] - 20.0, t[0]) + 1e-9, 5.0):
+            inside = (t >= start) & (t < start + 20.0)
+            keys, pieces = root[inside], shared[inside]
+            order = np.argsort(keys, kind="stable")
+            firsts = np.flatnonzero(np.r_[True, keys[order][1:] != keys[order][:-1]]) if len(keys) else []
+            stored = int(np.maximum.reduceat(pieces[order], firsts).sum()) if len(keys) else 0
+            held.append(int(size[inside].sum()))
+            saved.append(int(pieces.sum()) - stored)
+        print(f"  --speed {speed:g}: a 20 s window holds {np.mean(held) / 2**20:6.1f} MiB on average "
+              f"({max(held) / 2**20:.1f} at most); shared pieces stored once would save "
+              f"{np.mean(saved) / 2**20:6.1f} MiB ({sum(saved) / max(sum(held), 1):.0%})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -390,7 +434,7 @@ def main() -> None:
     parser.add_argument("--client-cpu", type=int, default=0)
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument(
-        "--skip", default="", help="cases to leave out: conversation,sessions,million,lag,rate"
+        "--skip", default="", help="cases to leave out: conversation,sessions,million,lag,rate,shared"
     )
     parser.add_argument("--work", type=Path, help="keep generated traces here (default: a temporary folder)")
     args = parser.parse_args()
@@ -400,8 +444,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        for name, case in (("rate", rate_case), ("lag", lag_case), ("conversation", conversation_case),
-                           ("sessions", sessions_case), ("million", million_case)):  # fmt: skip
+        for name, case in (("rate", rate_case), ("shared", shared_case), ("lag", lag_case),
+                           ("conversation", conversation_case), ("sessions", sessions_case),
+                           ("million", million_case)):  # fmt: skip
             if name not in skip:
                 case(args, work)
 

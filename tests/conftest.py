@@ -1,8 +1,29 @@
-"""Shared pytest settings: every test is bounded (pytest-timeout in pyproject.toml)."""
+"""Shared pytest settings: every test is bounded (pytest-timeout in pyproject.toml).
+
+`make test` runs the suite in two passes: everything not marked `serial` on one worker per core
+(pytest-xdist), then the `serial` tests alone, because they measure wall-clock timing or pin
+processes to cores and would measure their neighbours instead.
+"""
 
 from pathlib import Path
 
 import pytest
+
+
+def _expected_length(item: pytest.Item) -> tuple[float, bool]:
+    """A timeout raised above the suite's default (pytest-timeout) is its author's bound on how long
+    the test can take; a lowered one says nothing about length."""
+    default = float(item.config.getini("timeout") or 0)
+    timeout = item.get_closest_marker("timeout")
+    bound = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+    return (bound if bound > default else 0.0), item.get_closest_marker("slow") is not None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: tests with the largest own timeout, then the other slow ones, then the rest,
+    so that a parallel run starts its long tests early instead of ending on one of them (a stable
+    sort: within each group, the files' order)."""
+    items.sort(key=_expected_length, reverse=True)
 
 
 @pytest.fixture(scope="session")

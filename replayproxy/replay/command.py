@@ -261,19 +261,25 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
     requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    if options.workers > 1:
+        workers.start_forkserver()
     plan = await prepare_run(options)
-    plan.contract = await contract.collect(
-        Target.parse(options.target).url, plan.info.models, options.headers, options.engine_args, options.note
-    )
-    if options.warmup:
-        plan.warmup = await procedure.warm_up(options, plan)
-    summaries = []
-    for repetition in range(1, options.repeat + 1):
-        plan.repetition = repetition
-        plan.pre_run.update(await procedure.reset_target(options, plan))
-        output = procedure.output_for(options.output, repetition, options.repeat)
-        summaries.append(await _measure(dataclasses.replace(options, output=output), plan, progress_mode))
-    return summaries
+    try:
+        url = Target.parse(options.target).url
+        plan.contract = await contract.collect(
+            url, plan.info.models, options.headers, options.engine_args, options.note
+        )
+        if options.warmup:
+            plan.warmup = await procedure.warm_up(options, plan)
+        summaries = []
+        for repetition in range(1, options.repeat + 1):
+            plan.repetition = repetition
+            plan.pre_run.update(await procedure.reset_target(options, plan))
+            output = procedure.output_for(options.output, repetition, options.repeat)
+            summaries.append(await _measure(dataclasses.replace(options, output=output), plan, progress_mode))
+        return summaries
+    finally:
+        plan.close()
 
 
 async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:

@@ -42,10 +42,11 @@ class Structure:
     head: tuple[int, ...]  # before the first content
     between: tuple[tuple[int, ...], ...]  # before content m + 1, after content m
     closing: tuple[int, ...]  # after the last content (the generation prompt)
+    overhead: int = field(init=False, repr=False, compare=False)  # template tokens in all (asked per request)
 
-    @property
-    def overhead(self) -> int:
-        return len(self.head) + sum(len(b) for b in self.between) + len(self.closing)
+    def __post_init__(self) -> None:
+        overhead = len(self.head) + sum(len(b) for b in self.between) + len(self.closing)
+        object.__setattr__(self, "overhead", overhead)
 
 
 @dataclass(slots=True)

@@ -201,13 +201,23 @@ def word_indices(
     """Alphabet index of the word at each content position (sorted) of one request.
 
     `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
+    Run for every exact prompt, so it works in place on as few arrays as it can.
     """
-    blocks = positions // block
-    in_chain = blocks < len(hashes)
-    keys = np.full(len(positions), own_key, np.uint64)
-    keys[in_chain] = hashes[blocks[in_chain]]
-    within = np.where(in_chain, positions % block, positions)
-    chosen = (_mix64(keys ^ codes(within)) % np.uint64(size)).astype(np.int64)
+    chained = int(np.searchsorted(positions, len(hashes) * block))  # positions inside recorded blocks
+    blocks = positions[:chained] // block
+    within = positions.copy()
+    within[:chained] -= blocks * block
+    z = codes(within)  # a fresh array: mixed in place below
+    z[:chained] ^= hashes[blocks]
+    z[chained:] ^= own_key
+    z += _GOLDEN
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    z %= np.uint64(size)
+    chosen = z.astype(np.int64)
     starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
     at = np.searchsorted(positions, starts)
     inside = at < len(positions)

@@ -1,7 +1,8 @@
 """Everything before the clock: load the trace, ask the target, measure prompts, plan the schedule.
 
-The bodies themselves are not made here: the run's senders stream them from a preparer process
-(replay.feed) while they send. What is planned here is the schedule (a few numbers per request),
+The bodies themselves are not made here: the preparer process (replay.preparer), started first so
+that it loads the trace while the target is described, plans them once and streams each sender
+its share while the run goes. What is planned here is the schedule (a few numbers per request),
 the prompt measurements every body depends on, and a check of the first requests' bodies, so
 the first request goes out within seconds whatever the trace's length.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 import aiohttp
@@ -31,8 +34,8 @@ from replayproxy.replay import (
     turns,
 )
 from replayproxy.replay.connection import Target
-from replayproxy.replay.feed import FeedSpec
 from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.trace.reuse import prefix_reuse
 
@@ -44,9 +47,10 @@ CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """The requests one sender sends: how its preparer makes them, and their schedule."""
+    """The requests one sender sends: their schedule and the pipe their bytes arrive on from the
+    preparer."""
 
-    feed: FeedSpec
+    feed: Pipe | None  # None: no requests
     schedule: plan.Schedule
 
 
@@ -71,6 +75,7 @@ class RunPlan:
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
+    preparer: Preparer | None = None  # streams the bodies; closed by `close`
 
     @property
     def closed_loop(self) -> bool:
@@ -82,17 +87,35 @@ class RunPlan:
 
     def share(self, options: ReplayOptions, positions: np.ndarray, shift_ns: int = 0) -> Share:
         """The requests at `positions` (into `schedule`), their schedule moved `shift_ns` earlier."""
-        feed = FeedSpec(
-            self.trace_paths, self.rows, positions, self.flavor, self.plan_options,
-            options.target, options.headers, self.schedule,
-        )  # fmt: skip
-        part = self.schedule.take(positions)
-        if shift_ns:
-            part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
-        return Share(feed, part)
+        return self.shares(options, [positions], shift_ns)[0]
+
+    def shares(self, options: ReplayOptions, dealt: Sequence[np.ndarray], shift_ns: int = 0) -> list[Share]:
+        """One share per sender of the positions `dealt` to it; the preparer makes all of them in one
+        pass over the plan (each request's bytes as the whole plan gives them)."""
+        sending = [sender for sender, positions in enumerate(dealt) if len(positions)]
+        feeds: list[Pipe | None] = [None] * len(dealt)
+        if self.preparer is not None and sending:
+            pipes = self.preparer.deal(
+                self.schedule, [dealt[s] for s in sending], self.flavor, self.plan_options,
+                options.target, options.headers,
+            )  # fmt: skip
+            for sender, pipe in zip(sending, pipes, strict=True):
+                feeds[sender] = pipe
+        out = []
+        for positions, feed in zip(dealt, feeds, strict=True):
+            part = self.schedule.take(positions)
+            if shift_ns:
+                part = part._replace(scheduled_ns=part.scheduled_ns - shift_ns)
+            out.append(Share(feed, part))
+        return out
 
     def deal(self, count: int) -> list[np.ndarray]:
         return deal(self.schedule, self.send, count, self.closed_loop)
+
+    def close(self) -> None:
+        """End the preparer process (after the last run)."""
+        if self.preparer is not None:
+            self.preparer.close()
 
 
 def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
@@ -109,11 +132,23 @@ def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool)
 
 
 async def prepare_run(options: ReplayOptions) -> RunPlan:
-    """Everything before the clock: trace, target description, calibration, the schedule.
+    """Everything before the clock: trace, target description, calibration, the schedule; the
+    returned plan holds the preparer process, which `RunPlan.close` ends.
 
     The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
     each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
     """
+    preparer = Preparer(options.traces)
+    try:
+        run_plan = await _prepare(options)
+    except BaseException:
+        preparer.close()
+        raise
+    run_plan.preparer = preparer
+    return run_plan
+
+
+async def _prepare(options: ReplayOptions) -> RunPlan:
     cols = trace.load(options.traces, digest=True)
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
@@ -133,7 +168,8 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
         if flavor is not guess:
             info = await describe(session, target.url, flavor, options.headers)
         served = models.served_models(info.models)
-        choice = models.choose({str(m) for m in cols.model[rows]}, options.model, options.model_map, served)
+        requested = Counter(cols.model[rows].tolist())  # recorded model name -> requests
+        choice = models.choose({str(m) for m in requested}, options.model, options.model_map, served)
         if choice.note:
             _log.warning("%s", choice.note)
         plan_options = plan.PlanOptions(
@@ -144,7 +180,7 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
             default_model=info.default_model,
         )
         record: dict[str, Any] = {}
-        model = _probe_model(cols, rows, plan_options)
+        model = _probe_model(requested, plan_options)
         prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
         tokenizer, why = await exactness.find_tokenizer(
             options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers
@@ -217,9 +253,9 @@ def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
     return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
 
 
-def _probe_model(cols: trace.Columns, rows: np.ndarray, options: plan.PlanOptions) -> str:
-    models = Counter(str(m) for m in cols.model[rows]) if len(rows) else Counter()
-    return plan.model_for(models.most_common(1)[0][0] if models else "", options)
+def _probe_model(requested: Counter[Any], options: plan.PlanOptions) -> str:
+    """The target name of the most requested model (of equals, the one requested first)."""
+    return plan.model_for(str(requested.most_common(1)[0][0]) if requested else "", options)
 
 
 async def _calibrate(

@@ -1,7 +1,7 @@
 """One sender's run: stream its share's bodies in, warm a pool, wait for the start, send.
 
-Everything slow happens off the send path: a preparer process (replay.feed) makes the bodies and
-the runner reads them into a bounded window (replay.window) between sends, so the send loop only
+Everything slow happens off the send path: the preparer process (replay.preparer) makes the bodies
+and the runner reads them into a bounded window (replay.window) between sends, so the send loop only
 sees prepared bytes and warm connections; in closed loop too, a later turn's live reply is built on
 the body in the window when the turn it continues ends.
 With `workers > 1` each worker process runs this for its share (replay.workers) against one
@@ -111,10 +111,10 @@ async def run_local(
 
 
 def _window(options: ReplayOptions, share: Share) -> windows.Window:
-    """The share's requests, streamed from a preparer."""
+    """The share's requests, streamed from the preparer."""
     return windows.Window(
         share.schedule,
-        FeedReader(share.feed) if len(share.schedule.trace_index) else None,
+        FeedReader(share.feed) if share.feed is not None else None,
         horizon_ns=int(options.prepare_window * 1e9),
         max_bytes=options.prepare_memory << 20,
     )

@@ -1,10 +1,13 @@
 """`--workers N`: deal the schedule to N sender processes that share one start time.
 
 One core sends a few hundred streaming requests per second within a millisecond of schedule;
-beyond that, more processes rather than a silently late schedule. Each worker starts its own
-preparer (replay.feed) for its share, so it holds only its own window; it warms its pool,
-says `Ready`, receives the absolute monotonic start (CLOCK_MONOTONIC is shared by all processes
-of a host), runs, and sends its results back in `Done`; progress counters arrive once a second.
+beyond that, more processes rather than a silently late schedule. Workers are forked from a
+server that imported their code while the run was being prepared (`start_forkserver`), so they
+start in milliseconds with little to unpickle; then each is sent its `Assignment`. The one
+preparer process (replay.preparer) plans the whole trace once and streams each worker its share
+through a pipe, so a worker holds only its own window. A worker warms its pool, says `Ready`, receives the
+absolute monotonic start (CLOCK_MONOTONIC is shared by all processes of a host), runs, and sends
+its results back in `Done`; progress counters arrive once a second.
 
 Stopping is the parent's decision: workers ignore SIGINT (a terminal sends it to the whole process
 group) and stop on SIGTERM, which the parent sends when it is interrupted or a worker dies; each
@@ -17,22 +20,29 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
+from typing import Literal
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
 from replayproxy.replay import replies, session
 from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.plan import Schedule
 from replayproxy.replay.preparation import RunPlan, Share
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
 
+# forked from a server that imported this module once; spawned (importing it each) where there is none
+START_METHOD: Literal["forkserver", "spawn"] = (
+    "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+)
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0  # a stopped worker's last answer: cancelling, then pickling its results
 
@@ -40,7 +50,18 @@ log = logging.getLogger(__name__)
 
 
 # The pipe protocol. Worker -> parent: Ready, then Progress readings, then Done or Failed.
-# Parent -> worker: Start (or nothing: the parent terminates a worker it no longer needs).
+# Parent -> worker: Assignment, then Start (or nothing: the parent terminates a worker it no
+# longer needs).
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What a started worker sends: its share's schedule, and how."""
+
+    schedule: Schedule
+    pool_size: int
+    closed_loop: bool = False
+    live: replies.Setup | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     """The worker's pool is warm; it waits for `Start`."""
@@ -76,16 +97,16 @@ class WorkerCrashed(RuntimeError):
     """A worker raised something that is not a user error: a bug, shown as one."""
 
 
-def _worker_main(
-    options: ReplayOptions,
-    share: Share,
-    pool_size: int,
-    worker: int,
-    pipe: Pipe,
-    closed_loop: bool = False,
-    live: replies.Setup | None = None,
-) -> None:
-    """Entry point of a worker process."""
+def start_forkserver() -> None:
+    """Start, in the background, the server that forks the workers after importing their code:
+    called before the run is prepared, so that importing overlaps the preparation."""
+    if START_METHOD == "forkserver":
+        multiprocessing.get_context(START_METHOD).set_forkserver_preload([__name__])
+        multiprocessing.forkserver.ensure_running()
+
+
+def _worker_main(options: ReplayOptions, worker: int, pipe: Pipe, feed: Pipe | None) -> None:
+    """Entry point of a worker process; `feed`: its pipe from the preparer."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the run stops
     try:
         import uvloop
@@ -95,7 +116,7 @@ def _worker_main(
         factory = None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            done = runner.run(_work(options, share, pool_size, worker, pipe, closed_loop, live))
+            done = runner.run(_work(options, worker, pipe, feed))
         pipe.send(done)
     except Exception as e:  # reported to the parent, which stops the run with one line
         message = f"worker {worker}: {type(e).__name__}: {e}"
@@ -105,15 +126,11 @@ def _worker_main(
         pipe.close()
 
 
-async def _work(
-    options: ReplayOptions,
-    share: Share,
-    pool_size: int,
-    worker: int,
-    pipe: Pipe,
-    closed_loop: bool,
-    live: replies.Setup | None,
-) -> Done:
+async def _work(options: ReplayOptions, worker: int, pipe: Pipe, feed: Pipe | None) -> Done:
+    assignment = pipe.recv()
+    if not isinstance(assignment, Assignment):
+        raise RuntimeError(f"expected an assignment, got {assignment!r}")
+    share = Share(feed, assignment.schedule)
     main = asyncio.current_task()
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
@@ -135,13 +152,13 @@ async def _work(
         await session.run_local(
             options,
             share,
-            pool_size,
+            assignment.pool_size,
             wait_for_start,
             worker=worker,
             progress=progress,
             outcome=outcome,
-            closed_loop=closed_loop,
-            live=live,
+            closed_loop=assignment.closed_loop,
+            live=assignment.live,
         )
     except asyncio.CancelledError:  # SIGTERM: the parent stops the run and wants what we have
         return Done(outcome.results, stopped=True)
@@ -214,31 +231,30 @@ async def run_workers(
     others are stopped likewise and `RunAborted` (or `WorkerCrashed` for a bug) says what was lost.
     """
     count = options.workers
-    context = multiprocessing.get_context("spawn")
-    shares = plan.deal(count)
-    crew = Crew([], [], [len(share) for share in shares], set(range(count)))
-    for worker in range(count):
+    get = multiprocessing.get_context
+    context = get("forkserver") if START_METHOD == "forkserver" else get("spawn")
+    shares = plan.shares(options, plan.deal(count))  # one preparer job streams every worker's share
+    crew = Crew([], [], [len(share.schedule.trace_index) for share in shares], set(range(count)))
+    for worker, share in enumerate(shares):
         parent, child = context.Pipe()
-        size = max(1, -(-plan.pool_size // count))
         process = context.Process(
             target=_worker_main,
-            args=(
-                options,
-                plan.share(options, shares[worker]),
-                size,
-                worker,
-                child,
-                plan.closed_loop,
-                plan.live,
-            ),
+            args=(options, worker, child, share.feed),  # little to pickle: start() returns at once
             name=f"replay-worker-{worker}",
-            daemon=False,  # it starts its own preparer process; ended in Crew.close
+            daemon=False,  # ended in Crew.close
         )
         process.start()
         child.close()
+        if share.feed is not None:
+            share.feed.close()  # the worker has its own copy
         crew.pipes.append(parent)
         crew.processes.append(process)
+    size = max(1, -(-plan.pool_size // count))
     try:
+        for share, pipe in zip(shares, crew.pipes, strict=True):
+            assignment = Assignment(share.schedule, size, plan.closed_loop, plan.live)
+            with contextlib.suppress(OSError):  # a worker already gone is found out waiting for it
+                await asyncio.to_thread(pipe.send, assignment)
         for worker, pipe in enumerate(crew.pipes):
             await _expect_ready(crew, worker, pipe)
         outcome.start_ns = start()

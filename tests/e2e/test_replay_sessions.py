@@ -68,6 +68,7 @@ def think_times_ms(result: ResultFile) -> tuple[np.ndarray, np.ndarray]:
     return got / 1e6, planned[later] / 1e6
 
 
+@pytest.mark.serial  # think-time and lag bounds in milliseconds
 def test_closed_loop_never_overlaps_a_session_and_reproduces_think_times(tmp_path: Path) -> None:
     trace = traces.write(tmp_path / "sessions.rpt", session_shapes())
     with sim("--speed", "0.5") as server:

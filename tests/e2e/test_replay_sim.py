@@ -96,6 +96,7 @@ def mixed_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return traces.write(tmp_path_factory.mktemp("replay") / "mixed.rpt", merged)
 
 
+@pytest.mark.serial  # pins the sim and the replayer to separate cores; bounds in milliseconds
 def test_replay_is_faithful_to_the_trace_and_to_the_clock(mixed_trace: Path, tmp_path: Path) -> None:
     truth_log = tmp_path / "truth.jsonl"
     with sim("--truth-log", str(truth_log), "--speed", "2") as server, separate_cores(server):
@@ -245,6 +246,7 @@ def test_an_interrupted_two_worker_replay_keeps_every_result(tmp_path: Path) -> 
     assert f"{len(indices)} results in {out}" in err
 
 
+@pytest.mark.serial  # two pods must start within the 10 s lead they are given
 def test_workers_and_shards_split_the_trace(tmp_path: Path) -> None:
     trace = traces.write_synthetic(
         tmp_path / "w.rpt", requests=40, rate_rps=40.0, input_len="uniform:20,60", output_len="uniform:2,6"

@@ -49,6 +49,12 @@ def million_request_trace(path: Path, rows: int = ROWS) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def million_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One million-request trace for the module's tests, which only read it (built once: seconds)."""
+    return million_request_trace(tmp_path_factory.mktemp("scale") / "big.rpt")
+
+
 def run_limited(*args: str) -> tuple[str, int]:
     """The CLI in a child under an address-space cap; its output and peak resident memory (MB)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -65,10 +71,9 @@ def line_count(path: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt", ["mooncake", "burstgpt", "jsonl"])
-def test_million_row_export_stays_under_500_mb(tmp_path: Path, fmt: str) -> None:
-    trace = million_request_trace(tmp_path / "big.rpt")
+def test_million_row_export_stays_under_500_mb(million_trace: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"big.{fmt}"
-    stdout, peak = run_limited("export", str(trace), "-f", fmt, "-o", str(out))
+    stdout, peak = run_limited("export", str(million_trace), "-f", fmt, "-o", str(out))
     assert f"wrote {ROWS} requests" in stdout
     assert peak < PEAK_MB, f"peak {peak} MB"
     assert line_count(out) == ROWS + (fmt == "burstgpt")  # every row written (+ the header)
@@ -76,11 +81,11 @@ def test_million_row_export_stays_under_500_mb(tmp_path: Path, fmt: str) -> None
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_million_row_jsonl_import_stays_under_500_mb(tmp_path: Path) -> None:
+def test_million_row_jsonl_import_stays_under_500_mb(million_trace: Path, tmp_path: Path) -> None:
     """Lines are parsed a batch at a time: no million dicts at once (512-token blocks keep the ids,
     8 bytes per block in any trace, small beside the rows)."""
     source = tmp_path / "big.jsonl"
-    run_limited("export", str(million_request_trace(tmp_path / "big.rpt")), "-f", "jsonl",
+    run_limited("export", str(million_trace), "-f", "jsonl",
                 "--block-size", "512", "-o", str(source))  # fmt: skip
     back = tmp_path / "back.rpt"
     stdout, peak = run_limited("import", str(source), "-f", "jsonl", "--block-size", "512", "-o", str(back))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared, Schedule, schedule_of
@@ -56,6 +58,7 @@ def slowly(delay_s: float, chunks: int) -> Callable[[bytes, asyncio.StreamWriter
     return respond
 
 
+@pytest.mark.serial  # a send-lag bound in milliseconds
 def test_open_loop_sends_on_schedule_over_warm_connections() -> None:
     results = asyncio.run(replay(answer, plan(40, 5_000_000), 10, timeout_s=5))
     assert [r.index for r in results] == list(range(40))

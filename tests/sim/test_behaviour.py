@@ -11,11 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.sim.conftest import RunningSim
 from tests.sim.helpers import chat_body, content_gaps_ns, first_content_ns, get, metric, read_truth
 
 StartSim = Callable[..., RunningSim]
+# serial: TTFT and ITL are the sim's own wall-clock timings, which a busy neighbour would distort
+pytestmark = pytest.mark.serial
 
 
 async def _send_all(url: str, bodies: Sequence[dict[str, Any]], interval_s: float) -> None:

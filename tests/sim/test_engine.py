@@ -5,6 +5,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.engine import Engine, Seq
 from replayproxy.sim.tasks import spawn
@@ -74,6 +76,7 @@ def test_long_prompts_are_prefilled_in_chunks_under_the_token_budget() -> None:
     assert engine.stats.steps == 4  # ceil(1000 / 256) prefill steps, the last one yields the token
 
 
+@pytest.mark.serial  # wall-clock step durations
 def test_step_durations_follow_the_cost_model() -> None:
     config = SimConfig(step_base_ms=2.0, per_prefill_token_ms=0.1, per_decode_seq_ms=1.0)
     start = time.perf_counter()

@@ -1,9 +1,10 @@
-"""Streaming preparation: the preparer process sends the same bytes as preparing up front, and the
-window holds only what its horizon and byte limit allow."""
+"""Streaming preparation: the preparer process plans the trace once and sends each sender the same
+bytes as preparing up front; the window holds only what its horizon and byte limit allow."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 from replayproxy.replay import feed, flavors, plan, synth, window
 from replayproxy.replay.connection import Target
-from replayproxy.shape import prefix_block_hashes
+from replayproxy.replay.preparer import Preparer
+from replayproxy.shape import RequestShape, prefix_block_hashes
 from replayproxy.sim import tokenizer
 from replayproxy.trace import load
 from tests.e2e.test_replay_sessions import MS, session_shapes
@@ -46,11 +48,18 @@ def session_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return traces.write(path, sorted([*shapes, edited], key=lambda s: s.offset_ns))
 
 
-def spec(
-    path: Path, send: np.ndarray, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS
-) -> feed.FeedSpec:
+@pytest.fixture(scope="module")
+def preparer(chat_trace: Path) -> Iterator[Preparer]:
+    started = Preparer((str(chat_trace),))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def whole_schedule(path: Path) -> plan.Schedule:
     cols = load(path)
-    return feed.FeedSpec((str(path),), np.arange(len(cols)), send, flavors.get(flavor), options, TARGET)
+    return plan.schedule(cols, np.arange(len(cols)), OPTIONS.speed)
 
 
 def upfront(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[plan.Prepared]:
@@ -64,24 +73,43 @@ def upfront_wires(path: Path, flavor: str = "vllm", options: plan.PlanOptions = 
     return [target.request_bytes("POST", p.path, p.body, headers) for p in upfront(path, flavor, options)]
 
 
-async def streamed(the_spec: feed.FeedSpec, **limits: int) -> window.Window:
-    cols = load(the_spec.traces)
-    schedule = plan.schedule(cols, the_spec.rows, the_spec.options.speed).take(the_spec.send)
-    held = window.Window(schedule, feed.FeedReader(the_spec), **limits)
-    await window.fill(held)
-    return held
+def windows_for(
+    preparer: Preparer,
+    schedule: plan.Schedule,
+    shares: Sequence[np.ndarray],
+    flavor: str = "vllm",
+    options: plan.PlanOptions = OPTIONS,
+    **limits: int,
+) -> list[window.Window]:
+    pipes = preparer.deal(schedule, shares, flavors.get(flavor), options, TARGET, {})
+    return [
+        window.Window(schedule.take(positions), feed.FeedReader(pipe), **limits)
+        for positions, pipe in zip(shares, pipes, strict=True)
+    ]
+
+
+def received(windows: list[window.Window]) -> list[list[tuple[plan.Prepared, bytes]]]:
+    """Every window filled side by side (the preparer writes to them in turn), then emptied."""
+
+    async def fill_all() -> None:
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(window.fill(held) for held in windows))
+
+    try:
+        asyncio.run(fill_all())
+        return [[held.take(position) for position in range(held.total)] for held in windows]
+    finally:
+        for held in windows:
+            held.close()
 
 
 @pytest.mark.parametrize("flavor", ["vllm", "openai"])
 def test_streamed_bodies_are_byte_identical_to_bodies_prepared_up_front(
-    chat_trace: Path, flavor: str
+    chat_trace: Path, preparer: Preparer, flavor: str
 ) -> None:
     expected = upfront_wires(chat_trace, flavor)
-    held = asyncio.run(streamed(spec(chat_trace, np.arange(len(expected)), flavor)))
-    try:
-        got = [held.take(position) for position in range(held.total)]
-    finally:
-        held.close()
+    schedule = whole_schedule(chat_trace)
+    [got] = received(windows_for(preparer, schedule, [np.arange(len(expected))], flavor))
     assert [wire for _, wire in got] == expected
     assert [p.index for p, _ in got] == list(range(len(expected)))
     assert all(p.body == b"" for p, _ in got)  # the body travels once, inside the wire bytes
@@ -94,41 +122,61 @@ def test_closed_loop_streams_the_bytes_and_links_prepared_up_front(session_trace
     options = replace(OPTIONS, closed_loop=True, live_replies=live)
     expected = upfront(session_trace, options=options)
     wires = upfront_wires(session_trace, options=options)
-    held = asyncio.run(streamed(spec(session_trace, np.arange(len(expected)), options=options)))
+    preparer = Preparer((str(session_trace),))
     try:
-        got = [held.take(position) for position in range(held.total)]
+        schedule = whole_schedule(session_trace)
+        [held] = windows_for(preparer, schedule, [np.arange(len(expected))], options=options)
+        [got] = received([held])
         relinked = list(held.relinked)
     finally:
-        held.close()
+        preparer.close()
     assert [wire for _, wire in got] == wires
     assert [replace(p, body=b"") for p, _ in got] == [replace(p, body=b"") for p in expected]
     follower = next(p for p in expected if p.session == 0)
     assert follower.after >= 0 and relinked == [follower.index]  # the schedule did not know it
     asks = [b'"return_token_ids":true' in wire for wire in wires]
     assert any(asks) == live
-    open_loop = upfront_wires(session_trace)
     if not live:  # planned replies change no body
-        assert wires == open_loop
+        assert wires == upfront_wires(session_trace)
 
 
-def test_a_share_gets_the_bytes_the_whole_plan_gives_those_requests(chat_trace: Path) -> None:
-    """A worker's preparer plans every request (prefix donors of other shares included) but
-    serializes only its own, which come out as in the whole plan."""
+def test_senders_dealt_from_one_plan_get_the_bytes_the_whole_plan_gives_them(
+    chat_trace: Path, preparer: Preparer
+) -> None:
+    """The trace is planned once for every sender: each share (prefix donors in other shares, or
+    sent by nobody) comes out as in the whole plan, and a second job (the next run) again."""
     expected = upfront_wires(chat_trace)
-    send = np.arange(1, len(expected), 3)
-    held = asyncio.run(streamed(spec(chat_trace, send)))
+    schedule = whole_schedule(chat_trace)
+    send = np.arange(1, len(expected), 3)  # the others are only planned
+    shares = [send[sender::3] for sender in range(3)]
+    for _ in range(2):
+        got = received(windows_for(preparer, schedule, shares))
+        for positions, entries in zip(shares, got, strict=True):
+            assert [wire for _, wire in entries] == [expected[i] for i in positions.tolist()]
+
+
+def test_a_sender_that_stops_reading_ends_its_job_not_the_preparer(tmp_path: Path) -> None:
+    shapes = [RequestShape(i * 10_000_000, "completions", "m", True, 20_000, 2) for i in range(60)]
+    big = traces.write(tmp_path / "big.rpt", shapes)  # ~110 KB of token ids a body: more than a pipe holds
+    expected = upfront_wires(big)
+    schedule = whole_schedule(big)
+    everything = np.arange(len(expected))
+    preparer = Preparer((str(big),))
     try:
-        got = [held.take(position)[1] for position in range(held.total)]
+        [abandoned] = windows_for(preparer, schedule, [everything], max_bytes=1)
+        asyncio.run(window.fill(abandoned, until_ns=0))
+        abandoned.close()  # an interrupted run, while the preparer waits to write the rest
+        [got] = received(windows_for(preparer, schedule, [everything]))
     finally:
-        held.close()
-    assert got == [expected[i] for i in send.tolist()]
+        preparer.close()
+    assert [wire for _, wire in got] == expected
 
 
-def test_the_window_stops_reading_at_its_horizon_and_byte_limit(chat_trace: Path) -> None:
-    cols = load(chat_trace)
-    the_spec = spec(chat_trace, np.arange(len(cols)))
-    schedule = plan.schedule(cols, the_spec.rows, 1.0)
-    held = window.Window(schedule, feed.FeedReader(the_spec), horizon_ns=500_000_000, max_bytes=1 << 30)
+def test_the_window_stops_reading_at_its_horizon_and_byte_limit(chat_trace: Path, preparer: Preparer) -> None:
+    schedule = whole_schedule(chat_trace)
+    [held] = windows_for(
+        preparer, schedule, [np.arange(len(schedule.trace_index))], horizon_ns=500_000_000, max_bytes=1 << 30
+    )
 
     async def main() -> None:
         await window.fill(held, until_ns=0)
@@ -155,17 +203,11 @@ def test_the_window_stops_reading_at_its_horizon_and_byte_limit(chat_trace: Path
 
 
 def test_a_preparer_that_dies_is_an_error_not_a_hang(chat_trace: Path) -> None:
-    rows = np.arange(5)
-    broken = feed.FeedSpec(("/nonexistent/trace.rpt",), rows, rows, flavors.get("vllm"), OPTIONS, TARGET)
-    schedule = plan.schedule(load(chat_trace), np.arange(5), 1.0)
-    held = window.Window(schedule, feed.FeedReader(broken))
-
-    async def main() -> None:
-        async with asyncio.timeout(60):
-            await window.fill(held)
-
+    broken = Preparer(("/nonexistent/trace.rpt",))
     try:
+        schedule = whole_schedule(chat_trace).take(np.arange(5))
+        [held] = windows_for(broken, schedule, [np.arange(5)])
         with pytest.raises(RuntimeError, match="preparation stopped early"):
-            asyncio.run(main())
+            received([held])
     finally:
-        held.close()
+        broken.close()
