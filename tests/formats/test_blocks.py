@@ -10,8 +10,8 @@ import pytest
 from replayproxy import cli
 from replayproxy.formats import blocks
 from replayproxy.formats.blocks import block_ids
-from replayproxy.trace import TraceHeader, load, write_columns
-from tests.formats.helpers import shape, tokens, write
+from replayproxy.trace import load
+from tests.formats.helpers import hashed_trace, shape, tokens, write
 
 
 def ids_by_row(path: Path, block: int) -> list[list[int]]:
@@ -88,17 +88,7 @@ def test_recurring_hashes_counted_a_range_and_slice_at_a_time_export_the_same_by
     pool = rng.integers(0, 2**64, 5000, dtype=np.uint64)  # some hashes recur, far apart in the trace
     hashes = pool[rng.integers(0, len(pool), 24 * rows)]
     inputs = rng.integers(24 * 16 - 15, 24 * 16 + 1, rows)
-    columns = {
-        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
-        "input_tokens": inputs,
-        "output_tokens": rng.integers(1, 500, rows),
-        "status": 200,
-        "prefix_hashes": (hashes, np.full(rows, 24)),
-        "prefix_units": inputs,
-    }
-    header = TraceHeader(start_wall_ns=0, source="test", block_size=16, block_unit="token")
-    trace = tmp_path / "t.rpt"
-    write_columns(trace, header, columns, rows, wall_ns=lambda: 0)
+    trace = hashed_trace(tmp_path / "t.rpt", hashes, 24, inputs, block=16)
     whole, ranged = tmp_path / f"whole.{fmt}", tmp_path / f"ranged.{fmt}"
     assert cli.main(["export", str(trace), "-f", fmt, "-o", str(whole), "--block-size", "16"]) == 0
     monkeypatch.setattr(blocks, "HASHES_PER_BUCKET", 1000)  # 64 value ranges

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replayproxy.trace import TraceHeader, write_columns
+from tests.formats.helpers import hashed_trace
 
 ROWS = 1_000_000
 PEAK_MB = 500
@@ -36,17 +36,7 @@ def million_request_trace(path: Path, rows: int = ROWS) -> Path:
     inputs = rng.integers(1024, 1535, rows)
     hashes = rng.integers(1, 2**63, 2 * rows).astype(np.uint64)
     hashes[::2] = 7
-    columns = {
-        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
-        "input_tokens": inputs,
-        "output_tokens": rng.integers(1, 500, rows),
-        "status": 200,
-        "prefix_hashes": (hashes, np.full(rows, 2)),
-        "prefix_units": inputs,
-    }
-    header = TraceHeader(start_wall_ns=0, source="test", block_size=512, block_unit="token")
-    write_columns(path, header, columns, rows, wall_ns=lambda: 0)
-    return path
+    return hashed_trace(path, hashes, 2, inputs, block=512)
 
 
 @pytest.fixture(scope="module")
