@@ -132,3 +132,19 @@ def test_text_prompt_exports_write_each_prompt_as_it_comes(tmp_path: Path, fmt: 
     assert out.stat().st_size > 100 << 20
     assert peak < 200, f"peak {peak} MB"
     assert line_count(out) == rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_trace_of_long_prompts_exports_lengths_under_500_mb(tmp_path: Path) -> None:
+    """24 blocks per request (190 MB of hashes): only the columns the format writes are loaded."""
+    rng = np.random.default_rng(1)
+    inputs = rng.integers(23 * 512 + 1, 24 * 512, ROWS)
+    trace = hashed_trace(
+        tmp_path / "long.rpt", rng.integers(1, 2**63, 24 * ROWS).astype(np.uint64), 24, inputs, 512
+    )
+    out = tmp_path / "long.csv"
+    stdout, peak = run_limited("export", str(trace), "-f", "azure", "-o", str(out))
+    assert f"wrote {ROWS} requests" in stdout
+    assert peak < PEAK_MB, f"peak {peak} MB"
+    assert line_count(out) == ROWS + 1
