@@ -17,7 +17,7 @@ import orjson
 from replayproxy.replay import continuations, exact, flavors, layout, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, ragged_rows
 
 PATHS = {e: ENDPOINT_PATHS[e] for e in ("chat", "completions")}  # the endpoints a trace is replayed on
 DEFAULT_INPUT_TOKENS = 128
@@ -145,10 +145,8 @@ class Planner:
         self.schedule = planned if planned is not None else schedule(cols, rows, options.speed)
         rows = self.schedule.trace_index
         self.cols, self.rows, self.flavor, self.options = cols, rows, flavor, options
-        lengths = np.diff(cols.prefix_index)[rows] if len(rows) else np.zeros(0, np.int64)
-        self._sub_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        at = _ragged_positions(cols.prefix_index[rows], lengths, self._sub_index)
-        self._sub_hashes = cols.prefix_hashes[at]
+        self._sub_hashes, self._sub_index = ragged_rows(cols.prefix_hashes, cols.prefix_index, rows)
+        lengths = np.diff(self._sub_index)
         # Donors are looked up per endpoint: a chat prompt cannot copy a completion's message layout.
         salts = np.array([_ENDPOINT_SALT[str(e)] for e in cols.endpoint[rows]], np.uint64)
         self._salted = self._sub_hashes ^ np.repeat(salts, lengths)
@@ -265,13 +263,6 @@ def iter_prepared(
     """`prepare` one request at a time: a caller that writes each body out (an export of millions
     of prompts) never holds them all."""
     return iter(Planner(cols, rows, flavor, options))
-
-
-def _ragged_positions(starts: np.ndarray, lengths: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """Flat positions of the ragged rows beginning at `starts` with `lengths`, concatenated."""
-    within = np.arange(int(index[-1]), dtype=np.int64) - np.repeat(index[:-1], lengths)
-    positions: np.ndarray = within + np.repeat(starts.astype(np.int64), lengths)
-    return positions
 
 
 def _donors(owners: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

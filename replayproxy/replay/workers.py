@@ -282,6 +282,7 @@ async def _expect_ready(crew: Crew, worker: int, pipe: Pipe) -> None:
         async with asyncio.timeout(READY_TIMEOUT_S):  # not wait_for, which can lose a cancellation on 3.11
             message = await asyncio.to_thread(pipe.recv)
     except EOFError:
+        crew.processes[worker].join(timeout=1)  # its pipe ended as it exited: read how it ended
         raise RunAborted(f"worker {worker} {_exit_of(crew.processes[worker])} before it was ready") from None
     if isinstance(message, Failed):
         raise _failure(message)
@@ -342,6 +343,7 @@ async def _drain(crew: Crew, outcome: session.Outcome) -> None:
         await asyncio.sleep(0.05)
     for worker in sorted(crew.pending):
         crew.lose(worker, f"did not answer within {STOP_TIMEOUT_S:g} s of the stop")
+        crew.processes[worker].kill()  # nothing more is awaited from it
 
 
 def _exit_of(process: BaseProcess) -> str:

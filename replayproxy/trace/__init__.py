@@ -18,7 +18,7 @@ from replayproxy.trace.column_file import (
     read_each,
     with_defaults,
 )
-from replayproxy.trace.columns import RAGGED, Columns, load, read_trace_files
+from replayproxy.trace.columns import RAGGED, Columns, load, ragged_rows, read_trace_files
 from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
 from replayproxy.trace.header import (
     FORMAT_NAME,
@@ -54,6 +54,7 @@ __all__ = [
     "load",
     "read_each",
     "read_column_file",
+    "ragged_rows",
     "read_trace_files",
     "with_defaults",
     "write_columns",

@@ -11,7 +11,7 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -440,13 +440,25 @@ def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
             step *= 4
 
 
-def _read_bytes(path: Path) -> bytes | mmap.mmap:
-    """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first."""
+@contextlib.contextmanager
+def _file_bytes(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first.
+
+    The map is closed on leaving, even on an error: an exception's traceback would otherwise keep
+    it (and the file's pages) alive. Nothing read from it may view it past then: every column is
+    copied out of decompressed frames, never out of the map.
+    """
     with user_file(path), open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 1 << 20:
-            return f.read()
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            data: bytes | mmap.mmap = f.read()
+        else:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield data
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
 
 
 def read_column_file(
@@ -471,31 +483,31 @@ def read_column_file(
     """
     name = str(path)
     seen_warnings = len(report.warnings)
-    data = _read_bytes(path)
-    report.paths.append(name)
-    if report.content is not None:
-        report.content.update(data)
-    header: dict[str, Any] | None = None
-    columns: _ColumnsBeingRead | None = None
-    for payload in iter_frame_payloads(data, name, report):
-        for item in _records_of(payload, name, report):
-            kind = item.get("type") if isinstance(item, dict) else None
-            if kind == "batch" and columns is not None:
-                if _batch_fits(item, columns.kinds, name, report, len(payload)):
-                    columns.add(item, len(payload))
-            elif kind == "header" and header is None:
-                kinds = _kinds_of(item, name, format_name, max_version, expected or {})
-                header = item
-                records, payload_bytes = frame_totals(data)
-                records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
-                kept = [wanted is None or name in wanted for name in item["fields"]]
-                columns = _ColumnsBeingRead(kinds, records, payload_bytes, kept)
-            elif kind == "footer":
-                report.footers += 1
-                if footer is not None:
-                    footer.update(item)
-            elif isinstance(kind, str) and kind not in ("header", "batch") and extras is not None:
-                extras.setdefault(kind, []).append(item)
+    with _file_bytes(path) as data, contextlib.closing(iter_frame_payloads(data, name, report)) as payloads:
+        report.paths.append(name)
+        if report.content is not None:
+            report.content.update(data)
+        header: dict[str, Any] | None = None
+        columns: _ColumnsBeingRead | None = None
+        for payload in payloads:
+            for item in _records_of(payload, name, report):
+                kind = item.get("type") if isinstance(item, dict) else None
+                if kind == "batch" and columns is not None:
+                    if _batch_fits(item, columns.kinds, name, report, len(payload)):
+                        columns.add(item, len(payload))
+                elif kind == "header" and header is None:
+                    kinds = _kinds_of(item, name, format_name, max_version, expected or {})
+                    header = item
+                    records, payload_bytes = frame_totals(data)
+                    records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
+                    kept = [wanted is None or name in wanted for name in item["fields"]]
+                    columns = _ColumnsBeingRead(kinds, records, payload_bytes, kept)
+                elif kind == "footer":
+                    report.footers += 1
+                    if footer is not None:
+                        footer.update(item)
+                elif isinstance(kind, str) and kind not in ("header", "batch") and extras is not None:
+                    extras.setdefault(kind, []).append(item)
     if header is None or columns is None:
         damage = "".join(f" ({w.removeprefix(name + ': ')})" for w in report.warnings[seen_warnings:][:1])
         raise TraceFormatError(f"{name}: no header record; not a readable {format_name} file{damage}")

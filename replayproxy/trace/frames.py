@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import mmap
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -76,13 +76,16 @@ class ReadReport:
     paths: list[str] = field(default_factory=list)  # the files read, in order
 
 
-def iter_frame_payloads(data: bytes | mmap.mmap, name: str, report: ReadReport) -> Iterator[memoryview]:
+def iter_frame_payloads(
+    data: bytes | mmap.mmap, name: str, report: ReadReport
+) -> Generator[memoryview, None, None]:
     """Decompressed payloads of every readable frame; damage is reported, never raised mid-file.
 
     Each payload is a view into one buffer that the next frame overwrites: decompressing into
     memory already touched spares a page fault per 4 KiB, which cost more than zstd itself when
     a million-record trace was decompressed into fresh `bytes` (BENCHMARKS.md "Trace I/O"). Copy
-    what you keep before asking for the next one.
+    what you keep before asking for the next one. The generator holds a view of `data`: close it
+    (contextlib.closing) before closing a memory-mapped `data`.
 
     A frame whose index points past the end is a truncated tail (a crash while writing) unless
     another index follows, in which case the index itself was damaged and reading resumes there.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayproxy.trace.columns import Columns
+from replayproxy.trace.columns import Columns, ragged_rows
 
 
 def prefix_reuse(columns: Columns, rows: np.ndarray | None = None) -> float | None:
@@ -24,13 +24,7 @@ def prefix_reuse(columns: Columns, rows: np.ndarray | None = None) -> float | No
     if not len(columns.prefix_hashes) or len(settings) != 1:
         return None
     rows = np.arange(len(columns), dtype=np.int64) if rows is None else rows
-    lengths = np.diff(columns.prefix_index)[rows]
-    index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    flat = (
-        np.concatenate([columns.hashes_of(int(r)) for r in rows])
-        if len(rows) < len(columns)
-        else columns.prefix_hashes
-    )
+    flat, index = ragged_rows(columns.prefix_hashes, columns.prefix_index, rows)
     if not len(flat):
         return 0.0 if len(rows) else None
     block_size, unit = columns.headers[0].block_size, columns.headers[0].block_unit

@@ -114,6 +114,45 @@ def test_a_field_of_another_kind_than_the_reader_expects_is_refused(tmp_path: Pa
         read_column_file(tmp_path / "f.demo", "demo", 1, ReadReport(), expected={"id": "i8"})
 
 
+def _big_file(path: Path) -> np.ndarray:
+    """A file past the size that is memory-mapped rather than read (random hashes do not compress)."""
+    hashes = np.random.default_rng(1).integers(0, 2**63, 200_000, dtype=np.uint64)
+    out = ColumnFileWriter(path, header(), level=3, exclusive=False)
+    out.add((0, 0, True, "a", {}, hashes.astype("<u8").tobytes(), b""))
+    out.close({})
+    assert path.stat().st_size > 1 << 20
+    return hashes
+
+
+def _mapped(path: Path) -> bool:
+    """Whether this process still maps the file (Linux lists every mapping with its file)."""
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+needs_proc_maps = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="no /proc/self/maps")
+
+
+@needs_proc_maps
+def test_a_large_file_is_unmapped_once_read_and_its_columns_outlive_the_map(tmp_path: Path) -> None:
+    path = tmp_path / "big.demo"
+    hashes = _big_file(path)
+    loaded = read_column_file(path, "demo", 1, ReadReport())
+    assert not _mapped(path)
+    path.unlink()  # the columns are copies: they stay readable with the file gone
+    flat, lengths = loaded.ragged["hashes"]
+    assert lengths.tolist() == [len(hashes)] and np.array_equal(flat, hashes)
+
+
+@needs_proc_maps
+def test_a_large_file_is_unmapped_when_reading_it_fails(tmp_path: Path) -> None:
+    """The error's traceback holds the reader's frame: the map must be closed, not left to it."""
+    path = tmp_path / "big.demo"
+    _big_file(path)
+    with pytest.raises(TraceFormatError, match="expected i8") as refused:
+        read_column_file(path, "demo", 1, ReadReport(), expected={"id": "i8"})
+    assert refused.value.__traceback__ is not None and not _mapped(path)
+
+
 def test_an_exclusive_writer_does_not_overwrite(tmp_path: Path) -> None:
     ColumnFileWriter(tmp_path / "f.demo", header(), level=3, exclusive=True).close({})
     with pytest.raises(FileAccessError, match="File exists") as refused:

@@ -240,3 +240,31 @@ def test_a_load_can_digest_the_files_it_reads_in_path_order(tmp_path: Path) -> N
     assert cols.report.content.hexdigest() == expected.hexdigest()
     assert cols.report.paths == [str(tmp_path / "a.rpt"), str(tmp_path / "b.rpt")]
     assert trace.load([tmp_path]).report.content is None  # not asked: no hashing
+
+
+WINDOWS = {
+    "all": lambda n, rng: np.arange(n),
+    "none": lambda n, rng: np.zeros(0, np.int64),
+    "first row": lambda n, rng: np.array([0]),
+    "last row": lambda n, rng: np.array([n - 1]),
+    "head": lambda n, rng: np.arange(n // 3),
+    "tail": lambda n, rng: np.arange(n - n // 3, n),
+    "middle": lambda n, rng: np.arange(n // 4, n - n // 4),
+    "sparse": lambda n, rng: np.flatnonzero(rng.random(n) < 0.4),
+    "shuffled, repeated": lambda n, rng: rng.integers(0, n, 2 * n),
+}
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("seed", range(4))
+def test_ragged_rows_are_the_rows_one_by_one_laid_end_to_end(window: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 4, 60) * (rng.random(60) < 0.7)  # many rows hold nothing
+    index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = rng.integers(0, 2**64, int(index[-1]), dtype=np.uint64)
+    rows = WINDOWS[window](60, rng)
+    taken, taken_index = trace.ragged_rows(flat, index, rows)
+    one_by_one = [flat[index[r] : index[r + 1]] for r in rows]
+    assert taken.dtype == flat.dtype and taken_index.dtype == np.int64
+    assert np.array_equal(taken, np.concatenate([np.zeros(0, np.uint64), *one_by_one]))
+    assert np.diff(taken_index).tolist() == [len(row) for row in one_by_one] and taken_index[0] == 0

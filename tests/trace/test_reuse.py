@@ -58,3 +58,55 @@ def test_char_blocks_are_converted_with_each_requests_own_ratio(tmp_path: Path) 
 
 def test_no_hashes_gives_none(tmp_path: Path) -> None:
     assert prefix_reuse(write(tmp_path / "t.rpt", [RequestShape(offset_ns=0, input_tokens=5)])) is None
+
+
+def reuse_by_definition(
+    shapes: list[RequestShape], rows: np.ndarray, block_size: int, unit: str
+) -> float | None:
+    """The definition, request by request: blocks an earlier request of the window had, as tokens."""
+    seen: set[int] = set()
+    hits = []
+    for row in rows:
+        hashes = shapes[row].prefix_hashes
+        hits.append(sum(h in seen for h in hashes))
+        seen.update(hashes)
+    inputs = np.array([shapes[r].input_tokens for r in rows], np.float64)
+    hit_tokens = np.array(hits, np.float64) * block_size
+    if unit != "token":
+        units = np.array([shapes[r].prefix_units for r in rows], np.float64)
+        hit_tokens = np.where(units > 0, hit_tokens * inputs / np.maximum(units, 1), 0.0)
+    known = inputs > 0
+    return float(np.minimum(hit_tokens, inputs)[known].sum() / inputs[known].sum()) if known.any() else None
+
+
+@pytest.mark.parametrize("unit", ["token", "char"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_window_anywhere_in_a_random_trace_gives_the_definitions_reuse(
+    tmp_path: Path, seed: int, unit: str
+) -> None:
+    rng = np.random.default_rng(seed)
+    pool = [int(h) for h in rng.integers(0, 2**64, 30, dtype=np.uint64)]  # few blocks: much reuse
+    shapes = [
+        RequestShape(
+            offset_ns=i,
+            input_tokens=int(rng.integers(0, 200)),
+            prefix_units=int(rng.integers(0, 800)),
+            # chained hashes never repeat within a request
+            prefix_hashes=tuple(pool[int(j)] for j in rng.choice(30, int(rng.integers(0, 6)), replace=False)),
+        )
+        for i in range(80)
+    ]
+    columns = write(tmp_path / "t.rpt", shapes, block_size=16, block_unit=unit)
+    ends = [np.arange(25), np.arange(55, 80), np.array([0]), np.array([79])]
+    windows = [np.arange(80), *ends, np.arange(10, 70), np.flatnonzero(rng.random(80) < 0.3)]
+    for rows in windows:
+        expected = reuse_by_definition(shapes, rows, 16, unit)
+        assert prefix_reuse(columns, rows) == pytest.approx(expected, rel=1e-12), (unit, rows.tolist())
+    assert prefix_reuse(columns) == pytest.approx(
+        reuse_by_definition(shapes, np.arange(80), 16, unit), rel=1e-12
+    )
+
+
+def test_an_empty_window_has_no_reuse(tmp_path: Path) -> None:
+    shapes = [RequestShape(offset_ns=i, input_tokens=32, prefix_hashes=(7,)) for i in range(3)]
+    assert prefix_reuse(write(tmp_path / "t.rpt", shapes), np.zeros(0, np.int64)) is None
