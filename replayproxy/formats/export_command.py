@@ -24,6 +24,18 @@ from replayproxy.replay import exact, flavors, plan
 
 # Analysis tables keep every request with its status and error; workload formats send only successes.
 KEEPS_EVERY_REQUEST = frozenset({"csv", "parquet"})
+# The trace fields each format's writer reads, besides what every export reads (the failure filter,
+# the model): only these are loaded, so a long trace's other columns are never held. A format not
+# listed loads every field. A field left out fails loudly (AttributeError), never silently.
+EVERY_EXPORT_READS = ("status", "error", "model")
+_LENGTHS = ("input_tokens", "prefix_units", "output_tokens", "max_tokens")
+FIELDS_READ: dict[str, tuple[str, ...]] = {
+    "mooncake": (*_LENGTHS, "session", "think_ns", "e2e_ns"),
+    "bailian": (*_LENGTHS, "session", "turn", "request_type"),
+    "jsonl": (*_LENGTHS, "endpoint", "stream", "turn", "session"),
+    "azure": _LENGTHS,
+    "burstgpt": _LENGTHS,
+}
 EXAMPLES = (
     "replayproxy export traces/ --format mooncake -o trace.jsonl",
     "replayproxy export prod.rpt --format vllm-custom -o prompts.jsonl --model my-model",
@@ -76,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     write = writer(args.format)
     if args.block_size is not None and args.block_size <= 0:
         raise BadOption(f"--block-size must be positive, got {args.block_size}")
-    cols = trace.load(args.traces)
+    read = FIELDS_READ.get(args.format)
+    cols = trace.load(args.traces, fields=None if read is None else (*EVERY_EXPORT_READS, *read))
     if not len(cols):
         raise BadInputFile("the traces hold no readable requests" + _losses(cols.report))
     notes: list[str] = []

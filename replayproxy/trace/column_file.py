@@ -11,7 +11,7 @@ import contextlib
 import glob
 import mmap
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -232,13 +232,16 @@ class _ColumnsBeingRead:
     keeps a view of it.
     """
 
-    def __init__(self, kinds: list[str], records: int, payload_bytes: int) -> None:
+    def __init__(self, kinds: list[str], records: int, payload_bytes: int, kept: list[bool]) -> None:
         self.kinds = kinds
+        self.kept = kept  # columns not kept are checked but never decoded
         self._payload_bytes = payload_bytes
         self._payload_seen = 0
         self._columns: list[tuple[_Growing, ...]] = []
-        for kind in kinds:
-            if kind in NUMERIC_KINDS:
+        for kind, keep in zip(kinds, kept, strict=True):
+            if not keep:
+                self._columns.append(())
+            elif kind in NUMERIC_KINDS:
                 self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind]
@@ -253,6 +256,8 @@ class _ColumnsBeingRead:
     def add(self, batch: dict[str, Any], frame_bytes: int) -> None:
         self._payload_seen += frame_bytes
         for kind, column, part in zip(self.kinds, self._columns, batch["columns"], strict=True):
+            if not column:
+                continue
             if kind in NUMERIC_KINDS:
                 column[0].extend(np.frombuffer(part, NUMERIC_KINDS[kind]))
             elif kind in RAGGED_KINDS:
@@ -277,6 +282,8 @@ class _ColumnsBeingRead:
     def into(self, table: ColumnFileData, fields: list[str]) -> ColumnFileData:
         table.n = self.n
         for name, column in zip(fields, self._columns, strict=True):
+            if not column:
+                continue
             if len(column) == 2:
                 table.ragged[name] = (column[0].result(), column[1].result())
             else:
@@ -463,6 +470,7 @@ def read_column_file(
     expected: Mapping[str, str] | None = None,
     extras: dict[str, list[dict[str, Any]]] | None = None,
     footer: dict[str, Any] | None = None,
+    wanted: Collection[str] | None = None,
 ) -> ColumnFileData:
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
@@ -471,6 +479,7 @@ def read_column_file(
     `extras` by type; the footer, if present, is copied into `footer`. Batches before the header
     (whose frame was lost) cannot be interpreted; the file then fails with the header error below.
     Nothing is sized from a count or length the file declares beyond what its bytes can hold.
+    With `wanted`, only those fields are decoded (and so held); the others are left out of the table.
     """
     name = str(path)
     seen_warnings = len(report.warnings)
@@ -491,7 +500,8 @@ def read_column_file(
                     header = item
                     records, payload_bytes = frame_totals(data)
                     records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
-                    columns = _ColumnsBeingRead(kinds, records, payload_bytes)
+                    kept = [wanted is None or name in wanted for name in item["fields"]]
+                    columns = _ColumnsBeingRead(kinds, records, payload_bytes, kept)
                 elif kind == "footer":
                     report.footers += 1
                     if footer is not None:
@@ -552,11 +562,14 @@ def _shown(value: Any) -> str:
 
 
 def with_defaults(
-    table: ColumnFileData, kinds: Mapping[str, str], defaults: Mapping[str, Any]
+    table: ColumnFileData,
+    kinds: Mapping[str, str],
+    defaults: Mapping[str, Any],
+    wanted: Collection[str] | None = None,
 ) -> ColumnFileData:
     """Fill fields an older (or damaged) file lacks with their defaults, so all files share columns."""
     for name, kind in kinds.items():
-        if name in table.columns or name in table.ragged:
+        if name in table.columns or name in table.ragged or (wanted is not None and name not in wanted):
             continue
         if name not in defaults:
             raise TraceFormatError(f"{table.path}: lacks the required field {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,17 +23,21 @@ from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatErr
 
 
 def read_trace_files(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
+    paths: Iterable[str | os.PathLike[str]],
+    report: ReadReport | None = None,
+    wanted: Collection[str] | None = None,
 ) -> list[tuple[TraceHeader, ColumnFileData]]:
-    """Every trace file's header and rows, oldest start first."""
+    """Every trace file's header and rows (only the `wanted` fields, if given), oldest start first."""
     report = report if report is not None else ReadReport()
-    pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report), report)
+    pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report, wanted), report)
     pairs.sort(key=lambda pair: pair[0].start_wall_ns)
     return pairs
 
 
-def _read_trace(path: Path, report: ReadReport) -> tuple[TraceHeader, ColumnFileData]:
-    table = read_column_file(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS)
+def _read_trace(
+    path: Path, report: ReadReport, wanted: Collection[str] | None
+) -> tuple[TraceHeader, ColumnFileData]:
+    table = read_column_file(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS, wanted=wanted)
     if "offset_ns" not in table.header["fields"]:
         raise TraceFormatError(f"{path}: lacks the required field 'offset_ns'")
     try:
@@ -53,6 +57,7 @@ class Columns:
     Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
     `scalar` holds the other fields by name; each is also an attribute (`columns.input_tokens`),
     set from `scalar` on construction, so `dataclasses.replace(columns, scalar=...)` keeps them in step.
+    A field left out of the load (`load(..., fields=...)`) has no attribute: reading it fails loudly.
     """
 
     headers: list[TraceHeader]
@@ -94,7 +99,8 @@ class Columns:
 
     def __post_init__(self) -> None:
         for name in SCALAR_FIELDS:
-            setattr(self, name, self.scalar[name])
+            if name in self.scalar:
+                setattr(self, name, self.scalar[name])
 
     def __len__(self) -> int:
         return len(self.offset_ns)
@@ -108,9 +114,15 @@ class Columns:
 
 
 def load(
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, digest: bool = False
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    digest: bool = False,
+    fields: Collection[str] | None = None,
 ) -> Columns:
     """Load traces into columns: the fast path for inspect, export and replay planning.
+
+    With `fields`, only those scalar fields (plus `offset_ns`, which orders the rows) and the
+    ragged ones are read and held: an export of a few columns need not keep all of them.
 
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
@@ -118,12 +130,14 @@ def load(
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
-    pairs = read_trace_files(paths, report)
+    wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}
+    pairs = read_trace_files(paths, report, wanted)
     base = pairs[0][0].start_wall_ns
-    tables = [_with_defaults(table) for _, table in pairs]
+    tables = [_with_defaults(table, wanted) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
         table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
-    scalar = {name: _joined([t.columns[name] for t in tables]) for name in SCALAR_FIELDS}
+    names = [name for name in SCALAR_FIELDS if wanted is None or name in wanted]
+    scalar = {name: _joined([t.columns[name] for t in tables]) for name in names}
     order = np.argsort(scalar["offset_ns"], kind="stable")
     if not _is_identity(order):
         scalar = {name: column[order] for name, column in scalar.items()}
@@ -146,9 +160,9 @@ def load(
     )
 
 
-def _with_defaults(table: ColumnFileData) -> ColumnFileData:
+def _with_defaults(table: ColumnFileData, wanted: Collection[str] | None) -> ColumnFileData:
     """Fill fields an older file lacks with the shape's defaults, so all tables share columns."""
-    return with_defaults(table, FIELD_KINDS, _DEFAULTS)
+    return with_defaults(table, FIELD_KINDS, _DEFAULTS, wanted)
 
 
 _DEFAULTS = RequestShape(offset_ns=0)._asdict()

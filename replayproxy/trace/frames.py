@@ -97,6 +97,7 @@ def iter_frame_payloads(
     pos = 0
     view = memoryview(data)
     buffer = _Buffer()
+    released = 0
     while pos < len(data):
         if not _is_index(data, pos):
             nxt = _find_index(data, pos + 1)
@@ -137,6 +138,20 @@ def iter_frame_payloads(
             report.frames += 1
             yield payload
         pos = start + length
+        released = _release_read(data, released, pos)
+
+
+RELEASE_BYTES = 8 << 20  # mapped file pages already read are dropped this many at a time
+
+
+def _release_read(data: bytes | mmap.mmap, released: int, pos: int) -> int:
+    """Drop the mapped pages before `pos` from memory (they are read again if touched): a
+    multi-GB trace read frame by frame then never holds more than a few MB of its file resident."""
+    done = pos - pos % mmap.PAGESIZE
+    if not isinstance(data, mmap.mmap) or done - released < RELEASE_BYTES:
+        return released
+    data.madvise(mmap.MADV_DONTNEED, released, done - released)
+    return done
 
 
 def frame_totals(data: bytes | mmap.mmap) -> tuple[int, int]:

@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from replayproxy.shape import RequestShape, prefix_block_hashes
-from replayproxy.trace import TraceHeader, write_trace
+from replayproxy.trace import TraceHeader, write_columns, write_trace
 
 KEY = b"format-tests-key"
 DATA = Path(__file__).resolve().parents[1] / "data" / "formats"
@@ -64,3 +66,20 @@ def conversation_trace(path: Path, block: int = 16) -> Path:
         shape(3001, tokens(("doc", 2048), ("ask", 600)), 20, block),
     ]
     return write(path, shapes, block)
+
+
+def hashed_trace(path: Path, hashes: np.ndarray, per_request: int, inputs: np.ndarray, block: int) -> Path:
+    """A served request per row of `inputs` tokens, each with the next `per_request` of `hashes`."""
+    rows = len(inputs)
+    rng = np.random.default_rng(0)
+    columns = {
+        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
+        "input_tokens": inputs,
+        "output_tokens": rng.integers(1, 500, rows),
+        "status": 200,
+        "prefix_hashes": (hashes, np.full(rows, per_request)),
+        "prefix_units": inputs,
+    }
+    header = TraceHeader(start_wall_ns=0, source="test", block_size=block, block_unit="token")
+    write_columns(path, header, columns, rows, wall_ns=lambda: 0)
+    return path

@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replayproxy import cli
+from replayproxy.formats import blocks
 from replayproxy.formats.blocks import block_ids
 from replayproxy.trace import load
-from tests.formats.helpers import shape, tokens, write
+from tests.formats.helpers import hashed_trace, shape, tokens, write
 
 
 def ids_by_row(path: Path, block: int) -> list[list[int]]:
@@ -74,3 +76,23 @@ def test_mixed_block_sizes_refuse(tmp_path: Path) -> None:
     write(tmp_path / "b.rpt", [shape(0, tokens(("a", 40)), block=32)], block=32)
     with pytest.raises(ValueError, match="different block sizes"):
         block_ids(load([tmp_path / "a.rpt", tmp_path / "b.rpt"]), 16)
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "bailian", "jsonl"])
+def test_recurring_hashes_counted_a_range_and_slice_at_a_time_export_the_same_bytes(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeats that fall in different slices and value ranges are still found: same file, byte for byte."""
+    rows = 3000
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 2**64, 5000, dtype=np.uint64)  # some hashes recur, far apart in the trace
+    hashes = pool[rng.integers(0, len(pool), 24 * rows)]
+    inputs = rng.integers(24 * 16 - 15, 24 * 16 + 1, rows)
+    trace = hashed_trace(tmp_path / "t.rpt", hashes, 24, inputs, block=16)
+    whole, ranged = tmp_path / f"whole.{fmt}", tmp_path / f"ranged.{fmt}"
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(whole), "--block-size", "16"]) == 0
+    monkeypatch.setattr(blocks, "HASHES_PER_BUCKET", 1000)  # 64 value ranges
+    monkeypatch.setattr(blocks, "HASHES_PER_SLICE", 777)  # ~90 slices per range
+    assert cli.main(["export", str(trace), "-f", fmt, "-o", str(ranged), "--block-size", "16"]) == 0
+    assert ranged.read_bytes() == whole.read_bytes()
+    assert len(blocks._recurring(hashes)) > 1000  # the trace does share blocks

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from replayproxy import cli
+from replayproxy.formats import export_command
+from replayproxy.formats.export_command import FIELDS_READ
 from replayproxy.formats.registry import exporters
 from tests.cli import run_cli
 from tests.formats.helpers import conversation_trace, shape, tokens, write
@@ -148,3 +150,28 @@ def test_a_multi_turn_bailian_export_prints_no_aiperf_command(
     assert cli.main(["export", str(trace), "-f", "bailian", "-o", str(tmp_path / "b.jsonl")]) == 0
     aiperf = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("AIPerf:"))
     assert "not for this file (multi-turn)" in aiperf and "--sessions" in aiperf
+
+
+@pytest.mark.parametrize(("fmt", "extra"), [(f, []) for f in FIELDS_READ] + [("mooncake", ["--sessions"])])
+def test_exports_that_load_only_the_fields_they_read_write_the_same_bytes(
+    tmp_path: Path, fmt: str, extra: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sessions, think times, failures, models, endpoints and request types all reach the file."""
+    system = ("system", 100)
+    shapes = [
+        shape(0, tokens(system, ("q", 40)), 10, session=5, turn=0, model="m-a", request_type="text"),
+        shape(10, tokens(system, ("q", 40), ("a", 10), ("r", 20)), 12, session=5, turn=1, think_ns=3_000_000),
+        shape(20, tokens(("x", 30)), 0, max_tokens=64, status=500, error="upstream", model="m-b"),
+        shape(30, tokens(system, ("y", 9)), -1, max_tokens=77, endpoint="completions", stream=False),
+        shape(40, tokens(("z", 50)), 14, session=9, turn=2, e2e_ns=5_000_000, request_type="image"),
+    ]
+    trace = write(tmp_path / "t.rpt", shapes)
+    for run in ("subset", "whole"):
+        for failed in ([], ["--include-failed"]):
+            out = tmp_path / f"{run}{len(failed)}.{fmt}"
+            assert cli.main(["export", str(trace), "-f", fmt, "-o", str(out), *extra, *failed]) == 0
+        monkeypatch.setattr(export_command, "FIELDS_READ", {})  # every field loaded
+    for failed in (0, 1):
+        assert (tmp_path / f"subset{failed}.{fmt}").read_bytes() == (
+            tmp_path / f"whole{failed}.{fmt}"
+        ).read_bytes()

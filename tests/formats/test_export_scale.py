@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replayproxy.trace import TraceHeader, write_columns
+from tests.formats.helpers import hashed_trace
 
 ROWS = 1_000_000
 PEAK_MB = 500
@@ -36,17 +36,7 @@ def million_request_trace(path: Path, rows: int = ROWS) -> Path:
     inputs = rng.integers(1024, 1535, rows)
     hashes = rng.integers(1, 2**63, 2 * rows).astype(np.uint64)
     hashes[::2] = 7
-    columns = {
-        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
-        "input_tokens": inputs,
-        "output_tokens": rng.integers(1, 500, rows),
-        "status": 200,
-        "prefix_hashes": (hashes, np.full(rows, 2)),
-        "prefix_units": inputs,
-    }
-    header = TraceHeader(start_wall_ns=0, source="test", block_size=512, block_unit="token")
-    write_columns(path, header, columns, rows, wall_ns=lambda: 0)
-    return path
+    return hashed_trace(path, hashes, 2, inputs, block=512)
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +132,19 @@ def test_text_prompt_exports_write_each_prompt_as_it_comes(tmp_path: Path, fmt: 
     assert out.stat().st_size > 100 << 20
     assert peak < 200, f"peak {peak} MB"
     assert line_count(out) == rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_trace_of_long_prompts_exports_lengths_under_500_mb(tmp_path: Path) -> None:
+    """24 blocks per request (190 MB of hashes): only the columns the format writes are loaded."""
+    rng = np.random.default_rng(1)
+    inputs = rng.integers(23 * 512 + 1, 24 * 512, ROWS)
+    trace = hashed_trace(
+        tmp_path / "long.rpt", rng.integers(1, 2**63, 24 * ROWS).astype(np.uint64), 24, inputs, 512
+    )
+    out = tmp_path / "long.csv"
+    stdout, peak = run_limited("export", str(trace), "-f", "azure", "-o", str(out))
+    assert f"wrote {ROWS} requests" in stdout
+    assert peak < PEAK_MB, f"peak {peak} MB"
+    assert line_count(out) == ROWS + 1

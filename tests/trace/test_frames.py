@@ -4,15 +4,25 @@ frame before and after the damage, and says what it skipped."""
 from __future__ import annotations
 
 import io
+import mmap
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 
 from replayproxy import trace
 from replayproxy.shape import RequestShape
-from replayproxy.trace import FrameWriter, ReadReport, TraceFormatError, iter_frame_payloads
+from replayproxy.trace import (
+    FrameWriter,
+    ReadReport,
+    TraceFormatError,
+    TraceHeader,
+    frames,
+    iter_frame_payloads,
+    write_columns,
+)
 from replayproxy.trace.frames import PLAUSIBLE_RATIO, frame_totals, plausible_size
 from tests.trace.helpers import frame_bounds, write
 
@@ -139,3 +149,29 @@ def test_a_declared_size_is_believed_only_up_to_a_plausible_ratio() -> None:
 def test_a_file_that_does_not_start_with_a_frame_index_is_refused(content: bytes) -> None:
     with pytest.raises(TraceFormatError, match="not a replayproxy file"):
         list(iter_frame_payloads(content, "x.rpt", ReadReport()))
+
+
+def test_a_mapped_trace_read_while_its_pages_are_released_loads_the_same_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large files are memory-mapped and each frame's pages dropped once read: nothing read is lost."""
+    rows = 200_000
+    rng = np.random.default_rng(5)
+    columns = {
+        "offset_ns": np.cumsum(rng.integers(1, 2_000_000, rows)),
+        "input_tokens": rng.integers(1, 5000, rows),
+        "prefix_hashes": (rng.integers(0, 2**64, 3 * rows, dtype=np.uint64), np.full(rows, 3)),
+    }
+    header = TraceHeader(start_wall_ns=0, source="test", block_size=16, block_unit="token")
+    path = tmp_path / "big.rpt"
+    write_columns(path, header, columns, rows, wall_ns=lambda: 0)
+    assert path.stat().st_size > 4 << 20  # mapped, and spans many pages and frames
+    monkeypatch.setattr(frames, "RELEASE_BYTES", 1 << 40)  # never released
+    kept = trace.load(path)
+    monkeypatch.setattr(frames, "RELEASE_BYTES", mmap.PAGESIZE)  # released after every frame
+    released = trace.load(path)
+    assert kept.report.frames > 3
+    assert np.array_equal(released.prefix_hashes, columns["prefix_hashes"][0])
+    assert np.array_equal(released.prefix_hashes, kept.prefix_hashes)
+    assert np.array_equal(released.offset_ns, kept.offset_ns)
+    assert np.array_equal(released.input_tokens, columns["input_tokens"])
