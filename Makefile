@@ -26,8 +26,9 @@ test: install-test
 	$(BIN)/python -m pytest -q -m serial
 
 lint: install-test
-	$(BIN)/python -m pip install -q ruff mypy
+	$(BIN)/python -m pip install -q ruff==0.17.6 mypy  # ruff pinned: its format style changes between releases
 	$(BIN)/ruff check replayproxy tests benchmarks
+	$(BIN)/ruff format --check replayproxy tests benchmarks
 	$(BIN)/mypy replayproxy
 
 clean:

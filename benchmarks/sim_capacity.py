@@ -30,8 +30,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def worker(session: aiohttp.ClientSession, url: str, body: bytes, stop_at: float,
-                 counts: dict[str, int]) -> None:
+async def worker(
+    session: aiohttp.ClientSession, url: str, body: bytes, stop_at: float, counts: dict[str, int]
+) -> None:
     while time.perf_counter() < stop_at:
         async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
             resp.raise_for_status()
@@ -42,16 +43,26 @@ async def worker(session: aiohttp.ClientSession, url: str, body: bytes, stop_at:
 
 async def drive(base: str, pid: int, concurrency: int, duration: float, tokens: int) -> dict[str, float]:
     """Full load for `duration` seconds; the figures are taken over that window, before the drain."""
-    body = orjson.dumps({"messages": [{"role": "user", "content": "benchmark the simulated engine"}],
-                         "max_tokens": tokens, "ignore_eos": True, "stream": True})
+    body = orjson.dumps(
+        {
+            "messages": [{"role": "user", "content": "benchmark the simulated engine"}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    )
     counts = {"events": 0, "requests": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
         stop_at = t0 + duration
-        workers = asyncio.gather(*(worker(session, f"{base}/v1/chat/completions", body, stop_at, counts)
-                                   for _ in range(concurrency)))
+        workers = asyncio.gather(
+            *(
+                worker(session, f"{base}/v1/chat/completions", body, stop_at, counts)
+                for _ in range(concurrency)
+            )
+        )
         await asyncio.sleep(duration)
         window = {"wall": time.perf_counter() - t0, "cpu": cpu_seconds(pid) - cpu0, **counts}
         await workers
@@ -66,9 +77,21 @@ def main() -> int:
     parser.add_argument("--speed", type=float, default=20.0, help="sim time scale")
     args = parser.parse_args()
     sim = subprocess.Popen(
-        [sys.executable, "-m", "replayproxy.sim", "--host", "127.0.0.1", "--port", "0",
-         "--speed", str(args.speed), "--max-num-seqs", str(2 * args.concurrency)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "replayproxy.sim",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--speed",
+            str(args.speed),
+            "--max-num-seqs",
+            str(2 * args.concurrency),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert sim.stdout is not None
@@ -82,8 +105,10 @@ def main() -> int:
     finally:
         sim.terminate()
         sim.wait(timeout=10)
-    print(f"sim capacity: {args.concurrency} concurrent streams, {args.tokens} tokens each, "
-          f"1 token per chunk, speed {args.speed:g}, {w['wall']:.1f} s window at full load")
+    print(
+        f"sim capacity: {args.concurrency} concurrent streams, {args.tokens} tokens each, "
+        f"1 token per chunk, speed {args.speed:g}, {w['wall']:.1f} s window at full load"
+    )
     print(f"  requests completed : {w['requests']:.0f}")
     print(f"  SSE events received: {w['events']:.0f}  ({w['events'] / w['wall']:,.0f}/s)")
     print(f"  sim CPU            : {w['cpu']:.1f} s = {100 * w['cpu'] / w['wall']:.0f}% of one core")

@@ -109,9 +109,7 @@ class Continuations:
         shared = p.expected_shared_tokens
         if self._live:
             shared = max(shared, min(leader.expected_input_tokens, p.expected_input_tokens - 1))
-        return replace(
-            p, after=leader.row, think_ns=think, first=leader.group, expected_shared_tokens=shared
-        )
+        return replace(p, after=leader.row, think_ns=think, first=leader.group, expected_shared_tokens=shared)
 
 
 def is_follower(turn: Prepared, previous: Prepared) -> bool:

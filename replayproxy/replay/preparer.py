@@ -108,9 +108,7 @@ def _main(traces: tuple[str, ...], control: Pipe) -> None:
     while True:
         try:
             job: Job = control.recv()
-            pipes = [
-                Pipe(reduction.recv_handle(control), readable=False) for _ in range(job.count)
-            ]
+            pipes = [Pipe(reduction.recv_handle(control), readable=False) for _ in range(job.count)]
         except (EOFError, OSError):
             return  # the parent is done (or gone)
         try:

@@ -78,8 +78,14 @@ def golden_shapes(version: int = 1) -> list[RequestShape]:
         shapes.append(first)
         shapes.append(
             first._replace(
-                offset_ns=3 * 10**9, input_tokens=900, roles="suatt", turn=1, think_ns=600_000_000,
-                chat_id=0x5555666677778888, parent_id=0x1111222233334444, tool_chars=321,
+                offset_ns=3 * 10**9,
+                input_tokens=900,
+                roles="suatt",
+                turn=1,
+                think_ns=600_000_000,
+                chat_id=0x5555666677778888,
+                parent_id=0x1111222233334444,
+                tool_chars=321,
             )  # fmt: skip
         )
     return shapes

@@ -31,8 +31,16 @@ def test_chat_defaults_and_unknown_fields_ignored() -> None:
 
 
 def test_max_completion_tokens_wins_and_stream_options_are_read() -> None:
-    req = _parse(CHAT, {**CHAT_OK, "max_tokens": 9, "max_completion_tokens": 4, "stream": True,
-                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    req = _parse(
+        CHAT,
+        {
+            **CHAT_OK,
+            "max_tokens": 9,
+            "max_completion_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    )
     assert req.sampling.max_tokens == 4 and req.include_usage and req.continuous_usage
     alone = _parse(CHAT, {**CHAT_OK, "stream": True, "stream_options": {"continuous_usage_stats": True}})
     assert not alone.include_usage and not alone.continuous_usage
@@ -45,8 +53,12 @@ def test_text_parts_are_joined() -> None:
 
 @pytest.mark.parametrize(
     "prompt, expected",
-    [("the end", [tokenizer.BOS_ID, *tokenizer.encode("the end")]), ([5, 6, 7], [5, 6, 7]),
-     (["the end"], [tokenizer.BOS_ID, *tokenizer.encode("the end")]), ([[8, 9]], [8, 9])],
+    [
+        ("the end", [tokenizer.BOS_ID, *tokenizer.encode("the end")]),
+        ([5, 6, 7], [5, 6, 7]),
+        (["the end"], [tokenizer.BOS_ID, *tokenizer.encode("the end")]),
+        ([[8, 9]], [8, 9]),
+    ],
 )
 def test_completion_prompt_forms(prompt: Any, expected: list[int]) -> None:
     assert _parse(COMPLETION, {"prompt": prompt, "max_tokens": 3}).prompt_ids == expected

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.serial
 
 async def _send_all(url: str, bodies: Sequence[dict[str, Any]], interval_s: float) -> None:
     """Open-loop arrivals every `interval_s` (absolute deadlines), each stream read to its end."""
+
     async def one(session: aiohttp.ClientSession, body: dict[str, Any], at: float) -> None:
         await asyncio.sleep(max(0.0, at - time.perf_counter()))
         async with session.post(url + "/v1/chat/completions", json=body) as resp:
@@ -46,8 +47,9 @@ def _mean_ttft_s(records: list[dict[str, Any]]) -> float:
 
 
 def _streams(n: int, max_tokens: int, text: str = "request {i} with a modest prompt") -> list[dict[str, Any]]:
-    return [chat_body(text.format(i=i), max_tokens=max_tokens, ignore_eos=True, stream=True)
-            for i in range(n)]
+    return [
+        chat_body(text.format(i=i), max_tokens=max_tokens, ignore_eos=True, stream=True) for i in range(n)
+    ]
 
 
 def test_ttft_grows_with_the_arrival_rate(start_sim: StartSim) -> None:
@@ -75,10 +77,13 @@ def test_itl_grows_with_the_batch_size(start_sim: StartSim) -> None:
 
 def test_prefix_cache_lowers_ttft_of_a_prefix_heavy_load(start_sim: StartSim) -> None:
     shared = "You are a careful assistant who answers in full sentences. " * 120
-    bodies = [{**chat_body(f"question {i}", max_tokens=2, stream=True),
-               "messages": [{"role": "system", "content": shared},
-                            {"role": "user", "content": f"question {i}"}]}
-              for i in range(12)]
+    bodies = [
+        {
+            **chat_body(f"question {i}", max_tokens=2, stream=True),
+            "messages": [{"role": "system", "content": shared}, {"role": "user", "content": f"question {i}"}],
+        }
+        for i in range(12)
+    ]
     on = _run(start_sim(speed=2.0), bodies, interval_s=0.06)
     off = _run(start_sim(speed=2.0, prefix_cache=False), bodies, interval_s=0.06)
     assert sum(r["cached_tokens"] for r in on) > 0 and sum(r["cached_tokens"] for r in off) == 0

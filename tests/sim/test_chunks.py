@@ -8,8 +8,9 @@ from replayproxy.sim.sampler import OutputPlan
 
 
 @given(st.integers(1, 300), st.integers(1, 9), st.integers(0, 320))
-def test_ranges_cover_the_output_in_bounded_unmixed_chunks(length: int, per_chunk: int,
-                                                           reasoning: int) -> None:
+def test_ranges_cover_the_output_in_bounded_unmixed_chunks(
+    length: int, per_chunk: int, reasoning: int
+) -> None:
     ranges = list(chunk_ranges(0, length, True, per_chunk, reasoning))
     assert [r[0] for r in ranges[1:]] == [r[1] for r in ranges[:-1]]
     assert ranges[0][0] == 0 and ranges[-1][1] == length
@@ -33,20 +34,38 @@ PLAN = OutputPlan((" a", " b", ""), "stop", None)
 
 
 def test_chat_chunks_have_vllm_shape() -> None:
-    fmt = Formatter(CHAT, "chatcmpl-1", 5, "m", prompt_tokens=10, cached_tokens=4, reasoning_tokens=1,
-                    continuous_usage=False)
+    fmt = Formatter(
+        CHAT,
+        "chatcmpl-1",
+        5,
+        "m",
+        prompt_tokens=10,
+        cached_tokens=4,
+        reasoning_tokens=1,
+        continuous_usage=False,
+    )
     role = _event(fmt.role())
-    assert role["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                "finish_reason": None}]
+    assert role["choices"] == [
+        {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    ]
     assert "usage" not in role
     assert _event(fmt.content(PLAN, 0, 1))["choices"][0]["delta"] == {"reasoning_content": " a"}  # type: ignore[index]
     last = _event(fmt.content(PLAN, 1, 3))["choices"][0]  # type: ignore[index]
-    assert last == {"index": 0, "delta": {"content": " b"}, "logprobs": None, "finish_reason": "stop",
-                    "stop_reason": None}
+    assert last == {
+        "index": 0,
+        "delta": {"content": " b"},
+        "logprobs": None,
+        "finish_reason": "stop",
+        "stop_reason": None,
+    }
     usage = _event(fmt.usage_event(3))
     assert usage["choices"] == [] and usage["object"] == "chat.completion.chunk"
-    assert usage["usage"] == {"prompt_tokens": 10, "total_tokens": 13, "completion_tokens": 3,
-                              "prompt_tokens_details": {"cached_tokens": 4}}
+    assert usage["usage"] == {
+        "prompt_tokens": 10,
+        "total_tokens": 13,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
     assert DONE == b"data: [DONE]\n\n"
 
 

@@ -14,8 +14,9 @@ from replayproxy.sim.tasks import spawn
 FAST: dict[str, Any] = {"speed": 50.0}
 
 
-async def _drive(engine: Engine, requests: Sequence[tuple[list[int], int]], gap_s: float = 0.0,
-                 on_token: object = None) -> list[Seq]:
+async def _drive(
+    engine: Engine, requests: Sequence[tuple[list[int], int]], gap_s: float = 0.0, on_token: object = None
+) -> list[Seq]:
     """Add requests (with `gap_s` between them), run the engine until all are done."""
     task = spawn(engine.run(), name="engine-under-test")
     all_done = asyncio.Event()

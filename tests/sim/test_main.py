@@ -31,15 +31,20 @@ def test_config_file_and_sigint(tmp_path: Path) -> None:
 
 
 def test_bad_options_exit_2_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "replayproxy.sim", "--fail-rate", "2"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "replayproxy.sim", "--fail-rate", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "replayproxy sim: error: fail_rate must be within [0, 1], got 2.0"
 
 
 def test_replayproxy_sim_help_is_the_sims_help() -> None:
-    result = subprocess.run([sys.executable, "-m", "replayproxy", "sim", "--help"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "replayproxy", "sim", "--help"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0
     assert "--tokens-per-chunk" in result.stdout and "--no-prefix-cache" in result.stdout
 
@@ -48,8 +53,10 @@ def _raw_stream_reads(url: str) -> list[bytes]:
     """Every recv() of one raw HTTP/1.1 streaming request (no client-side reassembly)."""
     host, port = url.removeprefix("http://").split(":")
     body = orjson.dumps(chat_body(max_tokens=30, ignore_eos=True, stream=True))
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     reads = []
     with socket.create_connection((host, int(port)), timeout=10) as conn:
         conn.sendall(head + body)

@@ -18,11 +18,21 @@ def test_render_has_vllm_names_with_model_label() -> None:
     metrics = Metrics("my-model")
     metrics.engine = Engine(SimConfig(), metrics)
     text = metrics.render().decode()
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
-                 "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
-                 "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                 "vllm:time_to_first_token_seconds_count", "vllm:time_per_output_token_seconds_count",
-                 "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_count"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:time_per_output_token_seconds_count",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+    ):
         assert metric(text, name) == 0.0
     assert 'model_name="my-model"' in text
 

@@ -42,8 +42,9 @@ def test_short_max_tokens_finish_with_length() -> None:
 def _plan_with_stop(stop: str, min_tokens: int = 0) -> tuple[OutputPlan, OutputPlan]:
     params = SamplingParams(max_tokens=60, ignore_eos=True, seed=5)
     full = Sampler(30, 0).plan(PROMPT, params)
-    cut = Sampler(30, 0).plan(PROMPT, SamplingParams(max_tokens=60, ignore_eos=True, seed=5, stop=(stop,),
-                                                     min_tokens=min_tokens))
+    cut = Sampler(30, 0).plan(
+        PROMPT, SamplingParams(max_tokens=60, ignore_eos=True, seed=5, stop=(stop,), min_tokens=min_tokens)
+    )
     return full, cut
 
 

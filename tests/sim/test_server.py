@@ -33,12 +33,18 @@ def test_sync_chat_non_streaming(start_sim: StartSim) -> None:
     sim = start_sim(**FAST)
     with _client(sim) as client:
         reply = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=12,
-            seed=3, extra_body={"ignore_eos": True},
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=12,
+            seed=3,
+            extra_body={"ignore_eos": True},
         )
         again = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=12,
-            seed=3, extra_body={"ignore_eos": True},
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=12,
+            seed=3,
+            extra_body={"ignore_eos": True},
         )
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage is not None and reply.usage.completion_tokens == 12
@@ -51,10 +57,16 @@ def test_sync_chat_non_streaming(start_sim: StartSim) -> None:
 def test_sync_chat_stream_role_first_then_content_then_usage(start_sim: StartSim) -> None:
     sim = start_sim(**FAST)
     with _client(sim) as client:
-        chunks = list(client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True,
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-        ))
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=6,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+        )
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
     content = [c for c in chunks[1:] if c.choices]
     assert len(content) == 6 and all(c.choices[0].delta.content for c in content)
@@ -73,11 +85,13 @@ def test_async_completions_stream_and_not(start_sim: StartSim) -> None:
 
     async def scenario() -> tuple[list[str], str, int]:
         async with openai.AsyncOpenAI(base_url=sim.url + "/v1", api_key="unused", max_retries=0) as client:
-            stream = await client.completions.create(model=MODEL, prompt=[1, 2, 3, 4], max_tokens=5,
-                                                     stream=True, extra_body={"ignore_eos": True})
+            stream = await client.completions.create(
+                model=MODEL, prompt=[1, 2, 3, 4], max_tokens=5, stream=True, extra_body={"ignore_eos": True}
+            )
             texts = [c.choices[0].text async for c in stream]
-            whole = await client.completions.create(model=MODEL, prompt="one two three", max_tokens=5,
-                                                    extra_body={"ignore_eos": True})
+            whole = await client.completions.create(
+                model=MODEL, prompt="one two three", max_tokens=5, extra_body={"ignore_eos": True}
+            )
             assert whole.usage is not None
             return texts, whole.choices[0].text, whole.usage.prompt_tokens
 
@@ -101,11 +115,16 @@ def test_without_ignore_eos_lengths_vary_and_end_with_stop(start_sim: StartSim) 
 def test_continuous_usage_reasoning_and_several_tokens_per_chunk(start_sim: StartSim) -> None:
     sim = start_sim(tokens_per_chunk=3, reasoning_tokens=4, **FAST)
     with _client(sim) as client:
-        chunks = list(client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "think"}], max_tokens=10, stream=True,
-            stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
-            extra_body={"ignore_eos": True},
-        ))
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "think"}],
+                max_tokens=10,
+                stream=True,
+                stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+                extra_body={"ignore_eos": True},
+            )
+        )
     assert all(c.usage is not None for c in chunks)
     deltas = [c.choices[0].delta for c in chunks[1:] if c.choices]
     reasoning = [getattr(d, "reasoning_content", None) for d in deltas]
@@ -118,19 +137,28 @@ def test_continuous_usage_reasoning_and_several_tokens_per_chunk(start_sim: Star
 def test_split_writes_still_parse(start_sim: StartSim) -> None:
     sim = start_sim(split_writes=True, **FAST)
     with _client(sim) as client:
-        chunks = list(client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True,
-            extra_body={"ignore_eos": True}))
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=4,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+        )
     assert len(chunks) == 5
     assert len(read_truth(sim.truth, 1)[0]["chunk_ns"]) == 6  # every event stamped after its last piece
 
 
-@pytest.mark.parametrize("body, status", [
-    (b"{oops", 400),
-    (chat_body(n=3), 400),
-    (chat_body(max_tokens=-1), 400),
-    (chat_body(model="other-model"), 404),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        (b"{oops", 400),
+        (chat_body(n=3), 400),
+        (chat_body(max_tokens=-1), 400),
+        (chat_body(model="other-model"), 404),
+    ],
+)
 def test_errors_are_openai_error_objects(start_sim: StartSim, body: object, status: int) -> None:
     sim = start_sim(**FAST)
     got, answer = post(sim.url + "/v1/chat/completions", body)  # type: ignore[arg-type]
@@ -142,8 +170,10 @@ def test_errors_are_openai_error_objects(start_sim: StartSim, body: object, stat
 
 def test_unknown_fields_are_ignored(start_sim: StartSim) -> None:
     sim = start_sim(**FAST)
-    status, answer = post(sim.url + "/v1/chat/completions",
-                          chat_body(max_tokens=3, top_k=5, repetition_penalty=1.1, whatever={"x": 1}))
+    status, answer = post(
+        sim.url + "/v1/chat/completions",
+        chat_body(max_tokens=3, top_k=5, repetition_penalty=1.1, whatever={"x": 1}),
+    )
     assert status == 200 and answer["usage"]["completion_tokens"] <= 3
 
 
@@ -160,8 +190,9 @@ def test_injected_reset_breaks_the_stream(start_sim: StartSim) -> None:
 
     async def read_stream() -> bytes:
         async with aiohttp.ClientSession() as session:
-            async with session.post(sim.url + "/v1/chat/completions",
-                                    json=chat_body(max_tokens=50, stream=True, ignore_eos=True)) as resp:
+            async with session.post(
+                sim.url + "/v1/chat/completions", json=chat_body(max_tokens=50, stream=True, ignore_eos=True)
+            ) as resp:
                 return await resp.read()
 
     with pytest.raises(aiohttp.ClientError):
@@ -177,9 +208,15 @@ def test_first_byte_delay_and_stall_show_in_timing(start_sim: StartSim) -> None:
     sim = start_sim(first_byte_delay=0.3, stall_rate=1.0, stall_seconds=0.4, **FAST)
     start = time.perf_counter()
     with _client(sim) as client:
-        chunks = list(client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=8, stream=True,
-            extra_body={"ignore_eos": True}))
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "x"}],
+                max_tokens=8,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+        )
     assert len(chunks) == 9 and time.perf_counter() - start >= 0.7
     [record] = read_truth(sim.truth, 1)
     assert first_content_ns(record) - record["arrival_ns"] >= 0.3e9
@@ -196,8 +233,12 @@ def test_metrics_agree_with_the_truth_log(start_sim: StartSim) -> None:
         if i % 2:
             await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=40)  # type: ignore[arg-type]
             return
-        stream = await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=40,  # type: ignore[arg-type]
-                                                      stream=True)
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=40,  # type: ignore[arg-type]
+            stream=True,
+        )
         async for _ in stream:
             pass
 
@@ -218,7 +259,8 @@ def test_metrics_agree_with_the_truth_log(start_sim: StartSim) -> None:
     assert metric(text, "vllm:prefix_cache_hits_total") == sum(r["cached_tokens"] for r in records) > 0
     assert metric(text, "vllm:prefix_cache_queries_total") == sum(r["prompt_tokens"] for r in records)
     assert metric(text, "vllm:inter_token_latency_seconds_count") == sum(
-        r["completion_tokens"] - 1 for r in records)
+        r["completion_tokens"] - 1 for r in records
+    )
     assert metric(text, "vllm:num_requests_running") == metric(text, "vllm:num_requests_waiting") == 0
 
 

@@ -9,8 +9,18 @@ from replayproxy.sim.truth import TruthLog, TruthRecord
 def test_each_record_is_one_flushed_json_line(tmp_path: Path) -> None:
     path = tmp_path / "truth.jsonl"
     log = TruthLog(str(path))
-    log.write(TruthRecord(endpoint="chat", arrival_ns=1, id="chatcmpl-1", chunk_ns=[2, 3], kinds="rc",
-                          prompt_tokens=5, completion_tokens=1, cached_tokens=0))
+    log.write(
+        TruthRecord(
+            endpoint="chat",
+            arrival_ns=1,
+            id="chatcmpl-1",
+            chunk_ns=[2, 3],
+            kinds="rc",
+            prompt_tokens=5,
+            completion_tokens=1,
+            cached_tokens=0,
+        )
+    )
     line = orjson.loads(path.read_bytes())  # readable before close: flushed per line
     assert line["id"] == "chatcmpl-1" and line["chunk_ns"] == [2, 3] and line["cached_tokens"] == 0
     assert set(line) >= {"arrival_ns", "prompt_tokens", "completion_tokens", "status", "endpoint"}
