@@ -43,10 +43,12 @@ class Structure:
     between: tuple[tuple[int, ...], ...]  # before content m + 1, after content m
     closing: tuple[int, ...]  # after the last content (the generation prompt)
     overhead: int = field(init=False, repr=False, compare=False)  # template tokens in all (asked per request)
+    gaps: tuple[int, ...] = field(init=False, repr=False, compare=False)  # len(between[m]), per message
 
     def __post_init__(self) -> None:
         overhead = len(self.head) + sum(len(b) for b in self.between) + len(self.closing)
         object.__setattr__(self, "overhead", overhead)
+        object.__setattr__(self, "gaps", tuple(len(b) for b in self.between))
 
 
 @dataclass(slots=True)

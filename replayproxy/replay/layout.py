@@ -37,28 +37,6 @@ class Layout:
     def end(self, m: int) -> int:
         return self.starts[m] + self.lengths[m]
 
-    def positions(self) -> np.ndarray:
-        """Every content position, in order."""
-        if not self.lengths:
-            return np.zeros(0, np.int64)
-        return np.concatenate(
-            [np.arange(s, s + n, dtype=np.int64) for s, n in zip(self.starts, self.lengths, strict=True)]
-        )
-
-
-def _starts(structure: Structure, lengths: Sequence[int]) -> tuple[int, ...]:
-    out, at = [], len(structure.head)
-    for m, length in enumerate(lengths):
-        out.append(at)
-        at += length + (len(structure.between[m]) if m < len(structure.between) else 0)
-    return tuple(out)
-
-
-def _make(roles: Sequence[str], structure: Structure, lengths: Sequence[int]) -> Layout:
-    starts = _starts(structure, lengths)
-    total = structure.overhead + sum(lengths)
-    return Layout(tuple(roles), tuple(lengths), starts, total, structure)
-
 
 def _fill(
     roles: Sequence[str], structure: Structure, fixed: Sequence[int], first_min: int, total: int, block: int
@@ -69,8 +47,12 @@ def _fill(
     free = n - len(fixed)
     if free <= 0 or budget < first_min + free - 1:
         return None
-    lengths = list(fixed)
-    start = _starts(structure, [*fixed, 0])[len(fixed)]
+    gaps = structure.gaps
+    lengths, starts = list(fixed), []
+    start = len(structure.head)
+    for m, length in enumerate(fixed):
+        starts.append(start)
+        start += length + (gaps[m] if m < len(gaps) else 0)
     for idx in range(free):
         m = len(fixed) + idx
         after = free - idx - 1
@@ -85,9 +67,10 @@ def _fill(
                     size = aligned
             size = min(size, budget - after)
         lengths.append(size)
+        starts.append(start)
         budget -= size
-        start += size + (len(structure.between[m]) if m < len(structure.between) else 0)
-    return _make(roles, structure, lengths)
+        start += size + (gaps[m] if m < len(gaps) else 0)
+    return Layout(tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure)
 
 
 def fresh(roles: Sequence[str], structure: Structure, total: int, block: int) -> Layout | None:
@@ -180,17 +163,16 @@ class PositionCodes:
         self._seed = seed
         self._table = np.zeros(0, np.uint64)
 
-    def __call__(self, within: np.ndarray) -> np.ndarray:
-        need = int(within.max()) + 1 if len(within) else 0
+    def upto(self, need: int) -> np.ndarray:
+        """The codes of positions 0..need-1 (a view of the table, at least that long)."""
         if need > len(self._table):
             size = max(need, 2 * len(self._table), 4096)
             self._table = _mix64(np.arange(size, dtype=np.uint64) ^ self._seed)
-        out: np.ndarray = self._table[within]
-        return out
+        return self._table
 
 
 def word_indices(
-    positions: np.ndarray,
+    plan: Layout,
     hashes: np.ndarray,
     own_key: np.uint64,
     branch: np.ndarray,
@@ -198,18 +180,22 @@ def word_indices(
     codes: PositionCodes,
     size: int,
 ) -> np.ndarray:
-    """Alphabet index of the word at each content position (sorted) of one request.
+    """Alphabet index of the word at each absolute position of one request's prompt, up to its
+    last content (template positions hold values nobody reads).
 
     `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
-    Run for every exact prompt, so it works in place on as few arrays as it can.
+    Run for every exact prompt, so it costs a fixed dozen array operations whatever the number of
+    blocks and messages: the recorded blocks' codes in one broadcast, the tail's in one, the mix in
+    place, then the branch words by slices, one per message.
     """
-    chained = int(np.searchsorted(positions, len(hashes) * block))  # positions inside recorded blocks
-    blocks = positions[:chained] // block
-    within = positions.copy()
-    within[:chained] -= blocks * block
-    z = codes(within)  # a fresh array: mixed in place below
-    z[:chained] ^= hashes[blocks]
-    z[chained:] ^= own_key
+    end = plan.end(len(plan.lengths) - 1)
+    recorded = len(hashes) * block
+    covered = min(len(hashes), -(-end // block))  # recorded blocks that hold a position before `end`
+    z = np.empty(max(end, covered * block), np.uint64)
+    table = codes.upto(max(end, block))
+    np.bitwise_xor(table[:block], hashes[:covered, None], out=z[: covered * block].reshape(covered, block))
+    if end > recorded:
+        np.bitwise_xor(table[recorded:end], own_key, out=z[recorded:end])
     z += _GOLDEN
     z ^= z >> np.uint64(30)
     z *= _M1
@@ -217,11 +203,27 @@ def word_indices(
     z *= _M2
     z ^= z >> np.uint64(31)
     z %= np.uint64(size)
-    chosen = z.astype(np.int64)
-    starts = np.arange(len(hashes) + 1, dtype=np.int64) * block
-    at = np.searchsorted(positions, starts)
-    inside = at < len(positions)
-    first = np.where(inside, positions[np.minimum(at, len(positions) - 1)], -1)
-    ok = inside & ((first < starts + block) | (np.arange(len(starts)) == len(hashes)))
-    chosen[at[ok]] = branch[ok]
+    chosen = z.view(np.int64)
+    _place_branch_words(chosen, plan, branch, block, len(hashes))
     return chosen
+
+
+def _place_branch_words(
+    chosen: np.ndarray, plan: Layout, branch: np.ndarray, block: int, blocks: int
+) -> None:
+    """Block b's branch word goes on the first content position at or after b * block when that
+    position is still inside block b (the tail, b == blocks, has no end). Per message: the block
+    starts it holds, as one strided slice, and its own first position when it opens a block whose
+    start fell on template tokens with no content before it."""
+    before = -1  # end of the previous message's content
+    for start, length in zip(plan.starts, plan.lengths, strict=True):
+        if length <= 0:
+            continue
+        stop = start + length
+        low, high = -(-start // block), min((stop - 1) // block, blocks)
+        if low <= high:
+            chosen[low * block : high * block + 1 : block] = branch[low : high + 1]
+        opened = min(start // block, blocks)
+        if opened * block < start and before <= opened * block:
+            chosen[start] = branch[opened]
+        before = stop

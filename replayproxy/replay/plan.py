@@ -22,6 +22,7 @@ from replayproxy.trace import Columns, ragged_rows
 PATHS = {e: ENDPOINT_PATHS[e] for e in ("chat", "completions")}  # the endpoints a trace is replayed on
 DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 256
+_TOKEN_ID_PROMPT = exact.Structure((), (), ())  # token ids need no special tokens around them
 _ENDPOINT_SALT = {"chat": 0, "completions": 0x5A17_C0DE_5A17_C0DE}
 
 
@@ -341,7 +342,7 @@ def _plan_exact(
             return None
     else:
         roles = ("prompt",)
-        structure = exact.Structure((), (), ()) if token_ids else book.text
+        structure = _TOKEN_ID_PROMPT if token_ids else book.text
     token_ids = token_ids and endpoint != "chat"
     n_tokens = max(n_tokens, structure.overhead + len(roles))
     plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
@@ -351,13 +352,11 @@ def _plan_exact(
         expected = plan.total if recorded_in > 0 else -1
         return _planned(cols, row, endpoint, None, options), plan, key, expected, shared
     chosen = layout.word_indices(
-        plan.positions(), salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
+        plan, salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
     )
     contents: list[Any] = []
-    at = 0
-    for length in plan.lengths:
-        picked = chosen[at : at + length]
-        at += length
+    for start, length in zip(plan.starts, plan.lengths, strict=True):
+        picked = chosen[start : start + length]
         if token_ids:
             contents.append(spelled.ids[picked].tolist())
         else:

@@ -12,6 +12,7 @@ or before the real ones; sharing is exact while the real offset stays under one 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ def _tail_key(index: int) -> int:
     return z ^ (z >> 31)
 
 
+@functools.lru_cache(maxsize=4096)  # asked once per request; traces hold few distinct role sequences
 def chat_roles(letters: str) -> tuple[str, ...]:
     """Roles to send for recorded role letters; tool/function/other turns become user turns."""
     return tuple(ROLE_NAMES.get(letter, "user") for letter in letters) or ("user",)

@@ -1,0 +1,76 @@
+"""Word choice of exact prompts: the vectorized `word_indices` against its rule, position by position."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replayproxy.replay import exact, layout
+from replayproxy.replay.synth import _GOLDEN, _M1, _M2
+
+_MASK = (1 << 64) - 1
+SEED = np.uint64(0x1234_5678_9ABC_DEF0)
+
+
+def _mix(x: int) -> int:
+    z = (x + int(_GOLDEN)) & _MASK
+    z = ((z ^ (z >> 30)) * int(_M1)) & _MASK
+    z = ((z ^ (z >> 27)) * int(_M2)) & _MASK
+    return z ^ (z >> 31)
+
+
+def _reference(
+    plan: layout.Layout, hashes: list[int], own: int, branch: list[int], block: int, size: int
+) -> list[int]:
+    """The layout module's rule, read literally: inside recorded block b the word comes from
+    (h_b, position in block), past the blocks from (own key, position); then block b's branch
+    word replaces the first content word at or after b * block when it is still inside block b
+    (the tail, b == len(hashes), has no end)."""
+    content = [p for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
+    recorded = len(hashes) * block
+    words = {}
+    for p in content:
+        key, within = (hashes[p // block], p % block) if p < recorded else (own, p)
+        words[p] = _mix(_mix(within ^ int(SEED)) ^ key) % size
+    for b in range(len(hashes) + 1):
+        first = next((p for p in content if p >= b * block), None)
+        if first is not None and (first < (b + 1) * block or b == len(hashes)):
+            words[first] = branch[b]
+    return [words[p] for p in content]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], int, int]:
+    block = draw(st.sampled_from([1, 3, 16, 64]))
+    lengths = draw(st.lists(st.integers(1, 90), min_size=1, max_size=5))
+    head = draw(st.integers(0, 5))
+    between = tuple((7,) * draw(st.integers(0, 6)) for _ in lengths[1:])
+    closing = (9,) * draw(st.integers(0, 4))
+    structure = exact.Structure((5,) * head, between, closing)
+    starts, at = [], head
+    for m, length in enumerate(lengths):
+        starts.append(at)
+        at += length + (len(between[m]) if m < len(between) else 0)
+    roles = tuple("u" * len(lengths))
+    plan = layout.Layout(roles, tuple(lengths), tuple(starts), at + len(closing), structure)
+    end = plan.end(len(lengths) - 1)
+    n_hashes = draw(st.integers(0, -(-end // block) + 2))  # fewer, as many, or more blocks than the prompt
+    hashes = draw(st.lists(st.integers(0, _MASK), min_size=n_hashes, max_size=n_hashes))
+    size = draw(st.integers(2, 300))
+    branch = draw(st.lists(st.integers(0, size - 1), min_size=n_hashes + 1, max_size=n_hashes + 1))
+    return plan, hashes, draw(st.integers(0, _MASK)), branch, block, size
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_word_indices_follow_the_rule_at_every_content_position(
+    case: tuple[layout.Layout, list[int], int, list[int], int, int],
+) -> None:
+    plan, hashes, own, branch, block, size = case
+    codes = layout.PositionCodes(SEED)
+    chosen = layout.word_indices(
+        plan, np.array(hashes, np.uint64), np.uint64(own), np.array(branch, np.int64), block, codes, size
+    )
+    got = [int(chosen[p]) for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
+    assert got == _reference(plan, hashes, own, branch, block, size)
