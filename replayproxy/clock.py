@@ -13,6 +13,13 @@ from dataclasses import dataclass
 # Monotonic nanoseconds: every measured interval in the project is a difference of these. Bound
 # to the C function itself, not wrapped: the proxy reads it for every upstream read it records.
 now_ns: Callable[[], int] = time.perf_counter_ns
+# The POSIX clock `now_ns` reads, where it is one (Linux: CLOCK_MONOTONIC): a kernel timer armed
+# on it (replay.alarm) fires at `now_ns` readings. None elsewhere.
+NOW_CLOCK_ID: int | None = (
+    getattr(time, "CLOCK_MONOTONIC", None)
+    if time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"
+    else None
+)
 
 
 def wall_ns() -> int:

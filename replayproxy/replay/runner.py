@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from replayproxy.clock import now_ns
+from replayproxy.replay.alarm import Alarm, Interrupt
 from replayproxy.replay.connection import Connection, Pool
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
@@ -109,6 +111,7 @@ class Runner:
         self.timeout_ns = int(timeout_s * 1e9)
         self.max_concurrency = max_concurrency
         self.worker = worker
+        self.spin_ns = spin_ns
         self.waiter = Waiter(clock, spin_ns=spin_ns)
         self.counters = Counters(total=window.total)
         self.results: list[ReplayResult] = results if results is not None else []
@@ -123,7 +126,7 @@ class Runner:
         self.closed_loop = closed_loop
         self._waiting: dict[int, list[int]] = {}  # trace index of a turn -> positions due after its end
         self._due: list[tuple[int, int]] = []  # heap of (absolute deadline, position) of released turns
-        self._released = asyncio.Event()
+        self._released = Interrupt()
         self._fed = asyncio.Event()  # the feeder took in a batch
         self.rebuild = rebuild
         self._rebuilt: dict[int, bytes] = {}  # position -> bytes built from the previous turn's reply
@@ -141,6 +144,9 @@ class Runner:
     async def run(self, start_ns: int) -> list[ReplayResult]:
         """Send everything relative to the absolute monotonic `start_ns`; returns when all ended."""
         self.start_ns = start_ns
+        # a kernel timer on the real clock, so the sender wakes just before each deadline
+        alarm = Alarm.create() if self.clock is now_ns else None
+        self.waiter = Waiter(self.clock, spin_ns=self.spin_ns, alarm=alarm)
         helpers = [spawn(self._housekeeping(), name="replay-housekeeping"),
                    spawn(self._digester(), name="replay-digester"),
                    spawn(self._feeder(), name="replay-feeder")]  # fmt: skip
@@ -152,6 +158,8 @@ class Runner:
         finally:
             for helper in helpers:
                 helper.cancel()
+            if alarm is not None:
+                alarm.close()
             now = self.clock()
             for timeline in list(self._flying):
                 timeline.fail(now, "client_cancel", "replay stopped before the response ended")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayproxy.errors import BadOption
+from replayproxy.replay.alarm import Alarm, Interrupt
 
 # Fallback service-time model for peak-concurrency estimates when the trace has no recorded E2E.
 EST_BASE_NS = 500_000_000
@@ -83,28 +84,45 @@ def peak_concurrency(start_ns: np.ndarray, duration_ns: np.ndarray) -> int:
 
 
 Clock = Callable[[], int]
+ALARM_LEAD_NS = 200_000  # an alarm wakes the waiter this long before the deadline (its wake-up latency)
 Sleep = Callable[[float], Awaitable[None]]
 
 
 class Waiter:
-    """Reaches absolute monotonic deadlines: sleep until `spin_ns` before, then busy-yield.
+    """Reaches absolute monotonic deadlines: wake a little before, then busy-yield.
 
     asyncio (and uvloop, whose timers have 1 ms resolution) cannot wake a coroutine more precisely
-    than about a millisecond, so the last stretch yields to the loop with `sleep(0)` — receiving
-    chunks keeps working — and re-reads the clock until the deadline has passed.
+    than about a millisecond. With an `alarm` (a kernel timer, replay.alarm) the wait ends
+    `ALARM_LEAD_NS` before the deadline; without one, a coarse sleep ends `spin_ns` before it. The
+    last stretch yields to the loop with `sleep(0)` — receiving chunks keeps working — and
+    re-reads the clock until the deadline has passed.
     """
 
-    def __init__(self, clock: Clock, sleep: Sleep = asyncio.sleep, spin_ns: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        sleep: Sleep = asyncio.sleep,
+        spin_ns: int = 1_000_000,
+        alarm: Alarm | None = None,
+        lead_ns: int = ALARM_LEAD_NS,
+    ) -> None:
         self._clock = clock
         self._sleep = sleep
         self._spin_ns = spin_ns
+        self._alarm = alarm
+        self._lead_ns = lead_ns
 
-    async def until(self, deadline_ns: int, interrupt: asyncio.Event | None = None) -> int | None:
+    async def until(self, deadline_ns: int, interrupt: Interrupt | None = None) -> int | None:
         """Return the clock reading at which `deadline_ns` was reached (>= deadline_ns), or None
         as soon as `interrupt` is set (a closed-loop turn became due: the caller looks again)."""
         now = self._clock()
         remaining = deadline_ns - now
-        if remaining > self._spin_ns:
+        if self._alarm is not None:
+            if remaining > self._lead_ns:
+                if await self._alarm.wait(deadline_ns - self._lead_ns, interrupt):
+                    return None
+                now = self._clock()
+        elif remaining > self._spin_ns:
             seconds = (remaining - self._spin_ns) / 1e9
             if interrupt is None:
                 await self._sleep(seconds)
