@@ -179,9 +179,11 @@ def word_indices(
     block: int,
     codes: PositionCodes,
     size: int,
+    start: int = 0,
 ) -> np.ndarray:
-    """Alphabet index of the word at each absolute position of one request's prompt, up to its
-    last content (template positions hold values nobody reads).
+    """Alphabet index of the word at each absolute position p of one request's prompt from `start`
+    (a block boundary, the words before it known already) up to its last content, at p - start
+    (template positions hold values nobody reads).
 
     `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
     Run for every exact prompt, so it costs a fixed dozen array operations whatever the number of
@@ -190,12 +192,15 @@ def word_indices(
     """
     end = plan.end(len(plan.lengths) - 1)
     recorded = len(hashes) * block
-    covered = min(len(hashes), -(-end // block))  # recorded blocks that hold a position before `end`
-    z = np.empty(max(end, covered * block), np.uint64)
+    first = start // block
+    covered = max(min(len(hashes), -(-end // block)), first)  # recorded blocks holding a position < end
+    z = np.empty(max(end, covered * block, start) - start, np.uint64)
     table = codes.upto(max(end, block))
-    np.bitwise_xor(table[:block], hashes[:covered, None], out=z[: covered * block].reshape(covered, block))
-    if end > recorded:
-        np.bitwise_xor(table[recorded:end], own_key, out=z[recorded:end])
+    blocks = covered - first
+    np.bitwise_xor(table[:block], hashes[first:covered, None], out=z[: blocks * block].reshape(blocks, block))
+    if end > max(recorded, start):
+        tail = max(recorded, start)
+        np.bitwise_xor(table[tail:end], own_key, out=z[tail - start : end - start])
     z += _GOLDEN
     z ^= z >> np.uint64(30)
     z *= _M1
@@ -204,26 +209,27 @@ def word_indices(
     z ^= z >> np.uint64(31)
     z %= np.uint64(size)
     chosen = z.view(np.int64)
-    _place_branch_words(chosen, plan, branch, block, len(hashes))
+    _place_branch_words(chosen, plan, branch, block, len(hashes), start)
     return chosen
 
 
 def _place_branch_words(
-    chosen: np.ndarray, plan: Layout, branch: np.ndarray, block: int, blocks: int
+    chosen: np.ndarray, plan: Layout, branch: np.ndarray, block: int, blocks: int, offset: int
 ) -> None:
     """Block b's branch word goes on the first content position at or after b * block when that
     position is still inside block b (the tail, b == blocks, has no end). Per message: the block
     starts it holds, as one strided slice, and its own first position when it opens a block whose
-    start fell on template tokens with no content before it."""
+    start fell on template tokens with no content before it. Positions before `offset` are left."""
     before = -1  # end of the previous message's content
     for start, length in zip(plan.starts, plan.lengths, strict=True):
         if length <= 0:
             continue
         stop = start + length
-        low, high = -(-start // block), min((stop - 1) // block, blocks)
-        if low <= high:
-            chosen[low * block : high * block + 1 : block] = branch[low : high + 1]
-        opened = min(start // block, blocks)
-        if opened * block < start and before <= opened * block:
-            chosen[start] = branch[opened]
+        if stop > offset:
+            low, high = -(-max(start, offset) // block), min((stop - 1) // block, blocks)
+            if low <= high:
+                chosen[low * block - offset : high * block - offset + 1 : block] = branch[low : high + 1]
+            opened = min(start // block, blocks)
+            if start >= offset and opened * block < start and before <= opened * block:
+                chosen[start - offset] = branch[opened]
         before = stop

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from replayproxy.replay import continuations, exact, flavors, layout, synth, turns
+from replayproxy.replay import continuations, exact, flavors, layout, prefix_words, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
 from replayproxy.trace import Columns, ragged_rows
@@ -304,12 +304,14 @@ class _Spelled:
     ids: np.ndarray  # int64: their ids after a space
     codes: layout.PositionCodes
     tails: np.ndarray  # uint64: each planned request's own key
+    prefixes: prefix_words.PrefixWords  # words of prefixes that recur
 
     def __init__(self, letters: exact.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
         object.__setattr__(self, "words", np.array(letters.words, dtype=object))
         object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
         object.__setattr__(self, "codes", layout.PositionCodes(words._seed))
         object.__setattr__(self, "tails", layout.tail_keys(rows))
+        object.__setattr__(self, "prefixes", prefix_words.PrefixWords())
 
 
 def _plan_exact(
@@ -351,16 +353,7 @@ def _plan_exact(
     if not render:
         expected = plan.total if recorded_in > 0 else -1
         return _planned(cols, row, endpoint, None, options), plan, key, expected, shared
-    chosen = layout.word_indices(
-        plan, salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words)
-    )
-    contents: list[Any] = []
-    for start, length in zip(plan.starts, plan.lengths, strict=True):
-        picked = chosen[start : start + length]
-        if token_ids:
-            contents.append(spelled.ids[picked].tolist())
-        else:
-            contents.append(" ".join(spelled.words[picked].tolist()))
+    contents = _contents(plan, salted, branch, position, shared_tokens, spelled, token_ids, block)
     prompt: Any
     if endpoint == "chat":
         prompt = [{"role": role, "content": text} for role, text in zip(roles, contents, strict=True)]
@@ -368,6 +361,50 @@ def _plan_exact(
         prompt = contents[0]
     planned = _planned(cols, row, endpoint, prompt, options)
     return planned, plan, key, plan.total if recorded_in > 0 else -1, shared
+
+
+def _contents(
+    plan: layout.Layout,
+    salted: np.ndarray,
+    branch: np.ndarray,
+    position: int,
+    shared_tokens: int,
+    spelled: _Spelled,
+    token_ids: bool,
+    block: int,
+) -> list[Any]:
+    """Each message's words (text, or token ids); those before `shared_tokens` (a prefix an
+    earlier request had) copied from `spelled.prefixes` when kept there, else kept there."""
+    known = shared_tokens >= prefix_words.MIN_TOKENS
+    at = prefix_words.key(plan, salted, branch, block, shared_tokens, token_ids) if known else None
+    kept = spelled.prefixes.get(at) if at is not None else None
+    start = shared_tokens if kept is not None else 0
+    chosen = layout.word_indices(
+        plan, salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words), start
+    )
+
+    def words(low: int, high: int) -> Any:
+        picked = chosen[low - start : high - start]
+        return spelled.ids[picked].tolist() if token_ids else " ".join(spelled.words[picked].tolist())
+
+    contents: list[Any] = []
+    heads: list[Any] = []
+    for m, (begin, length) in enumerate(zip(plan.starts, plan.lengths, strict=True)):
+        end = begin + length
+        if at is None or begin >= shared_tokens:
+            contents.append(words(begin, end))
+            continue
+        cut = min(end, shared_tokens)
+        head = kept[m] if kept is not None else words(begin, cut)
+        heads.append(head)
+        if end == cut:
+            contents.append(list(head) if token_ids else head)  # a kept list is never handed out
+        else:
+            rest = words(cut, end)
+            contents.append(head + rest if token_ids else f"{head} {rest}")
+    if at is not None and kept is None:
+        spelled.prefixes.put(at, tuple(heads))
+    return contents
 
 
 def _plan_one(

@@ -41,7 +41,7 @@ def _reference(
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], int, int]:
+def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], int, int, int]:
     block = draw(st.sampled_from([1, 3, 16, 64]))
     lengths = draw(st.lists(st.integers(1, 90), min_size=1, max_size=5))
     head = draw(st.integers(0, 5))
@@ -59,18 +59,24 @@ def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], in
     hashes = draw(st.lists(st.integers(0, _MASK), min_size=n_hashes, max_size=n_hashes))
     size = draw(st.integers(2, 300))
     branch = draw(st.lists(st.integers(0, size - 1), min_size=n_hashes + 1, max_size=n_hashes + 1))
-    return plan, hashes, draw(st.integers(0, _MASK)), branch, block, size
+    start = draw(st.integers(0, n_hashes)) * block  # the words before this block boundary are known
+    return plan, hashes, draw(st.integers(0, _MASK)), branch, block, size, start
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(cases())
 def test_word_indices_follow_the_rule_at_every_content_position(
-    case: tuple[layout.Layout, list[int], int, list[int], int, int],
+    case: tuple[layout.Layout, list[int], int, list[int], int, int, int],
 ) -> None:
-    plan, hashes, own, branch, block, size = case
+    """From position 0, and from a block boundary inside the recorded blocks (what a known prefix leaves)."""
+    plan, hashes, own, branch, block, size, start = case
     codes = layout.PositionCodes(SEED)
-    chosen = layout.word_indices(
-        plan, np.array(hashes, np.uint64), np.uint64(own), np.array(branch, np.int64), block, codes, size
-    )
-    got = [int(chosen[p]) for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
-    assert got == _reference(plan, hashes, own, branch, block, size)
+    args = (np.array(hashes, np.uint64), np.uint64(own), np.array(branch, np.int64), block, codes, size)
+    content = [p for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
+    expected = dict(zip(content, _reference(plan, hashes, own, branch, block, size), strict=True))
+    chosen = layout.word_indices(plan, *args)
+    assert [int(chosen[p]) for p in content] == [expected[p] for p in content]
+    later = layout.word_indices(plan, *args, start=start)
+    assert [int(later[p - start]) for p in content if p >= start] == [
+        expected[p] for p in content if p >= start
+    ]
