@@ -351,8 +351,8 @@ def _path(name: str, upstream: int, work: Path) -> Iterator[tuple[int, int | Non
 
 
 def proxy_argv(name: str, port: int, upstream: int, work: Path) -> list[str]:
-    """The command line of a replayproxy path: recording off, on, on without usage injection, or
-    the do-nothing observer (`_KeepOnly`)."""
+    """The command line of a replayproxy path: recording off, on, on with its recorder process on
+    CPU 1, on without usage injection, or the do-nothing observer (`_KeepOnly`)."""
     if name == "replayproxy+keep":
         return [sys.executable, __file__, "--role", "keep-proxy", "--port", str(port),
                 "--upstream", str(upstream)]  # fmt: skip
@@ -361,6 +361,8 @@ def proxy_argv(name: str, port: int, upstream: int, work: Path) -> list[str]:
     if name == "replayproxy":
         return [*argv, "--no-record"]
     argv += ["--trace-dir", str(work / "traces")]
+    if name == "replayproxy+rec-cpu1":
+        return [*argv, "--recorder-cpus", "1"]
     return [*argv, "--no-inject-usage"] if name == "replayproxy+rec-noinject" else argv
 
 
