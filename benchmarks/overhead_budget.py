@@ -5,7 +5,9 @@ replayproxy with its defaults all stay up while rounds rotate through them, for 
 (64 chunks in one burst; 32 chunks 5 ms apart). An aiohttp client in its own process sends an open
 loop of streaming requests and times the first body bytes (`iter_any`) and the end. Added TTFT is
 against direct in the same rounds; CPU is the proxy process's user + system seconds for that load,
-its children's (nginx's worker, replayproxy's recorder process) included.
+its children's (nginx's worker, replayproxy's recorder process) included; calls/req is their read
+and write system calls per streamed request (/proc/PID/io), since CPU follows how finely a path
+splits the same bursts into reads and writes.
 Budget: added TTFT p50 <= 1.5x nginx's and p99 <= 2x in both shapes, CPU <= 2x nginx's.
 
 A ratio to an added figure near zero says nothing (nginx adds ~0.00 ms at p50 on the burst shape),
@@ -107,7 +109,11 @@ def _pct(values: list[int], q: float) -> float:
 
 
 def report_budget(
-    start_path: StartPath, cpu_s: Callable[[int], float], rate: float, duration_s: float, rounds: int
+    start_path: StartPath,
+    usage: Callable[[int], tuple[float, int]],
+    rate: float,
+    duration_s: float,
+    rounds: int,
 ) -> bool:
     """Measure and print; True when every figure is within budget."""
     print(
@@ -117,6 +123,7 @@ def report_budget(
     )
     ttft: dict[tuple[str, str], list[int]] = {(s, p): [] for s in SHAPES for p in PATHS}
     cpu: dict[tuple[str, str], float] = dict.fromkeys(ttft, 0.0)
+    calls: dict[tuple[str, str], float] = dict.fromkeys(ttft, 0.0)  # read + write calls per request
     failed: dict[tuple[str, str], int] = dict.fromkeys(ttft, 0)
     direct_rounds: dict[str, list[list[int]]] = {shape: [] for shape in SHAPES}  # for the floor
     with ExitStack() as stack:
@@ -129,15 +136,17 @@ def report_budget(
                 order = PATHS[round_ % len(PATHS) :] + PATHS[: round_ % len(PATHS)]
                 for name in order:
                     port, pid = ports[name]
-                    before = cpu_s(pid) if pid else 0.0
+                    before = usage(pid) if pid else (0.0, 0)
                     result = _run_aio_load(port, rate, duration_s, shape, 1)
-                    cpu[shape, name] += (cpu_s(pid) - before) if pid else 0.0
+                    after = usage(pid) if pid else (0.0, 0)
+                    cpu[shape, name] += after[0] - before[0]
+                    calls[shape, name] += (after[1] - before[1]) / max(1, result["ok"]) / rounds
                     ttft[shape, name] += result["ttft_ns"]
                     if name == "direct":
                         direct_rounds[shape].append(result["ttft_ns"])
                     failed[shape, name] += result["sent"] - result["ok"]
     within = True
-    header = f"{'TTFT p50':>9} {'p99':>7} {'+p50':>7} {'+p99':>7} {'CPU s':>6} {'failed':>6}"
+    header = f"{'TTFT p50':>9} {'p99':>7} {'+p50':>7} {'+p99':>7} {'CPU s':>6} {'calls/req':>9} {'failed':>6}"
     print(f"  {'shape':22} {'path':21} {header}")
     for shape, label in SHAPES.items():
         base50, base99 = _pct(ttft[shape, "direct"], 0.5), _pct(ttft[shape, "direct"], 0.99)
@@ -147,7 +156,8 @@ def report_budget(
             added[name] = (p50 - base50, p99 - base99)
             print(
                 f"  {label:22} {name:21} {p50:>8.3f}m {p99:>6.2f}m {added[name][0]:>+6.3f}m "
-                f"{added[name][1]:>+6.2f}m {cpu[shape, name]:>6.2f} {failed[shape, name]:>6}"
+                f"{added[name][1]:>+6.2f}m {cpu[shape, name]:>6.2f} {calls[shape, name]:>9.2f}"
+                f" {failed[shape, name]:>6}"
             )
         floors = [_floor(direct_rounds[shape], q) for q in (0.5, 0.99)]
         cells, ok = _verdict(added["replayproxy+rec"], added["nginx"], floors, cpu, shape, "replayproxy+rec")
