@@ -160,22 +160,27 @@ async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[R
         await workers._expect_ready(crew, worker, pipe)
     for pipe in crew.pipes:
         pipe.send(workers.Start(1))
-    failure = await workers._collect(crew, outcome, readings.append)
+    passed_on = workers.Readings(readings.append)
+    failure = await workers._collect(crew, outcome, passed_on)
     if failure is not None:
         crew.stop()
-        await workers._drain(crew, outcome)
+        await workers._drain(crew, outcome, passed_on)
     return failure
 
 
 def test_a_dead_worker_costs_its_own_share_and_the_stopped_ones_answer() -> None:
     outcome = session.Outcome()
+    readings: list[Reading] = []
     with crew_of("wait-for-stop", "die") as crew:
-        failure = asyncio.run(collect(crew, outcome, []))
+        failure = asyncio.run(collect(crew, outcome, readings))
     assert isinstance(failure, RunAborted)
     assert str(failure) == "worker 1 was killed by SIGKILL: its 5 requests are missing"
     assert crew.lost == [str(failure)] and not crew.pending
     assert outcome.results == RESULTS[:2]  # the survivor's results, sent when it was stopped
     assert not [p for p in crew.processes if p.is_alive()]
+    # the reading the dead worker sent just before it died is passed on, next to the survivor's
+    assert readings and (readings[-1].total, readings[-1].sent, readings[-1].done) == (10, 4, 2)
+    assert sum(len(r.lags_ns) for r in readings) == 2 and sum(len(r.ttfts_ns) for r in readings) == 2
 
 
 @pytest.mark.parametrize(("script", "error"), [("user-error", RunAborted), ("bug", workers.WorkerCrashed)])
@@ -233,7 +238,7 @@ def test_readings_merge_across_workers_and_none_is_lost_between_polls() -> None:
     second.send(workers.Done(RESULTS[3:]))
     readings: list[Reading] = []
     outcome = session.Outcome()
-    assert asyncio.run(workers._collect(crew, outcome, readings.append)) is None
+    assert asyncio.run(workers._collect(crew, outcome, workers.Readings(readings.append))) is None
     assert outcome.results == RESULTS and not crew.pending and not crew.lost
     merged = readings[0]
     assert (merged.total, merged.sent, merged.done, merged.errors) == (5, 5, 4, 1)
