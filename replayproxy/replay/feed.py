@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection as Pipe
 
 import msgpack
 
+from replayproxy.errors import RunAborted
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 
@@ -74,7 +75,7 @@ class FeedReader:
             except BlockingIOError:
                 return None
             if not data:
-                raise RuntimeError("request preparation stopped early: the preparer process ended")
+                raise RunAborted("request preparation stopped early: the preparer process ended")
             self._buffer += data
 
     def _frame(self) -> bytes | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from replayproxy.errors import RunAborted
 from replayproxy.replay.feed import FeedReader
 from replayproxy.replay.plan import Prepared, Schedule, schedule_of
 
@@ -115,7 +116,7 @@ class Window:
         for entry in batch:
             self._add(entry)
         if self.reader.ended and not self.complete:
-            raise RuntimeError(f"request preparation ended after {self.received} of {self.total} requests")
+            raise RunAborted(f"request preparation ended after {self.received} of {self.total} requests")
         return True
 
     def _add(self, entry: Entry) -> None:
