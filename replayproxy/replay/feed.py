@@ -1,8 +1,11 @@
 """The wire between the preparer process (replay.preparer) and a sender: batches of wire bytes.
 
 The preparer writes, into one pipe per sender, batches of ready-to-write HTTP requests in that
-sender's schedule order, then an empty frame; the pipe's capacity is its only buffer, so when a
-sender stops reading (its window is full) the preparer waits. The reading end is non-blocking:
+sender's schedule order, then an empty frame. Its writes never block (`FeedWriter`): a frame a
+full pipe does not take waits in memory, and once a batch's worth waits the preparer stops planning
+until a sender reads, after handing every sender the requests planned for it so far (a sender
+must never wait for a request that sits in the preparer because another sender is not reading).
+The reading end is non-blocking:
 `FeedReader.read` returns what has arrived, never waits, and `Window` (replay.window) decides
 when to call it.
 """
@@ -10,8 +13,10 @@ when to call it.
 from __future__ import annotations
 
 import os
+import select
 import struct
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from multiprocessing.connection import Connection as Pipe
 
@@ -91,3 +96,50 @@ class FeedReader:
 
     def close(self) -> None:
         self._pipe.close()
+
+
+class FeedWriter:
+    """The preparer's ends of the senders' pipes: frames written as far as each pipe takes them,
+    the rest kept (in order) until it does."""
+
+    def __init__(self, pipes: Sequence[Pipe]) -> None:
+        self._fds = [pipe.fileno() for pipe in pipes]
+        for fd in self._fds:
+            os.set_blocking(fd, False)
+        self._waiting: list[deque[memoryview]] = [deque() for _ in pipes]
+        self.waiting_bytes = 0
+
+    @property
+    def full(self) -> bool:
+        """Whether a batch's worth waits for pipes that do not take it: time to stop planning."""
+        return self.waiting_bytes >= BATCH_BYTES
+
+    def put(self, sender: int, frame: bytes) -> None:
+        """One frame (multiprocessing.Connection's framing) for `sender`; BrokenPipeError when gone."""
+        data = memoryview(_HEADER.pack(len(frame)) + frame)
+        self._waiting[sender].append(data)
+        self.waiting_bytes += len(data)
+        self._write(sender)
+
+    def wait(self, until_empty: bool = False) -> None:
+        """Until less than a batch's worth waits (or nothing, `until_empty`), as senders read."""
+        while self.waiting_bytes >= (1 if until_empty else BATCH_BYTES):
+            poller = select.poll()
+            for sender, waiting in enumerate(self._waiting):
+                if waiting:
+                    poller.register(self._fds[sender], select.POLLOUT)
+            for fd, _ in poller.poll():
+                self._write(self._fds.index(fd))
+
+    def _write(self, sender: int) -> None:
+        waiting = self._waiting[sender]
+        while waiting:
+            try:
+                written = os.write(self._fds[sender], waiting[0])
+            except BlockingIOError:
+                return
+            self.waiting_bytes -= written
+            if written < len(waiting[0]):
+                waiting[0] = waiting[0][written:]
+                return
+            waiting.popleft()

@@ -1,14 +1,14 @@
 """The preparer: one process that plans the whole replay once and deals wire bytes to each sender.
 
 Planning walks every request in arrival order (a request's prompt copies its prefix donor's,
-whichever sender sends the donor), so it is done once, here, not once per sender. The process
-is started before the target is described and loads the trace meanwhile; each run (a warm-up, a
+whichever sender sends the donor), so it is done once, here, not once per sender. The process is
+started before the target is described and loads the trace meanwhile; each run (a warm-up, a
 measured run) is then one `Job`: the schedule, which sender sends each request, and one pipe per
-sender (passed over the control socket), into which it writes that sender's requests as batches
-of wire bytes (replay.feed). A pipe whose sender stops reading (its window is full) makes the
-preparer wait; a sender that is gone ends the job. It runs in its own interpreter, so it never
-holds a sender's GIL, on another core where it may, else at a lower priority, so the sender
-still wakes on time.
+sender (passed over the control socket), into which it writes that sender's requests as batches of
+wire bytes (replay.feed). Pipes whose senders stop reading (their windows are full) make the
+preparer wait, once every sender has what was planned for it; a sender that is gone ends the job. It
+runs in its own interpreter, so it never holds a sender's GIL, on another core where it may, else at
+a lower priority, so the sender still wakes on time.
 """
 
 from __future__ import annotations
@@ -122,17 +122,25 @@ def _main(traces: tuple[str, ...], control: Pipe) -> None:
 
 def serve(cols: trace.Columns, job: Job, pipes: Sequence[Pipe]) -> None:
     """Plan every request up to the last one sent, writing each sender's requests into its pipe
-    in batches (feed.BATCH_BYTES / BATCH_REQUESTS), then an empty frame once it has them all."""
+    in batches (feed.BATCH_BYTES / BATCH_REQUESTS), then an empty frame once it has them all.
+    When the pipes take no more, every sender is first handed what was planned for it, then the
+    planning waits for one to read (feed.FeedWriter)."""
     planner = Planner(cols, job.schedule.trace_index, job.flavor, job.options, job.schedule)
     target = Target.parse(job.target)
     senders = job.senders
     sent = np.flatnonzero(senders != NOBODY)
     last = np.full(job.count, -1, np.int64)
     np.maximum.at(last, senders[sent], sent)
+    writer = feed.FeedWriter(pipes)
     for sender in np.flatnonzero(last < 0).tolist():
-        pipes[sender].send_bytes(b"")  # nothing to send
+        writer.put(sender, b"")  # nothing to send
     batches: list[list[tuple[Prepared, bytes]]] = [[] for _ in pipes]
     sizes = [0] * job.count
+
+    def hand_over(sender: int) -> None:
+        writer.put(sender, feed.encode(batches[sender]))
+        batches[sender], sizes[sender] = [], 0
+
     for position in range(int(sent[-1]) + 1 if len(sent) else 0):
         sender = int(senders[position])
         prepared = planner.next(render=sender != NOBODY)
@@ -144,7 +152,12 @@ def serve(cols: trace.Columns, job: Job, pipes: Sequence[Pipe]) -> None:
         sizes[sender] += len(wire)
         done = position == last[sender]
         if done or sizes[sender] >= feed.BATCH_BYTES or len(batch) >= feed.BATCH_REQUESTS:
-            pipes[sender].send_bytes(feed.encode(batch))
-            batches[sender], sizes[sender] = [], 0
+            hand_over(sender)
         if done:
-            pipes[sender].send_bytes(b"")
+            writer.put(sender, b"")
+        if writer.full:
+            for other, waiting in enumerate(batches):
+                if waiting:
+                    hand_over(other)
+            writer.wait()
+    writer.wait(until_empty=True)

@@ -211,3 +211,30 @@ def test_a_preparer_that_dies_is_an_error_not_a_hang(chat_trace: Path) -> None:
             received([held])
     finally:
         broken.close()
+
+
+def test_a_sender_gets_what_was_planned_for_it_while_another_sender_is_not_reading(tmp_path: Path) -> None:
+    """The preparer never waits on one sender's full pipe while another's planned request sits in
+    a batch it has not written: that sender would wait for it, as long as the other does not read."""
+    shapes = [RequestShape(i * 10_000_000, "completions", "m", True, 20_000, 2) for i in range(60)]
+    big = traces.write(tmp_path / "big.rpt", shapes)  # ~110 KB a body: a pipe holds a few
+    expected = upfront_wires(big)
+    schedule = whole_schedule(big)
+    sparse = np.array([2, 59])  # one early request, and its next one at the end of the plan
+    busy = np.setdiff1d(np.arange(len(expected)), sparse)
+    preparer = Preparer((str(big),))
+
+    async def first_of(held: window.Window) -> None:
+        async with asyncio.timeout(20):
+            await window.fill(held, until_ns=0)
+
+    try:
+        idle, wanting = windows_for(preparer, schedule, [busy, sparse])
+        try:
+            asyncio.run(first_of(wanting))  # while `idle` reads nothing
+            assert wanting.received >= 1 and wanting.take(0)[1] == expected[2]
+        finally:
+            idle.close()
+            wanting.close()
+    finally:
+        preparer.close()

@@ -148,7 +148,9 @@ def test_closed_loop_holds_a_request_the_planner_linked_until_the_turn_it_extend
 
 
 async def fed_replay(
-    prepared: list[Prepared], feed_it: Callable[[Connection, Target], Awaitable[None]], timeout_s: float = 20.0
+    prepared: list[Prepared],
+    feed_it: Callable[[Connection, Target], Awaitable[None]],
+    timeout_s: float = 20.0,
 ) -> list[ReplayResult]:
     """`prepared` sent from a window that a preparer's pipe fills, `feed_it` writing into that pipe
     while the run goes; the whole run bounded by `timeout_s` (a hang fails the test)."""
