@@ -40,17 +40,27 @@ def wire_of(target: Target, headers: Mapping[str, str], prepared: Prepared) -> b
     )
 
 
-def encode(entries: list[tuple[Prepared, bytes]]) -> bytes:
-    """A batch of requests as one frame; `decode` undoes it (the body travels in the wire bytes)."""
-    frame: bytes = msgpack.packb([[*(getattr(p, name) for name in _FIELDS), wire] for p, wire in entries])
+# What an entry is to the sender that reads it: one of its schedule's requests, a request moved to
+# it from another sender's schedule (an edited-reply continuation of a turn it sends: closed loop
+# waits for that turn's end, which only it sees), or one of its schedule's moved away (no bytes).
+OWN, JOINED, MOVED = 0, 1, 2
+Entry = tuple[Prepared, bytes, int]  # the request, its wire bytes, its kind
+
+
+def encode(entries: Sequence[tuple[Prepared, bytes] | Entry]) -> bytes:
+    """A batch of requests as one frame (an entry without a kind is OWN); `decode` undoes it (the
+    body travels in the wire bytes)."""
+    rows = [[*(getattr(e[0], name) for name in _FIELDS), e[1], e[2] if len(e) > 2 else OWN] for e in entries]
+    frame: bytes = msgpack.packb(rows)
     return frame
 
 
-def decode(batch: bytes) -> list[tuple[Prepared, bytes]]:
+def decode(batch: bytes) -> list[Entry]:
     """A batch back into requests; bodies live in the wire bytes only (`Prepared.body` is empty)."""
     out = []
     for values in msgpack.unpackb(batch, use_list=False):
-        out.append((Prepared(body=b"", **dict(zip(_FIELDS, values[:-1], strict=True))), values[-1]))
+        fields = dict(zip(_FIELDS, values[:-2], strict=True))
+        out.append((Prepared(body=b"", **fields), values[-2], values[-1]))
     return out
 
 
@@ -64,7 +74,7 @@ class FeedReader:
         self._buffer = bytearray()
         self.ended = False
 
-    def read(self) -> list[tuple[Prepared, bytes]] | None:
+    def read(self) -> list[Entry] | None:
         """The requests of the next whole batch that has arrived; None when none has yet."""
         while True:
             batch = self._frame()

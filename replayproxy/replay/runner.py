@@ -134,6 +134,7 @@ class Runner:
         self._ends: dict[int, int] = {}  # trace index -> end of a finished turn that requests may extend
         # ...and its timeline, while requests arriving within the window's horizon may still extend it
         self._ended: OrderedDict[int, RequestTimeline] = OrderedDict()
+        self._joined_think: dict[int, int] = {}  # position moved here from another sender -> its think
         self._active_ns = 0  # the last send or finished request
         self._stall_from = 0  # since when nothing was sent or answered, once that was reported
         self._stall_noticed_ns = 0  # when it was last reported
@@ -168,18 +169,22 @@ class Runner:
     async def _send_all(self) -> None:
         timed = self._timed_positions()
         self._relink()
-        while self.counters.sent < self.window.total:
-            position, deadline = await self._next_due(timed)
+        window = self.window
+        while self.counters.sent < window.to_send or not window.complete:
+            due = await self._next_due(timed)
+            if due is None:
+                break
+            position, deadline = due
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            late = not self.window.has(position)
+            late = not window.has(position)
             if late:
-                self.counters.prepared_late += 1
                 await self._arrival(position)
-                if position in self._relinked:  # it arrived linked to an earlier turn: due after that
+                if position in self._relinked:  # linked to an earlier turn (due after it), or moved
                     self._relinked.discard(position)
                     continue
+                self.counters.prepared_late += 1
             prepared, wire = self.window.take(position)
             wire = self._rebuilt.pop(position, wire)
             timeline = RequestTimeline(prepared, deadline, self._finished)
@@ -208,7 +213,7 @@ class Runner:
         """Wait for a request whose body is not in the window yet (the preparer is behind); raises
         what stopped the feeder, if it stopped (the preparer ended): that request can never come."""
         self.window.want(position)
-        while not self.window.has(position):
+        while self.window.missing(position):
             if self._feed_error is not None:
                 raise self._feed_error
             self._fed.clear()
@@ -239,6 +244,8 @@ class Runner:
             if window.read():
                 self._relink()
                 self._fed.set()
+                if window.complete:  # the send loop may wait for nothing but this
+                    self._released.set()
                 await asyncio.sleep(0)
             else:
                 await self._readable()
@@ -262,9 +269,10 @@ class Runner:
         finally:
             loop.remove_reader(reader.fileno)
 
-    async def _next_due(self, timed: deque[int]) -> tuple[int, int]:
-        """Wait for the earliest deadline, timed or released, and take it: (position, deadline).
-        A turn released while waiting (its previous turn ended) makes the choice again."""
+    async def _next_due(self, timed: deque[int]) -> tuple[int, int] | None:
+        """Wait for the earliest deadline, timed or released, and take it: (position, deadline);
+        None when all is sent and nothing more can come. A turn released while waiting (its
+        previous turn ended) makes the choice again."""
         while True:
             while timed and timed[0] in self._relinked:
                 self._relinked.discard(timed.popleft())
@@ -274,6 +282,8 @@ class Runner:
             self._released.clear()
             if deadline == 1 << 62:
                 self._next_deadline = 0
+                if self.counters.sent >= self.window.to_send and self.window.complete:
+                    return None  # everything sent, and nothing more can come
                 await self._released.wait()
                 continue
             self._next_deadline = deadline
@@ -334,7 +344,8 @@ class Runner:
             spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
 
     def _release(self, end_at: int, position: int) -> None:
-        think = max(int(self.schedule.think_ns[position]), 0)
+        joined = self._joined_think.get(position)  # past the schedule: moved here from another's
+        think = max(int(self.schedule.think_ns[position]) if joined is None else joined, 0)
         heapq.heappush(self._due, (end_at + think, position))
         self._released.set()
 
@@ -353,8 +364,15 @@ class Runner:
 
     def _relink(self) -> None:
         """Requests that arrived linked to an earlier turn than the schedule said (the planner found
-        them extending its conversation) leave the timed schedule and wait for that turn's end."""
+        them extending its conversation) leave the timed schedule and wait for that turn's end; so
+        do those moved here from another sender's schedule (that turn is ours), and those moved away
+        leave it for good."""
         window = self.window
+        for position in window.moved:
+            self._relinked.add(position)
+        for position in window.joined:
+            self._joined_think[position] = window.peek(position)[0].think_ns
+            self._follow(position, window.peek(position)[0].after)
         for position in window.relinked:
             prepared = window.peek(position)[0]
             after = prepared.after
@@ -365,16 +383,23 @@ class Runner:
             self.schedule.think_ns[position] = prepared.think_ns
             self.schedule.first[position] = prepared.first
             self._relinked.add(position)
-            if after not in self._ends:
-                self._waiting.setdefault(after, []).append(position)
-            elif after in self._ended:
-                self._continue(self._ended[after], position)
-            else:
-                if self.rebuild is not None:
-                    _log.warning("live replies: an edited-reply turn keeps its planned prompt "
-                                 "(the turn it extends ended a window before it was prepared)")  # fmt: skip
-                self._release(self._ends[after], position)
+            self._follow(position, after)
+        window.moved.clear()
+        window.joined.clear()
         window.relinked.clear()
+        self.counters.total = window.to_send
+
+    def _follow(self, position: int, after: int) -> None:
+        """`position` waits for the end of the turn `after` (ours), or goes now if that has ended."""
+        if after not in self._ends:
+            self._waiting.setdefault(after, []).append(position)
+        elif after in self._ended:
+            self._continue(self._ended[after], position)
+        else:
+            if self.rebuild is not None:
+                _log.warning("live replies: an edited-reply turn keeps its planned prompt "
+                             "(the turn it extends ended a window before it was prepared)")  # fmt: skip
+            self._release(self._ends[after], position)
 
     async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
         assert self.rebuild is not None
