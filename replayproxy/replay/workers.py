@@ -339,22 +339,31 @@ async def _collect(crew: Crew, outcome: session.Outcome, readings: Readings) -> 
 
 def _receive_all(crew: Crew, outcome: session.Outcome, readings: Readings) -> Exception | None:
     """Every message waiting from the pending workers; the first failure among them, if any."""
-    failure: Exception | None = None
     for worker in sorted(crew.pending):
-        for message in crew.receive(worker):
-            if isinstance(message, Progress):
-                readings.take(worker, message.reading)
-            elif isinstance(message, Done):
-                outcome.results.extend(message.results)
-                crew.pending.discard(worker)
-            elif isinstance(message, Failed):
-                crew.lose(worker, "failed")
-                failure = _failure(message)
-        if failure is None and crew.lose_if_gone(worker):
-            failure = RunAborted("; ".join(crew.lost))
-        if failure is not None:
-            return failure
+        failed = _receive(crew, worker, outcome, readings, "failed")
+        if failed is not None:
+            return _failure(failed)
+        if crew.lose_if_gone(worker):
+            return RunAborted("; ".join(crew.lost))
     return None
+
+
+def _receive(
+    crew: Crew, worker: int, outcome: session.Outcome, readings: Readings, failed_as: str
+) -> Failed | None:
+    """The messages waiting from `worker`: readings taken, results into `outcome`; its failure, if
+    it sent one (it is then lost, `failed_as`)."""
+    failed = None
+    for message in crew.receive(worker):
+        if isinstance(message, Progress):
+            readings.take(worker, message.reading)
+        elif isinstance(message, Done):
+            outcome.results.extend(message.results)
+            crew.pending.discard(worker)
+        elif isinstance(message, Failed):
+            crew.lose(worker, failed_as)
+            failed = message
+    return failed
 
 
 async def _drain(crew: Crew, outcome: session.Outcome, readings: Readings) -> None:
@@ -363,14 +372,7 @@ async def _drain(crew: Crew, outcome: session.Outcome, readings: Readings) -> No
     deadline = clock.now_ns() + int(STOP_TIMEOUT_S * 1e9)
     while crew.pending and clock.now_ns() < deadline:
         for worker in sorted(crew.pending):
-            for message in crew.receive(worker):
-                if isinstance(message, Progress):
-                    readings.take(worker, message.reading)
-                elif isinstance(message, Done):
-                    outcome.results.extend(message.results)
-                    crew.pending.discard(worker)
-                elif isinstance(message, Failed):
-                    crew.lose(worker, "failed while stopping")
+            _receive(crew, worker, outcome, readings, "failed while stopping")
             crew.lose_if_gone(worker)
         readings.flush()
         await asyncio.sleep(0.05)
