@@ -56,7 +56,8 @@ class Window:
         self._refilling = True  # reading until the horizon is covered
         self.relinked: list[int] = []  # arrived positions whose `after` differs from the schedule's
         self.moved: list[int] = []  # arrived positions another sender sends instead
-        self.joined: list[int] = []  # positions (from `total` on) of requests moved here
+        self.joined: list[int] = []  # positions (from `total` on) of requests moved here, new ones
+        self._joined_count = 0
         self.to_send = self.total  # the schedule's, less those moved away, plus those moved here
 
     @classmethod
@@ -133,7 +134,8 @@ class Window:
         kind = entry[2] if len(entry) > 2 else feed.OWN
         request: Entry = (entry[0], entry[1])
         if kind == feed.JOINED:
-            position = self.total + len(self.joined)
+            position = self.total + self._joined_count
+            self._joined_count += 1
             self.joined.append(position)
             self.to_send += 1
             self._hold(position, request)
