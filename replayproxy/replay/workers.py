@@ -264,12 +264,12 @@ async def run_workers(
         failure = await _collect(crew, outcome, readings)
         if failure is not None:
             crew.stop()
-            await _drain(crew, outcome, readings)
+            await _drain(crew, outcome)
             raise failure
     except asyncio.CancelledError:
         if outcome.start_ns:
             crew.stop()
-            await _drain(crew, outcome, readings)
+            await _drain(crew, outcome)
         raise
     finally:
         crew.close()
@@ -349,14 +349,15 @@ def _receive_all(crew: Crew, outcome: session.Outcome, readings: Readings) -> Ex
 
 
 def _receive(
-    crew: Crew, worker: int, outcome: session.Outcome, readings: Readings, failed_as: str
+    crew: Crew, worker: int, outcome: session.Outcome, readings: Readings | None, failed_as: str
 ) -> Failed | None:
-    """The messages waiting from `worker`: readings taken, results into `outcome`; its failure, if
-    it sent one (it is then lost, `failed_as`)."""
+    """The messages waiting from `worker`: readings taken (unless None: dropped), results into
+    `outcome`; its failure, if it sent one (it is then lost, `failed_as`)."""
     failed = None
     for message in crew.receive(worker):
         if isinstance(message, Progress):
-            readings.take(worker, message.reading)
+            if readings is not None:
+                readings.take(worker, message.reading)
         elif isinstance(message, Done):
             outcome.results.extend(message.results)
             crew.pending.discard(worker)
@@ -366,15 +367,14 @@ def _receive(
     return failed
 
 
-async def _drain(crew: Crew, outcome: session.Outcome, readings: Readings) -> None:
-    """After `Crew.stop`: wait for the stopped workers' last results (their last readings passed
-    on); count the silent ones as lost."""
+async def _drain(crew: Crew, outcome: session.Outcome) -> None:
+    """After `Crew.stop`: wait for the stopped workers' last results (their readings are no longer
+    shown: the results say it all); count the silent ones as lost."""
     deadline = clock.now_ns() + int(STOP_TIMEOUT_S * 1e9)
     while crew.pending and clock.now_ns() < deadline:
         for worker in sorted(crew.pending):
-            _receive(crew, worker, outcome, readings, "failed while stopping")
+            _receive(crew, worker, outcome, None, "failed while stopping")
             crew.lose_if_gone(worker)
-        readings.flush()
         await asyncio.sleep(0.05)
     for worker in sorted(crew.pending):
         crew.lose(worker, f"did not answer within {STOP_TIMEOUT_S:g} s of the stop")

@@ -245,7 +245,7 @@ async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[R
     failure = await workers._collect(crew, outcome, passed_on)
     if failure is not None:
         crew.stop()
-        await workers._drain(crew, outcome, passed_on)
+        await workers._drain(crew, outcome)
     return failure
 
 
