@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from replayproxy.errors import BadInputFile, BadOption
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, release_pages
 
 
 def source_blocks(cols: Columns) -> tuple[int, str]:
@@ -57,26 +57,29 @@ def iter_block_ids(
     """`block_ids` for consecutive chunks of requests (flat ids, counts), numbered across chunks.
 
     Only blocks whose recorded hash occurs more than once can ever share an id, so the table
-    carried from chunk to chunk holds those identities alone, not every block of the trace.
+    carried from chunk to chunk holds those identities alone, not every block of the trace. A
+    chunk's hashes are released from memory once it is numbered (trace.release_pages), so a trace
+    loaded with its hashes on disk is read through, never held.
     """
     if block_tokens <= 0:
         raise BadOption(f"--block-size must be positive, got {block_tokens}")
     size, unit = source_blocks(cols)
     tokens = input_tokens_of(cols)
     recurring = _recurring(cols.prefix_hashes)
-    known = _Numbered()
-    next_id = 0
     all_counts = -(-tokens // block_tokens)
     ends = np.cumsum(all_counts)
-    cuts = np.searchsorted(
-        ends, np.arange(blocks_per_chunk, int(ends[-1]) if len(ends) else 0, blocks_per_chunk)
-    )
+    total = int(ends[-1]) if len(ends) else 0
+    mixed = unit != "token" or block_tokens % size != 0
+    known: _Numbered | _NumberedByHash = _Numbered() if mixed else _NumberedByHash(len(recurring), total)
+    next_id = 0
+    cuts = np.searchsorted(ends, np.arange(blocks_per_chunk, total, blocks_per_chunk))
     bounds = np.unique(np.concatenate([[0], cuts + 1, [len(tokens)]])).tolist()
     for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
         rows = slice(first, stop)
         counts = all_counts[rows]
         where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
         ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
+        release_pages(cols.prefix_hashes[int(cols.prefix_index[first]) : int(cols.prefix_index[stop])])
         yield ids, counts
 
 
@@ -119,7 +122,8 @@ def _recurring(hashes: np.ndarray) -> np.ndarray:
 
     Exact answers need every distinct hash at hand, so instead of one sorted copy of all hashes
     each pass counts one range of values (by the top bits), a slice at a time: the working set is
-    the distinct hashes of one range, plus the answer itself (8 bytes per recurring hash).
+    the distinct hashes of one range, plus the answer itself (8 bytes per recurring hash). Each
+    slice's pages are released after it is read (a mapped trace is never resident as a whole).
     """
     if not len(hashes):
         return hashes.copy()
@@ -139,6 +143,7 @@ def _recurring_in_range(hashes: np.ndarray, shift: np.uint64, bucket: int) -> np
         part = hashes[start : start + HASHES_PER_SLICE]
         top = part.astype(np.uint64, copy=False) >> shift if shift < 64 else np.zeros(len(part), np.uint64)
         unique, counts = np.unique(part[top == np.uint64(bucket)], return_counts=True)
+        release_pages(part)
         distinct.append(unique)
         repeated.append(unique[counts > 1])
     merged = np.sort(np.concatenate(distinct))
@@ -156,7 +161,9 @@ def _shareable(
     unit: str,
     recurring: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Flat positions (in the chunk) of blocks that may share an id, and their identities."""
+    """Flat positions (in the chunk) of blocks that may share an id, and their identities: the
+    recorded hash's index in `recurring` when one target block ends in each recorded block, else
+    the hash mixed with the target block's position."""
     first = rows.start
     row = np.repeat(np.arange(len(counts)), counts)
     j = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -181,7 +188,8 @@ def _shareable(
     if unit != "token" or block_tokens % size:
         # Several target blocks can end in one recorded block: the position joins the key.
         identity = _mix(identity ^ (j[where].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-    return where, identity
+        return where, identity
+    return where, at[seen_twice]  # the hash's place among the recurring ones stands for it
 
 
 class _Numbered:
@@ -207,8 +215,23 @@ class _Numbered:
         self.ids = np.insert(self.ids, at, ids)
 
 
+class _NumberedByHash:
+    """Ids of recurring hashes, by the hash's index in the sorted recurring set: 4 bytes per
+    recurring hash (8 past 2**31 blocks), allocated once, never copied; -1 until numbered."""
+
+    def __init__(self, recurring: int, blocks: int) -> None:
+        self.ids = np.full(recurring, -1, np.int32 if blocks < 2**31 else np.int64)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        found: np.ndarray = self.ids[keys].astype(np.int64)
+        return found
+
+    def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        self.ids[keys] = ids
+
+
 def _number(
-    total: int, where: np.ndarray, identity: np.ndarray, known: _Numbered, next_id: int
+    total: int, where: np.ndarray, identity: np.ndarray, known: _Numbered | _NumberedByHash, next_id: int
 ) -> tuple[np.ndarray, int]:
     """Consecutive ints in order of first appearance; blocks at `where` with equal identity share one.
 
