@@ -19,6 +19,7 @@ import numpy as np
 
 from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.trace import Columns, release_pages
+from replayproxy.trace.reuse import value_ranges
 
 
 def source_blocks(cols: Columns) -> tuple[int, str]:
@@ -112,43 +113,19 @@ def repeated_ids(cols: Columns, block_tokens: int) -> np.ndarray:
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
-HASHES_PER_BUCKET = 1 << 21  # hashes of one value range counted at a time (16 MB of them)
-MAX_BUCKETS = 64  # passes over the hashes at most: huge traces take bigger ranges, not more passes
-HASHES_PER_SLICE = 1 << 22  # hashes scanned at a time within a pass
-
-
 def _recurring(hashes: np.ndarray) -> np.ndarray:
     """Sorted recorded hashes that occur at least twice (the only ones behind a shared id).
 
     Exact answers need every distinct hash at hand, so instead of one sorted copy of all hashes
-    each pass counts one range of values (by the top bits), a slice at a time: the working set is
-    the distinct hashes of one range, plus the answer itself (8 bytes per recurring hash). Each
-    slice's pages are released after it is read (a mapped trace is never resident as a whole).
+    each pass counts one range of values (trace.reuse.value_ranges): the working set is one
+    range's hashes, plus the answer itself (8 bytes per recurring hash); a mapped trace is read
+    a slice at a time and never resident as a whole.
     """
-    if not len(hashes):
-        return hashes.copy()
-    buckets = 1
-    while buckets < MAX_BUCKETS and buckets * HASHES_PER_BUCKET < len(hashes):
-        buckets *= 2
-    shift = np.uint64(64 - buckets.bit_length() + 1)
-    found = [_recurring_in_range(hashes, shift, bucket) for bucket in range(buckets)]
+    found = [np.zeros(0, hashes.dtype)]
+    for values, _ in value_ranges(hashes):
+        unique, counts = np.unique(values, return_counts=True)
+        found.append(unique[counts > 1])
     return np.sort(np.concatenate(found))
-
-
-def _recurring_in_range(hashes: np.ndarray, shift: np.uint64, bucket: int) -> np.ndarray:
-    """The recurring hashes whose top bits are `bucket`, counted over slices of the hashes."""
-    distinct: list[np.ndarray] = []  # per slice, each distinct hash of the range once
-    repeated: list[np.ndarray] = []  # per slice, those that occur twice inside it
-    for start in range(0, len(hashes), HASHES_PER_SLICE):
-        part = hashes[start : start + HASHES_PER_SLICE]
-        top = part.astype(np.uint64, copy=False) >> shift if shift < 64 else np.zeros(len(part), np.uint64)
-        unique, counts = np.unique(part[top == np.uint64(bucket)], return_counts=True)
-        release_pages(part)
-        distinct.append(unique)
-        repeated.append(unique[counts > 1])
-    merged = np.sort(np.concatenate(distinct))
-    across = merged[1:][merged[1:] == merged[:-1]]  # seen in more than one slice
-    return np.unique(np.concatenate([across, *repeated]))
 
 
 def _shareable(

@@ -28,7 +28,7 @@ from replayproxy.trace.header import (
     TraceHeader,
     checked_fields,
 )
-from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
+from replayproxy.trace.mapped import gather, is_mapped, mapped_array, release_pages
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "checked_fields",
     "encode_column",
     "expand_paths",
+    "gather",
     "is_mapped",
     "iter_frame_payloads",
     "load",

@@ -82,6 +82,23 @@ def release_pages(view: np.ndarray) -> None:
         mapped.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
+GATHERED = 1 << 20  # positions of a mapped array read at a time
+
+
+def gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """`array[positions]` (ascending positions); a mapped array is read a chunk at a time, each
+    chunk's pages released, so scattered reads never make the whole map resident."""
+    if not is_mapped(array):
+        taken: np.ndarray = array[positions]
+        return taken
+    out = np.empty(len(positions), array.dtype)
+    for start in range(0, len(positions), GATHERED):
+        at = positions[start : start + GATHERED]
+        out[start : start + len(at)] = array[at]
+        release_pages(array[int(at[0]) : int(at[-1]) + 1])
+    return out
+
+
 def _mapping(array: np.ndarray) -> tuple[mmap.mmap, np.ndarray] | None:
     """The map under a view of a mapped array, and the array that starts at the map's start."""
     base: Any = array
