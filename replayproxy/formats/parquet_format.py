@@ -41,6 +41,8 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
             if writer is None:
                 writer = pq.ParquetWriter(str(path), table.schema, compression="zstd")
             writer.write_table(table)
+            for flat, index in (v for v in columns.values() if isinstance(v, tuple)):
+                release_pages(flat[int(index[lo]) : int(index[hi])])  # Arrow read them in place
     finally:
         if writer is not None:
             writer.close()
@@ -55,9 +57,7 @@ def _arrow(pa: Any, value: Any, kind: str, lo: int, hi: int, wide: bool) -> Any:
         lists = pa.LargeListArray if wide else pa.ListArray
         offsets = pa.array(index[lo : hi + 1] - index[lo], pa.int64() if wide else pa.int32())
         values = flat[int(index[lo]) : int(index[hi])]
-        array = lists.from_arrays(offsets, pa.array(values, item))
-        release_pages(values)  # a mapped column is read through, not held
-        return array
+        return lists.from_arrays(offsets, pa.array(values, item))
     if kind == "string":
         return pa.array(value[lo:hi].tolist(), pa.string())
     return pa.array(np.asarray(value[lo:hi]))

@@ -99,9 +99,9 @@ def _hit_blocks_by_range(flat: np.ndarray, index: np.ndarray, bits: int, chunk: 
     return hits
 
 
-HASHES_PER_RANGE = 1 << 21  # hashes of one value range taken at a time (16 MB of them)
+HASHES_PER_RANGE = 1 << 20  # hashes of one value range taken at a time (8 MB of them)
 MAX_RANGES = 64  # passes over the hashes at most: huge traces take bigger ranges, not more passes
-HASHES_PER_SLICE = 1 << 22  # hashes scanned at a time within a pass
+HASHES_PER_SLICE = 1 << 20  # hashes scanned at a time within a pass (8 MB)
 
 
 def value_ranges(
@@ -115,13 +115,16 @@ def value_ranges(
     while ranges < MAX_RANGES and ranges * HASHES_PER_RANGE < len(hashes):
         ranges *= 2
     top = np.uint64(64 - ranges.bit_length() + 1)
+    scratch = np.empty(min(len(hashes), HASHES_PER_SLICE), np.uint64)  # each slice's range numbers
     for which in range(ranges):
         values: list[np.ndarray] = []
         positions: list[np.ndarray] = []
         for start in range(0, len(hashes), HASHES_PER_SLICE):
             part = hashes[start : start + HASHES_PER_SLICE]
             if ranges > 1:
-                inside = np.flatnonzero(((part << np.uint64(shift)) >> top) == np.uint64(which))
+                number = scratch[: len(part)]
+                np.right_shift(np.left_shift(part, np.uint64(shift), out=number), top, out=number)
+                inside = np.flatnonzero(number == np.uint64(which))
             else:
                 inside = np.arange(len(part))
             values.append(part[inside])
