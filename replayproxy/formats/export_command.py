@@ -36,6 +36,8 @@ FIELDS_READ: dict[str, tuple[str, ...]] = {
     "jsonl": (*_LENGTHS, "endpoint", "stream", "turn", "session"),
     "azure": _LENGTHS,
     "burstgpt": _LENGTHS,
+    # the profile's fits and the `inspect` figures it carries (workload_stats)
+    "profile": (*_LENGTHS, "endpoint", "stream", "session", "ttft_ns", "e2e_ns"),
 }
 EXAMPLES = (
     "replayproxy export traces/ --format mooncake -o trace.jsonl",

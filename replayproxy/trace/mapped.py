@@ -82,20 +82,21 @@ def release_pages(view: np.ndarray) -> None:
         mapped.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
-GATHERED = 1 << 20  # positions of a mapped array read at a time
+GATHERED = 1 << 20  # values of a mapped array spanned by one chunk of a gather (8 MB of hashes)
 
 
 def gather(array: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """`array[positions]` (ascending positions); a mapped array is read a chunk at a time, each
-    chunk's pages released, so scattered reads never make the whole map resident."""
+    """`array[positions]` (ascending positions); a mapped array is read a span of it at a time,
+    each span's pages released, so scattered reads never make the whole map resident."""
     if not is_mapped(array):
         taken: np.ndarray = array[positions]
         return taken
     out = np.empty(len(positions), array.dtype)
-    for start in range(0, len(positions), GATHERED):
-        at = positions[start : start + GATHERED]
-        out[start : start + len(at)] = array[at]
-        release_pages(array[int(at[0]) : int(at[-1]) + 1])
+    bounds = np.searchsorted(positions, np.arange(0, len(array) + GATHERED, GATHERED)).tolist()
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi > lo:
+            out[lo:hi] = array[positions[lo:hi]]
+            release_pages(array[int(positions[lo]) : int(positions[hi - 1]) + 1])
     return out
 
 
