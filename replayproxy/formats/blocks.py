@@ -98,19 +98,38 @@ def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list
 
 
 def repeated_ids(cols: Columns, block_tokens: int) -> np.ndarray:
-    """The sorted ids that `iter_block_ids` gives to more than one block (a first pass over the trace).
+    """Which ids `iter_block_ids` gives to more than one block (a first pass over the trace), as a
+    bit per id (ids are consecutive from 0): `is_repeated(bits, ids)` reads it. One bit per
+    block of the trace, whatever its sharing, instead of a sorted array of the repeated ids.
 
     Fresh ids are used once, so an id repeats when it occurs twice in one chunk or comes back in a
-    later chunk (numbered before that chunk starts): both sets are bounded by the shared blocks.
+    later chunk (numbered before that chunk starts).
     """
-    parts: list[np.ndarray] = []
+    blocks = int(np.sum(-(-input_tokens_of(cols) // block_tokens))) if block_tokens > 0 else 0
+    bits = np.zeros((blocks + 7) // 8, np.uint8)
     numbered = 0  # ids below this were handed out in earlier chunks
     for ids, _ in iter_block_ids(cols, block_tokens):
         unique, counts = np.unique(ids, return_counts=True)
-        parts.append(unique[(counts > 1) | (unique < numbered)])
+        _set_bits(bits, unique[(counts > 1) | (unique < numbered)])
         if len(unique):
             numbered = max(numbered, int(unique[-1]) + 1)
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return bits
+
+
+def _set_bits(bits: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of sorted, distinct `ids` (ids sharing a byte are OR-ed together first)."""
+    if not len(ids):
+        return
+    at = ids >> 3
+    masks = np.left_shift(1, ids & 7).astype(np.uint8)
+    starts = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
+    bits[at[starts]] |= np.bitwise_or.reduceat(masks, starts)
+
+
+def is_repeated(bits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per id, whether `repeated_ids` found it on more than one block."""
+    found: np.ndarray = ((bits[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(bool)
+    return found
 
 
 def _recurring(hashes: np.ndarray) -> np.ndarray:
