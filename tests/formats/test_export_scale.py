@@ -137,7 +137,8 @@ def test_text_prompt_exports_write_each_prompt_as_it_comes(tmp_path: Path, fmt: 
 
 LONG_ROWS = 125_000
 LONG_BLOCKS = 192  # 24 M hashes, as many as a million requests of 24 blocks (12k-token prompts)
-HASH_EXPORTS = ["mooncake", "jsonl", "csv", "parquet", "profile", "azure"]
+# jsonl is left to the million-row test: 24 M ids as prefix segments take minutes to write
+HASH_EXPORTS = ["mooncake", "csv", "parquet", "profile", "azure"]
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +160,9 @@ def test_the_hashes_of_a_million_long_prompts_export_under_500_mb(
     long_prompt_trace: Path, tmp_path: Path, fmt: str
 ) -> None:
     """The hashes are kept in a mapped file and read a chunk at a time, shared ids are numbered in
-    an array by the hash's place, reuse is counted a value range at a time: holding the hashes
-    and a sorted id table (as before) peaked at 561 MB for mooncake here. The per-request columns
-    of a million rows are the test above."""
+    an array by the hash's place, reuse is counted a value range at a time. Holding the hashes
+    and a sorted id table (as before) peaked here at 561 MB for mooncake, 566 csv, 694 parquet
+    (now 278, 407, 467). The per-request columns of a million rows are the test above."""
     out = tmp_path / f"long.{fmt}"
     # ids of the recorded 512-token blocks (16-token ids would be 32 per hash: 770 M ids)
     stdout, peak = run_limited(
