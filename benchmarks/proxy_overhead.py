@@ -263,13 +263,21 @@ def _pct(values: list[int], q: float) -> float:
 def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of a process and its children (nginx's worker, replayproxy's
     recorder process)."""
-    total = 0
+    return _usage(pid)[0]
+
+
+def _usage(pid: int) -> tuple[float, int]:
+    """CPU seconds and read + write system calls (/proc/PID/io) of a process and its children:
+    the calls tell how finely a path split the same streams into reads and writes."""
+    ticks = calls = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, KeyError, ValueError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
             if stat.parent.name == str(pid) or fields[1] == str(pid):
-                total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+                ticks += int(fields[11]) + int(fields[12])
+                io = dict(line.split(": ") for line in (stat.parent / "io").read_text().splitlines())
+                calls += int(io["syscr"]) + int(io["syscw"])
+    return ticks / os.sysconf("SC_CLK_TCK"), calls
 
 
 @contextlib.contextmanager
@@ -351,8 +359,8 @@ def _path(name: str, upstream: int, work: Path) -> Iterator[tuple[int, int | Non
 
 
 def proxy_argv(name: str, port: int, upstream: int, work: Path) -> list[str]:
-    """The command line of a replayproxy path: recording off, on, on without usage injection, or
-    the do-nothing observer (`_KeepOnly`)."""
+    """The command line of a replayproxy path: recording off, on, on with its recorder process on
+    CPU 1, on without usage injection, or the do-nothing observer (`_KeepOnly`)."""
     if name == "replayproxy+keep":
         return [sys.executable, __file__, "--role", "keep-proxy", "--port", str(port),
                 "--upstream", str(upstream)]  # fmt: skip
@@ -361,6 +369,8 @@ def proxy_argv(name: str, port: int, upstream: int, work: Path) -> list[str]:
     if name == "replayproxy":
         return [*argv, "--no-record"]
     argv += ["--trace-dir", str(work / "traces")]
+    if name == "replayproxy+rec-cpu1":
+        return [*argv, "--recorder-cpus", "1"]
     return [*argv, "--no-inject-usage"] if name == "replayproxy+rec-noinject" else argv
 
 
@@ -426,7 +436,7 @@ def _bench(args: argparse.Namespace) -> None:
         if "nginx" in paths:
             report_budget(
                 lambda name: _path(name, upstream, work),
-                _cpu_s,
+                _usage,
                 args.rate,
                 min(duration, 5.0),
                 rounds=1 if args.quick else args.budget_rounds,

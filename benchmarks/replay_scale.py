@@ -53,6 +53,8 @@ from replayproxy.trace import TraceHeader, write_trace  # noqa: E402
 
 FIDELITY = Path(__file__).with_name("replay_fidelity.py")
 SHARED_TRACE = ROOT.parent / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+START_TIMEOUT_S = 600.0  # launch to the first progress line (the million prepared, however slowly)
+STOP_TIMEOUT_S = 60.0  # a stop to the exit (the result file written), before the next, harder signal
 
 
 # --------------------------------------------------------------------------- traces
@@ -176,6 +178,18 @@ def pinned(cpu: int | None) -> dict[str, object]:
     return {"preexec_fn": lambda: os.sched_setaffinity(0, {cpu})}
 
 
+def interruptible(cpu: int | None) -> dict[str, object]:
+    """`pinned`, with SIGINT back to its default: a benchmark started as a background job of a shell
+    without job control has SIGINT ignored, and the replay would inherit that and never stop on it."""
+
+    def start() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if cpu is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {cpu})
+
+    return {"preexec_fn": start}
+
+
 def replay(
     trace_path: Path, url: str, out: Path, run_seconds: float, *extra: str, cpu: int | None = None
 ) -> dict[str, float]:
@@ -188,7 +202,7 @@ def replay(
                *extra]  # fmt: skip
     launched_wall = clock.wall_ns()
     process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **pinned(cpu)
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **interruptible(cpu)
     )  # type: ignore[call-overload]
     running = threading.Event()
     errors: list[str] = []
@@ -203,17 +217,33 @@ def replay(
     reader.start()
     peak = 0
     stop_at = 0
+    give_up = clock.now_ns() + int(START_TIMEOUT_S * 1e9)  # never wait for a stuck replay in silence
+    stops = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]  # each STOP_TIMEOUT_S after the last
+    stuck, started = "", False
     while process.poll() is None:
         peak = max(peak, sum(rss_bytes(pid) for pid in process_tree(process.pid)))
-        if run_seconds and running.is_set() and not stop_at:
-            stop_at = clock.now_ns() + int(max(run_seconds - LOG_EVERY_S, 0) * 1e9)
-        if stop_at and clock.now_ns() >= stop_at:
-            process.send_signal(signal.SIGINT)  # the results so far are written, the run marked partial
-            stop_at = 1 << 62
+        now = clock.now_ns()
+        if running.is_set() and not started:
+            started, give_up = True, 1 << 62
+            if run_seconds:
+                stop_at = now + int(max(run_seconds - LOG_EVERY_S, 0) * 1e9)
+        if now >= give_up:
+            if not stops:
+                break  # not even SIGKILL ended it: said below
+            stuck = stuck or (f"no progress line {START_TIMEOUT_S:g} s after launch" if not stop_at
+                              else f"still running {STOP_TIMEOUT_S:g} s after SIGINT")  # fmt: skip
+            stop_at = now
+        if stop_at and now >= stop_at:
+            stop = stops.pop(0)
+            if stuck:
+                print(f"  replay: {stuck}: {stop.name}", flush=True)
+            process.send_signal(stop)  # SIGINT: the results so far are written, the run marked partial
+            stop_at, give_up = 1 << 62, now + int(STOP_TIMEOUT_S * 1e9)
         time.sleep(0.02)
-    process.wait()
     reader.join(5)
     err = "".join(errors)
+    if stuck or process.poll() is None:
+        raise RuntimeError(f"replay {stuck} (exit {process.poll()}): {err[-800:]}")
     if not out.exists():
         if process.returncode == 130:  # interrupted with --workers: no result file (yet) to read
             return {"launched_wall_ns": launched_wall, "peak_rss_mb": peak / 2**20}

@@ -26,11 +26,12 @@ from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.record_core import TraceRecorder
 from replayproxy.proxy.record_tally import Tally
+from replayproxy.proxy.settings import parse_cpus
 
 NICE = 10  # below the proxy's priority: recording waits, forwarding does not
 POLL_S = 0.02  # the writer's flush and rotation clocks are looked at this often while idle
 REPORT_NS = 100_000_000  # counts go back to the proxy at most every 0.1 s
-_READ_BYTES = 1 << 20
+_READ_BYTES = 1 << 20  # one reused buffer: a fresh 1 MiB bytes per read cost an mmap, mremap and munmap
 
 
 class _ToTally(logging.Handler):
@@ -58,20 +59,22 @@ def serve(sock: socket.socket) -> None:
         if config is None:
             return
         settings, key, anchor = wire.config_from(config)
+        _place(settings.recorder_cpus)
         recorder = TraceRecorder(
             settings, PromptHasher(key, settings.tokenizer, settings.block_size), anchor, tally
         )
         recorder.start()
         reported = 0
+        buffer = memoryview(bytearray(_READ_BYTES))
         open_ = True
         while open_:
             captures: list[Capture] = []
             rotate = False
             readable, _, _ = select.select([sock], [], [], POLL_S)
             if readable:
-                data = sock.recv(_READ_BYTES)
-                open_ = bool(data)  # b"": the proxy is gone
-                reader.feed(data)
+                size = sock.recv_into(buffer)
+                open_ = size > 0  # 0: the proxy is gone
+                reader.feed(buffer[:size])  # feed copies: the buffer is free again at once
             for kind, payload in reader:
                 if kind == wire.CAPTURES:
                     captures.extend(map(wire.capture_from, payload))
@@ -90,6 +93,22 @@ def serve(sock: socket.socket) -> None:
         _send(sock, packer, tally)
     finally:
         logger.removeHandler(handler)
+
+
+def _place(recorder_cpus: str) -> None:
+    """Run on the CPUs asked for; by default stay on the proxy's (inherited). One that cannot be
+    used here (a cpuset without it) is logged and the recorder records where it is."""
+    cpus = parse_cpus(recorder_cpus, "recorder_cpus")
+    if not cpus:
+        return
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:
+        logging.getLogger("replayproxy.proxy").warning(
+            "recorder_cpus %s cannot be used here (%s); the recorder process runs on the proxy's CPUs",
+            recorder_cpus,
+            e.strerror or type(e).__name__,
+        )
 
 
 def _first_message(sock: socket.socket, reader: msgpack.Unpacker) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,9 @@ class ProxySettings:
     max_captured_response_bytes: int = _opt(16 << 20, "response bytes kept per request for recording")
     queue_records: int = _opt(4096, "requests waiting for the recorder at most; more are dropped")
     queue_bytes: int = _opt(256 << 20, "bytes waiting for the recorder at most; more are dropped")
+    recorder_cpus: str = _opt(
+        "", "CPUs the recorder process runs on, e.g. 1 or 2-3,6 ('': the CPUs the proxy may run on)"
+    )
     flush_interval_s: float = _opt(1.0, "a trace frame is cut at least this often")
     rotate_bytes: int = _opt(256 << 20, "start a new trace file past this size (0: never)")
     rotate_s: float = _opt(3600.0, "start a new trace file after this age (0: never)")
@@ -95,6 +99,7 @@ class ProxySettings:
         if self.forwarded_headers not in FORWARDED_MODES:
             raise BadOption(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
         parse_hostport(self.listen, "listen")
+        parse_cpus(self.recorder_cpus, "recorder_cpus")
         if self.admin_listen:
             parse_hostport(self.admin_listen, "admin_listen")
         for f in dataclasses.fields(self):
@@ -169,6 +174,20 @@ def parse_hostport(text: str, name: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not host or int(port) > 65535:
         raise BadOption(f"{name} must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def parse_cpus(text: str, name: str) -> frozenset[int]:
+    """'1', '2-3,6' -> CPU numbers; '' -> none (no placement asked for)."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or int(high if dash else low) < int(low):
+            raise BadOption(f"{name} must be CPU numbers or ranges like 1 or 2-3,6, got {text!r}")
+        cpus.update(range(int(low), int(high if dash else low) + 1))
+    if cpus and max(cpus) >= (os.cpu_count() or 1):
+        count = os.cpu_count() or 1
+        raise BadOption(f"{name}: CPU {max(cpus)} does not exist here ({count} CPUs: 0-{count - 1})")
+    return frozenset(cpus)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import signal
 import sys
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from replayproxy import clock, config
 from replayproxy.errors import RunAborted
@@ -28,6 +30,8 @@ from replayproxy.replay.options import PREPARE_MODES, ReplayOptions
 from replayproxy.replay.preparation import RunPlan, prepare_run
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.results import ReplayResult
+
+T = TypeVar("T")
 
 EXAMPLES = (
     "replayproxy replay traces/ --target http://127.0.0.1:8000 -o vllm.rpr",
@@ -251,8 +255,32 @@ def _run_loop(options: ReplayOptions, progress_mode: str) -> list[dict[str, Any]
         factory = None
     else:
         factory = uvloop.new_event_loop
+    terminated: list[bool] = []
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(replay(options, progress_mode))
+        try:
+            return runner.run(_stopped_by_sigterm(replay(options, progress_mode), terminated))
+        except asyncio.CancelledError:
+            if terminated:  # ended like Ctrl-C: the results so far were written
+                raise KeyboardInterrupt from None
+            raise
+
+
+async def _stopped_by_sigterm(work: Awaitable[T], terminated: list[bool]) -> T:
+    """`work`, which SIGTERM stops as Ctrl-C does (a service manager, a Kubernetes Job, a script
+    whose background job ignores SIGINT, as a shell without job control starts it)."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:

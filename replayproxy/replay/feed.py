@@ -1,8 +1,11 @@
 """The wire between the preparer process (replay.preparer) and a sender: batches of wire bytes.
 
 The preparer writes, into one pipe per sender, batches of ready-to-write HTTP requests in that
-sender's schedule order, then an empty frame; the pipe's capacity is its only buffer, so when a
-sender stops reading (its window is full) the preparer waits. The reading end is non-blocking:
+sender's schedule order, then an empty frame. Its writes never block (`FeedWriter`): a frame a
+full pipe does not take waits in memory, and once a batch's worth waits the preparer stops planning
+until a sender reads, after handing every sender the requests planned for it so far (a sender
+must never wait for a request that sits in the preparer because another sender is not reading).
+The reading end is non-blocking:
 `FeedReader.read` returns what has arrived, never waits, and `Window` (replay.window) decides
 when to call it.
 """
@@ -10,13 +13,16 @@ when to call it.
 from __future__ import annotations
 
 import os
+import select
 import struct
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from multiprocessing.connection import Connection as Pipe
 
 import msgpack
 
+from replayproxy.errors import RunAborted
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 
@@ -34,17 +40,27 @@ def wire_of(target: Target, headers: Mapping[str, str], prepared: Prepared) -> b
     )
 
 
-def encode(entries: list[tuple[Prepared, bytes]]) -> bytes:
-    """A batch of requests as one frame; `decode` undoes it (the body travels in the wire bytes)."""
-    frame: bytes = msgpack.packb([[*(getattr(p, name) for name in _FIELDS), wire] for p, wire in entries])
+# What an entry is to the sender that reads it: one of its schedule's requests, a request moved to
+# it from another sender's schedule (an edited-reply continuation of a turn it sends: closed loop
+# waits for that turn's end, which only it sees), or one of its schedule's moved away (no bytes).
+OWN, JOINED, MOVED = 0, 1, 2
+Entry = tuple[Prepared, bytes, int]  # the request, its wire bytes, its kind
+
+
+def encode(entries: Sequence[tuple[Prepared, bytes] | Entry]) -> bytes:
+    """A batch of requests as one frame (an entry without a kind is OWN); `decode` undoes it (the
+    body travels in the wire bytes)."""
+    rows = [[*(getattr(e[0], name) for name in _FIELDS), e[1], e[2] if len(e) > 2 else OWN] for e in entries]
+    frame: bytes = msgpack.packb(rows)
     return frame
 
 
-def decode(batch: bytes) -> list[tuple[Prepared, bytes]]:
+def decode(batch: bytes) -> list[Entry]:
     """A batch back into requests; bodies live in the wire bytes only (`Prepared.body` is empty)."""
     out = []
     for values in msgpack.unpackb(batch, use_list=False):
-        out.append((Prepared(body=b"", **dict(zip(_FIELDS, values[:-1], strict=True))), values[-1]))
+        fields = dict(zip(_FIELDS, values[:-2], strict=True))
+        out.append((Prepared(body=b"", **fields), values[-2], values[-1]))
     return out
 
 
@@ -58,7 +74,7 @@ class FeedReader:
         self._buffer = bytearray()
         self.ended = False
 
-    def read(self) -> list[tuple[Prepared, bytes]] | None:
+    def read(self) -> list[Entry] | None:
         """The requests of the next whole batch that has arrived; None when none has yet."""
         while True:
             batch = self._frame()
@@ -74,7 +90,7 @@ class FeedReader:
             except BlockingIOError:
                 return None
             if not data:
-                raise RuntimeError("request preparation stopped early: the preparer process ended")
+                raise RunAborted("request preparation stopped early: the preparer process ended")
             self._buffer += data
 
     def _frame(self) -> bytes | None:
@@ -90,3 +106,50 @@ class FeedReader:
 
     def close(self) -> None:
         self._pipe.close()
+
+
+class FeedWriter:
+    """The preparer's ends of the senders' pipes: frames written as far as each pipe takes them,
+    the rest kept (in order) until it does."""
+
+    def __init__(self, pipes: Sequence[Pipe]) -> None:
+        self._fds = [pipe.fileno() for pipe in pipes]
+        for fd in self._fds:
+            os.set_blocking(fd, False)
+        self._waiting: list[deque[memoryview]] = [deque() for _ in pipes]
+        self.waiting_bytes = 0
+
+    @property
+    def full(self) -> bool:
+        """Whether a batch's worth waits for pipes that do not take it: time to stop planning."""
+        return self.waiting_bytes >= BATCH_BYTES
+
+    def put(self, sender: int, frame: bytes) -> None:
+        """One frame (multiprocessing.Connection's framing) for `sender`; BrokenPipeError when gone."""
+        data = memoryview(_HEADER.pack(len(frame)) + frame)
+        self._waiting[sender].append(data)
+        self.waiting_bytes += len(data)
+        self._write(sender)
+
+    def wait(self, until_empty: bool = False) -> None:
+        """Until less than a batch's worth waits (or nothing, `until_empty`), as senders read."""
+        while self.waiting_bytes >= (1 if until_empty else BATCH_BYTES):
+            poller = select.poll()
+            for sender, waiting in enumerate(self._waiting):
+                if waiting:
+                    poller.register(self._fds[sender], select.POLLOUT)
+            for fd, _ in poller.poll():
+                self._write(self._fds.index(fd))
+
+    def _write(self, sender: int) -> None:
+        waiting = self._waiting[sender]
+        while waiting:
+            try:
+                written = os.write(self._fds[sender], waiting[0])
+            except BlockingIOError:
+                return
+            self.waiting_bytes -= written
+            if written < len(waiting[0]):
+                waiting[0] = waiting[0][written:]
+                return
+            waiting.popleft()

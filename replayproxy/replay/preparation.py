@@ -120,7 +120,9 @@ class RunPlan:
 
 def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
     """The positions `send` dealt to `count` senders round-robin in schedule order; by session (a
-    worker waits only for turns it sent itself), sessions taken in the order of their first turns."""
+    worker waits only for turns it sent itself), sessions taken in the order of their first turns.
+    A request the planner links to another session's turn (an edited reply) is moved to that turn's
+    sender as it is planned (replay.preparer)."""
     if not by_session:
         return [send[worker::count] for worker in range(count)]
     groups = planned.group[send]

@@ -1,14 +1,14 @@
 """The preparer: one process that plans the whole replay once and deals wire bytes to each sender.
 
 Planning walks every request in arrival order (a request's prompt copies its prefix donor's,
-whichever sender sends the donor), so it is done once, here, not once per sender. The process
-is started before the target is described and loads the trace meanwhile; each run (a warm-up, a
+whichever sender sends the donor), so it is done once, here, not once per sender. The process is
+started before the target is described and loads the trace meanwhile; each run (a warm-up, a
 measured run) is then one `Job`: the schedule, which sender sends each request, and one pipe per
-sender (passed over the control socket), into which it writes that sender's requests as batches
-of wire bytes (replay.feed). A pipe whose sender stops reading (its window is full) makes the
-preparer wait; a sender that is gone ends the job. It runs in its own interpreter, so it never
-holds a sender's GIL, on another core where it may, else at a lower priority, so the sender
-still wakes on time.
+sender (passed over the control socket), into which it writes that sender's requests as batches of
+wire bytes (replay.feed). Pipes whose senders stop reading (their windows are full) make the
+preparer wait, once every sender has what was planned for it; a sender that is gone ends the job. It
+runs in its own interpreter, so it never holds a sender's GIL, on another core where it may, else at
+a lower priority, so the sender still wakes on time.
 """
 
 from __future__ import annotations
@@ -122,29 +122,73 @@ def _main(traces: tuple[str, ...], control: Pipe) -> None:
 
 def serve(cols: trace.Columns, job: Job, pipes: Sequence[Pipe]) -> None:
     """Plan every request up to the last one sent, writing each sender's requests into its pipe
-    in batches (feed.BATCH_BYTES / BATCH_REQUESTS), then an empty frame once it has them all."""
+    in batches (feed.BATCH_BYTES / BATCH_REQUESTS), then an empty frame once it has them all.
+    When the pipes take no more, every sender is first handed what was planned for it, then the
+    planning waits for one to read (feed.FeedWriter). In closed loop, a request the planner links to
+    a turn another sender sends (an edited-reply continuation) moves to that sender, the only one
+    that sees that turn end: so each sender's last frame waits for the end of the plan."""
     planner = Planner(cols, job.schedule.trace_index, job.flavor, job.options, job.schedule)
     target = Target.parse(job.target)
     senders = job.senders
     sent = np.flatnonzero(senders != NOBODY)
     last = np.full(job.count, -1, np.int64)
     np.maximum.at(last, senders[sent], sent)
+    moving = job.options.closed_loop and job.count > 1
+    writer = feed.FeedWriter(pipes)
     for sender in np.flatnonzero(last < 0).tolist():
-        pipes[sender].send_bytes(b"")  # nothing to send
-    batches: list[list[tuple[Prepared, bytes]]] = [[] for _ in pipes]
+        writer.put(sender, b"")  # nothing to send
+    batches: list[list[feed.Entry]] = [[] for _ in pipes]
     sizes = [0] * job.count
+
+    def hand_over(sender: int) -> None:
+        writer.put(sender, feed.encode(batches[sender]))
+        batches[sender], sizes[sender] = [], 0
+
+    def add(sender: int, entry: feed.Entry) -> None:
+        batches[sender].append(entry)
+        sizes[sender] += len(entry[1])
+
     for position in range(int(sent[-1]) + 1 if len(sent) else 0):
         sender = int(senders[position])
         prepared = planner.next(render=sender != NOBODY)
         if prepared is None:
             continue
         wire = feed.wire_of(target, job.headers, prepared)
+        home = _home(job, prepared, position) if moving else sender
+        if home == sender:
+            add(sender, (prepared, wire, feed.OWN))
+        else:
+            add(sender, (prepared, b"", feed.MOVED))
+            add(home, (prepared, wire, feed.JOINED))
+            hand_over(home)  # at once: it is due as soon as that turn has ended
         batch = batches[sender]
-        batch.append((prepared, wire))
-        sizes[sender] += len(wire)
         done = position == last[sender]
         if done or sizes[sender] >= feed.BATCH_BYTES or len(batch) >= feed.BATCH_REQUESTS:
-            pipes[sender].send_bytes(feed.encode(batch))
-            batches[sender], sizes[sender] = [], 0
-        if done:
-            pipes[sender].send_bytes(b"")
+            hand_over(sender)
+        if done and not moving:
+            writer.put(sender, b"")
+        if writer.full:
+            for other, waiting in enumerate(batches):
+                if waiting:
+                    hand_over(other)
+            writer.wait()
+    if moving:
+        for sender in np.flatnonzero(last >= 0).tolist():
+            if batches[sender]:
+                hand_over(sender)
+            writer.put(sender, b"")
+    writer.wait(until_empty=True)
+
+
+def _home(job: Job, prepared: Prepared, position: int) -> int:
+    """The sender that sends `prepared`: the one that sends the turn the planner linked it to, when
+    that differs from the schedule's link and another sender sends it; else the one dealt it."""
+    dealt = int(job.senders[position])
+    after = prepared.after
+    if after < 0 or after == int(job.schedule.after[position]):
+        return dealt
+    rows = job.schedule.trace_index
+    at = int(np.searchsorted(rows, after))  # rows are trace rows in arrival order: ascending
+    if at >= len(rows) or int(rows[at]) != after or int(job.senders[at]) == NOBODY:
+        return dealt  # a turn only planned (another shard's): the link cannot be honoured
+    return int(job.senders[at])

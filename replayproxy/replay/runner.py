@@ -1,18 +1,19 @@
 """The send loop of one process: absolute deadlines, bytes out, results in, nothing else on the path.
 
-One coroutine walks the schedule in order, waits for each deadline (`schedule.Waiter`), takes
-the request's bytes from the window (replay.window), pops a warm connection and writes them; a
-feeder reads prepared requests into the window in the gaps between sends, never within
-`FEED_GUARD_NS` of the next deadline unless the request due is missing; responses are handled
-in the connections' callbacks, so there is no task per request. Reads are only timestamped and
-kept; a digester turns finished requests into results in the gaps between sends, never within
-`DIGEST_GUARD_NS` of the next deadline. A housekeeping task enforces timeouts, refreshes idle
-connections and feeds the progress line. Open loop: a request is sent at its time whether or not
+One coroutine walks the schedule in order, waits for each deadline (`schedule.Waiter`), takes the
+request's bytes from the window (replay.window), pops a warm connection and writes them; a feeder
+reads prepared requests into the window in the gaps between sends, never within `FEED_GUARD_NS` of
+the next deadline unless the request due is missing; responses are handled in the connections'
+callbacks, so there is no task per request. Reads are only timestamped and kept; a digester turns
+finished requests into results in the gaps between sends, never within `DIGEST_GUARD_NS` of the next
+deadline. A housekeeping task enforces timeouts, refreshes idle connections, feeds the progress line
+and says why when a request is due but nothing has been sent or answered for `STALL_NOTICE_NS` (a
+stall must never look like a quiet trace). Open loop: a request is sent at its time whether or not
 earlier ones finished, unless `max_concurrency` caps requests in flight. Closed loop across the
 turns of a session (`closed_loop`): a later turn becomes due when the turn before it ends, at that
-end plus its think time, and its schedule lag is measured against that deadline. With live
-replies (`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build
-that takes longer than the think time makes the turn late, and its lag says so. A request the planner
+end plus its think time, and its schedule lag is measured against that deadline. With live replies
+(`rebuild`) that turn's bytes are built from the reply when the previous turn ends; a build that
+takes longer than the think time makes the turn late, and its lag says so. A request the planner
 linked to an earlier turn as it was prepared (an edited-reply continuation) leaves the timed
 schedule when it arrives in the window and waits for that turn's end like any later turn.
 """
@@ -53,6 +54,7 @@ COLLECT_ROOM_NS = 20_000_000  # ...done only when the next send is at least this
 FEED_GUARD_NS = 2_000_000  # no reading of prepared requests this close to the next send
 FEED_IDLE_S = 0.01  # the window is full: look again after this long
 FEED_WAIT_S = 0.05  # the pipe is empty: wait this long for it at most, then look again
+STALL_NOTICE_NS = 30_000_000_000  # nothing sent or finished this long while a request is due: say why
 
 
 @dataclass(slots=True)
@@ -132,6 +134,11 @@ class Runner:
         self._ends: dict[int, int] = {}  # trace index -> end of a finished turn that requests may extend
         # ...and its timeline, while requests arriving within the window's horizon may still extend it
         self._ended: OrderedDict[int, RequestTimeline] = OrderedDict()
+        self._joined_think: dict[int, int] = {}  # position moved here from another sender -> its think
+        self._active_ns = 0  # the last send or finished request
+        self._stall_from = 0  # since when nothing was sent or answered, once that was reported
+        self._stall_noticed_ns = 0  # when it was last reported
+        self._feed_error: BaseException | None = None  # why the feeder stopped before the window was full
 
     @property
     def next_deadline_ns(self) -> int:
@@ -162,18 +169,22 @@ class Runner:
     async def _send_all(self) -> None:
         timed = self._timed_positions()
         self._relink()
-        while self.counters.sent < self.window.total:
-            position, deadline = await self._next_due(timed)
+        window = self.window
+        while self.counters.sent < window.to_send or not window.complete:
+            due = await self._next_due(timed)
+            if due is None:
+                break
+            position, deadline = due
             while self.max_concurrency and len(self._flying) >= self.max_concurrency:
                 self._slot.clear()
                 await self._slot.wait()
-            late = not self.window.has(position)
+            late = not window.has(position)
             if late:
-                self.counters.prepared_late += 1
                 await self._arrival(position)
-                if position in self._relinked:  # it arrived linked to an earlier turn: due after that
+                if position in self._relinked:  # linked to an earlier turn (due after it), or moved
                     self._relinked.discard(position)
                     continue
+                self.counters.prepared_late += 1
             prepared, wire = self.window.take(position)
             wire = self._rebuilt.pop(position, wire)
             timeline = RequestTimeline(prepared, deadline, self._finished)
@@ -199,13 +210,25 @@ class Runner:
         return deque(np.flatnonzero(~waits).tolist())
 
     async def _arrival(self, position: int) -> None:
-        """Wait for a request whose body is not in the window yet (the preparer is behind)."""
+        """Wait for a request whose body is not in the window yet (the preparer is behind); raises
+        what stopped the feeder, if it stopped (the preparer ended): that request can never come."""
         self.window.want(position)
-        while not self.window.has(position):
+        while self.window.missing(position):
+            if self._feed_error is not None:
+                raise self._feed_error
             self._fed.clear()
             await self._fed.wait()
 
     async def _feeder(self) -> None:
+        """`_feed`, its failure kept for the send loop (a task's exception would only be logged, and
+        the request it waits for would never come)."""
+        try:
+            await self._feed()
+        except Exception as e:
+            self._feed_error = e
+            self._fed.set()
+
+    async def _feed(self) -> None:
         """Read prepared requests into the window in the gaps between sends (or at once, when the
         request due is missing), while the window's horizon and byte limit allow."""
         window = self.window
@@ -221,6 +244,8 @@ class Runner:
             if window.read():
                 self._relink()
                 self._fed.set()
+                if window.complete:  # the send loop may wait for nothing but this
+                    self._released.set()
                 await asyncio.sleep(0)
             else:
                 await self._readable()
@@ -244,9 +269,10 @@ class Runner:
         finally:
             loop.remove_reader(reader.fileno)
 
-    async def _next_due(self, timed: deque[int]) -> tuple[int, int]:
-        """Wait for the earliest deadline, timed or released, and take it: (position, deadline).
-        A turn released while waiting (its previous turn ended) makes the choice again."""
+    async def _next_due(self, timed: deque[int]) -> tuple[int, int] | None:
+        """Wait for the earliest deadline, timed or released, and take it: (position, deadline);
+        None when all is sent and nothing more can come. A turn released while waiting (its
+        previous turn ended) makes the choice again."""
         while True:
             while timed and timed[0] in self._relinked:
                 self._relinked.discard(timed.popleft())
@@ -256,6 +282,8 @@ class Runner:
             self._released.clear()
             if deadline == 1 << 62:
                 self._next_deadline = 0
+                if self.counters.sent >= self.window.to_send and self.window.complete:
+                    return None  # everything sent, and nothing more can come
                 await self._released.wait()
                 continue
             self._next_deadline = deadline
@@ -273,6 +301,11 @@ class Runner:
         timeline.wire = wire
         sent = connection.send(timeline, wire)
         timeline.sent(sent)
+        self._active_ns = sent
+        if self._stall_from:  # after the write: a stall that was reported ends here
+            _log.warning("replay: sending again after %.0f s without a send or an answer",
+                         (sent - self._stall_from) / 1e9)  # fmt: skip
+            self._stall_from = self._stall_noticed_ns = 0
         self.counters.lags_ns.append(sent - timeline.scheduled_at)
 
     async def _send_on_new(self, timeline: RequestTimeline, wire: bytes) -> None:
@@ -296,6 +329,7 @@ class Runner:
             self._keep_ended(timeline)
         self._flying.discard(timeline)
         self.counters.done += 1
+        self._active_ns = self.clock()
         self._undigested.append(timeline)
         self._finished_one.set()
         self._slot.set()
@@ -310,7 +344,8 @@ class Runner:
             spawn(self._rebuild_then_release(timeline, position), name="replay-live-turn")
 
     def _release(self, end_at: int, position: int) -> None:
-        think = max(int(self.schedule.think_ns[position]), 0)
+        joined = self._joined_think.get(position)  # past the schedule: moved here from another's
+        think = max(int(self.schedule.think_ns[position]) if joined is None else joined, 0)
         heapq.heappush(self._due, (end_at + think, position))
         self._released.set()
 
@@ -329,8 +364,15 @@ class Runner:
 
     def _relink(self) -> None:
         """Requests that arrived linked to an earlier turn than the schedule said (the planner found
-        them extending its conversation) leave the timed schedule and wait for that turn's end."""
+        them extending its conversation) leave the timed schedule and wait for that turn's end; so
+        do those moved here from another sender's schedule (that turn is ours), and those moved away
+        leave it for good."""
         window = self.window
+        for position in window.moved:
+            self._relinked.add(position)
+        for position in window.joined:
+            self._joined_think[position] = window.peek(position)[0].think_ns
+            self._follow(position, window.peek(position)[0].after)
         for position in window.relinked:
             prepared = window.peek(position)[0]
             after = prepared.after
@@ -341,16 +383,23 @@ class Runner:
             self.schedule.think_ns[position] = prepared.think_ns
             self.schedule.first[position] = prepared.first
             self._relinked.add(position)
-            if after not in self._ends:
-                self._waiting.setdefault(after, []).append(position)
-            elif after in self._ended:
-                self._continue(self._ended[after], position)
-            else:
-                if self.rebuild is not None:
-                    _log.warning("live replies: an edited-reply turn keeps its planned prompt "
-                                 "(the turn it extends ended a window before it was prepared)")  # fmt: skip
-                self._release(self._ends[after], position)
+            self._follow(position, after)
+        window.moved.clear()
+        window.joined.clear()
         window.relinked.clear()
+        self.counters.total = window.to_send
+
+    def _follow(self, position: int, after: int) -> None:
+        """`position` waits for the end of the turn `after` (ours), or goes now if that has ended."""
+        if after not in self._ends:
+            self._waiting.setdefault(after, []).append(position)
+        elif after in self._ended:
+            self._continue(self._ended[after], position)
+        else:
+            if self.rebuild is not None:
+                _log.warning("live replies: an edited-reply turn keeps its planned prompt "
+                             "(the turn it extends ended a window before it was prepared)")  # fmt: skip
+            self._release(self._ends[after], position)
 
     async def _rebuild_then_release(self, timeline: RequestTimeline, position: int) -> None:
         assert self.rebuild is not None
@@ -400,6 +449,7 @@ class Runner:
                     connection.abort("timeout", f"no complete response within {self.timeout_ns / 1e9:g} s")
                 else:
                     timeline.fail(now, "timeout", "timed out")
+            self._watch_stall(now)
             if rounds % REFRESH_EVERY == 0:
                 spawn(self.pool.refresh(REFRESH_IDLE_NS), name="replay-refresh")
             if rounds >= collect_due and (
@@ -407,3 +457,35 @@ class Runner:
             ):
                 gc.collect(1)
                 collect_due = rounds + COLLECT_EVERY
+
+    def _watch_stall(self, now: int) -> None:
+        """Warn while a request is due and nothing has been sent or finished for `STALL_NOTICE_NS`
+        (again every as long), saying what the send loop waits for (`_send` says when it goes on)."""
+        quiet_from = max(self._active_ns, self.start_ns)
+        if self._stall_from and quiet_from > self._stall_from:  # answers came, no send yet
+            self._stall_from = self._stall_noticed_ns = 0
+        waiting = self._next_deadline == 0 or self._next_deadline <= now  # nothing ahead on the clock
+        if self.counters.sent >= self.counters.total or not waiting or now - quiet_from < STALL_NOTICE_NS:
+            return
+        if self._stall_noticed_ns and now - self._stall_noticed_ns < STALL_NOTICE_NS:
+            return
+        self._stall_from, self._stall_noticed_ns = quiet_from, now
+        left, total = self.counters.total - self.counters.sent, self.counters.total
+        _log.warning("replay: nothing sent or answered for %.0f s, %d of %d requests to send: %s",
+                     (now - quiet_from) / 1e9, left, total, self._stall_reason(now))  # fmt: skip
+
+    def _stall_reason(self, now: int) -> str:
+        """What the send loop waits for, in words."""
+        flying = len(self._flying)
+        if self._next_deadline == 0:
+            return f"every turn left waits for the end of a turn still in flight ({flying} in flight)"
+        late_s = (now - self._next_deadline) / 1e9
+        position = self._due_position
+        if self.window.missing(position):
+            row = int(self.schedule.trace_index[position])
+            delivered = f"{self.window.received} of {self.window.total}"
+            return (f"the request due {late_s:.0f} s ago (trace row {row}) has not arrived from the "
+                    f"preparer, which has delivered {delivered}")  # fmt: skip
+        if self.max_concurrency and flying >= self.max_concurrency:
+            return f"--max-concurrency {self.max_concurrency} requests are in flight and none has ended"
+        return f"the request due {late_s:.0f} s ago is ready but was not sent"

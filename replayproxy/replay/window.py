@@ -5,7 +5,11 @@ bodies arrive from the preparer process (replay.feed) and are kept only while th
 `horizon_ns` of the run clock and fit in `max_bytes`. A closed-loop turn whose previous turn
 ended early may be due before the window reached it: asking for it (`want`) reads ahead of the
 horizon, bytes allowing. A request the planner linked to an earlier turn than the schedule said
-(an edited-reply continuation, replay.continuations) is listed in `relinked` as it arrives. A
+(an edited-reply continuation, replay.continuations) is listed in `relinked` as it arrives; when
+another sender sends that turn, the request moves there: it arrives here as MOVED (listed in
+`moved`, never sent here) and there as JOINED, at a position past the schedule's (in `joined`).
+With several senders in closed loop such requests may come until the preparer's last frame, so
+the window is complete only then. A
 request whose body is not here at its deadline is sent as soon as it arrives and counted as
 prepared late (the preparer fell behind), next to schedule lag.
 Prepared up front, the same window is simply filled completely before the start.
@@ -16,6 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from replayproxy.errors import RunAborted
+from replayproxy.replay import feed
 from replayproxy.replay.feed import FeedReader
 from replayproxy.replay.plan import Prepared, Schedule, schedule_of
 
@@ -49,6 +55,10 @@ class Window:
         self._wanted = -1  # a position asked for ahead of the horizon
         self._refilling = True  # reading until the horizon is covered
         self.relinked: list[int] = []  # arrived positions whose `after` differs from the schedule's
+        self.moved: list[int] = []  # arrived positions another sender sends instead
+        self.joined: list[int] = []  # positions (from `total` on) of requests moved here, new ones
+        self._joined_count = 0
+        self.to_send = self.total  # the schedule's, less those moved away, plus those moved here
 
     @classmethod
     def of(
@@ -63,7 +73,9 @@ class Window:
 
     @property
     def complete(self) -> bool:
-        return self.received >= self.total
+        """Everything arrived: the schedule's requests, and the preparer's last frame when streamed
+        (requests moved here come until then)."""
+        return self.received >= self.total and (self.reader is None or self.reader.ended)
 
     def has(self, position: int) -> bool:
         return position in self._entries
@@ -79,7 +91,7 @@ class Window:
 
     def missing(self, position: int) -> bool:
         """Whether `position` has not arrived yet (it may have been taken already)."""
-        return position >= self.received
+        return self.received <= position < self.total
 
     def want(self, position: int) -> None:
         """`position` is due now: read up to it whatever the horizon."""
@@ -93,8 +105,8 @@ class Window:
         rather than a batch after every send."""
         if self.complete or self.reader is None:
             return False
-        if self._wanted >= self.received:
-            return True
+        if self._wanted >= self.received or self.received >= self.total:
+            return True  # a request due now, or the last frame (and requests moved here) to come
         if self.held_bytes >= self.max_bytes:
             self._refilling = False
             return False
@@ -114,19 +126,35 @@ class Window:
             return False
         for entry in batch:
             self._add(entry)
-        if self.reader.ended and not self.complete:
-            raise RuntimeError(f"request preparation ended after {self.received} of {self.total} requests")
+        if self.reader.ended and self.received < self.total:
+            raise RunAborted(f"request preparation ended after {self.received} of {self.total} requests")
         return True
 
-    def _add(self, entry: Entry) -> None:
+    def _add(self, entry: Entry | feed.Entry) -> None:
+        kind = entry[2] if len(entry) > 2 else feed.OWN
+        request: Entry = (entry[0], entry[1])
+        if kind == feed.JOINED:
+            position = self.total + self._joined_count
+            self._joined_count += 1
+            self.joined.append(position)
+            self.to_send += 1
+            self._hold(position, request)
+            return
         expected = int(self.schedule.trace_index[self.received])
         if entry[0].index != expected:
             raise RuntimeError(f"prepared request {entry[0].index} arrived where {expected} was due")
-        self._entries[self.received] = entry
-        if entry[0].after != int(self.schedule.after[self.received]):
-            self.relinked.append(self.received)
+        if kind == feed.MOVED:
+            self.moved.append(self.received)
+            self.to_send -= 1
+        else:
+            self._hold(self.received, request)
+            if entry[0].after != int(self.schedule.after[self.received]):
+                self.relinked.append(self.received)
         self.received += 1
-        self.held_bytes += len(entry[1])
+
+    def _hold(self, position: int, request: Entry) -> None:
+        self._entries[position] = request
+        self.held_bytes += len(request[1])
 
     def close(self) -> None:
         if self.reader is not None:
@@ -134,8 +162,9 @@ class Window:
 
 
 async def fill(window: Window, until_ns: int = UNLIMITED) -> None:
-    """Before the start: read until the schedule's first `until_ns` are in (or everything is)."""
-    while window.reader is not None and not window.complete:
+    """Before the start: read until the schedule's first `until_ns` are in (or all of it is; not the
+    requests other senders' schedules may move here: those are the run's to read)."""
+    while window.reader is not None and window.received < window.total:
         if window.received and int(window.schedule.scheduled_ns[window.received]) > until_ns:
             return
         if not window.read():

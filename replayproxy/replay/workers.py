@@ -250,6 +250,7 @@ async def run_workers(
         crew.pipes.append(parent)
         crew.processes.append(process)
     size = max(1, -(-plan.pool_size // count))
+    readings = Readings(lambda reading: on_reading(reading, outcome.start_ns))
     try:
         for share, pipe in zip(shares, crew.pipes, strict=True):
             assignment = Assignment(share.schedule, size, plan.closed_loop, plan.live)
@@ -260,8 +261,7 @@ async def run_workers(
         outcome.start_ns = start()
         for pipe in crew.pipes:
             pipe.send(Start(outcome.start_ns))
-        start_ns = outcome.start_ns
-        failure = await _collect(crew, outcome, lambda reading: on_reading(reading, start_ns))
+        failure = await _collect(crew, outcome, readings)
         if failure is not None:
             crew.stop()
             await _drain(crew, outcome)
@@ -297,48 +297,83 @@ def _failure(message: Failed) -> Exception:
     return WorkerCrashed(message.message)
 
 
-async def _collect(
-    crew: Crew, outcome: session.Outcome, on_reading: Callable[[Reading], None]
-) -> Exception | None:
+class Readings:
+    """The workers' latest progress readings not passed on yet: counts are the latest, new lags and
+    TTFTs accumulate until `flush` passes them on once."""
+
+    def __init__(self, on_reading: Callable[[Reading], None]) -> None:
+        self._on_reading = on_reading
+        self._latest: dict[int, Reading] = {}
+        self._fresh = False
+
+    def take(self, worker: int, reading: Reading) -> None:
+        old = self._latest.get(worker)
+        if old is not None:  # not passed on yet: keep its new values
+            lags, ttfts = old.lags_ns + reading.lags_ns, old.ttfts_ns + reading.ttfts_ns
+            reading = reading._replace(lags_ns=lags, ttfts_ns=ttfts)
+        self._latest[worker] = reading
+        self._fresh = True
+
+    def flush(self) -> None:
+        """Pass on the merged readings, if any arrived since the last flush."""
+        if not self._fresh:
+            return
+        self._on_reading(merge(list(self._latest.values())))
+        self._latest = {w: r._replace(lags_ns=[], ttfts_ns=[]) for w, r in self._latest.items()}
+        self._fresh = False
+
+
+async def _collect(crew: Crew, outcome: session.Outcome, readings: Readings) -> Exception | None:
     """Take every worker's results into `outcome`, merging their progress readings meanwhile;
-    returns the first failure instead (a worker that died or raised), for the caller to stop on."""
-    latest: dict[int, Reading] = {}
+    returns the first failure instead (a worker that died or raised), for the caller to stop on.
+    Whatever the workers said before a failure is passed on first: a dying worker's last reading
+    counts."""
     while crew.pending:
         await asyncio.sleep(0.2)
-        for worker in sorted(crew.pending):
-            for message in crew.receive(worker):
-                if isinstance(message, Progress):
-                    fresh, old = message.reading, latest.get(worker)
-                    if old is not None:  # not passed on yet: keep its new values
-                        fresh = fresh._replace(
-                            lags_ns=old.lags_ns + fresh.lags_ns, ttfts_ns=old.ttfts_ns + fresh.ttfts_ns
-                        )
-                    latest[worker] = fresh
-                elif isinstance(message, Done):
-                    outcome.results.extend(message.results)
-                    crew.pending.discard(worker)
-                elif isinstance(message, Failed):
-                    crew.lose(worker, "failed")
-                    return _failure(message)
-            if crew.lose_if_gone(worker):
-                return RunAborted("; ".join(crew.lost))
-        if latest:
-            on_reading(merge(list(latest.values())))
-            latest = {w: r._replace(lags_ns=[], ttfts_ns=[]) for w, r in latest.items()}
+        failure = _receive_all(crew, outcome, readings)
+        readings.flush()
+        if failure is not None:
+            return failure
     return None
 
 
+def _receive_all(crew: Crew, outcome: session.Outcome, readings: Readings) -> Exception | None:
+    """Every message waiting from the pending workers; the first failure among them, if any."""
+    for worker in sorted(crew.pending):
+        failed = _receive(crew, worker, outcome, readings, "failed")
+        if failed is not None:
+            return _failure(failed)
+        if crew.lose_if_gone(worker):
+            return RunAborted("; ".join(crew.lost))
+    return None
+
+
+def _receive(
+    crew: Crew, worker: int, outcome: session.Outcome, readings: Readings | None, failed_as: str
+) -> Failed | None:
+    """The messages waiting from `worker`: readings taken (unless None: dropped), results into
+    `outcome`; its failure, if it sent one (it is then lost, `failed_as`)."""
+    failed = None
+    for message in crew.receive(worker):
+        if isinstance(message, Progress):
+            if readings is not None:
+                readings.take(worker, message.reading)
+        elif isinstance(message, Done):
+            outcome.results.extend(message.results)
+            crew.pending.discard(worker)
+        elif isinstance(message, Failed):
+            crew.lose(worker, failed_as)
+            failed = message
+    return failed
+
+
 async def _drain(crew: Crew, outcome: session.Outcome) -> None:
-    """After `Crew.stop`: wait for the stopped workers' last results; count the silent ones as lost."""
+    """After `Crew.stop`: wait for the stopped workers' last results (their readings are no longer
+    shown: the results say it all); count the silent ones as lost."""
     deadline = clock.now_ns() + int(STOP_TIMEOUT_S * 1e9)
     while crew.pending and clock.now_ns() < deadline:
         for worker in sorted(crew.pending):
-            for message in crew.receive(worker):
-                if isinstance(message, Done):
-                    outcome.results.extend(message.results)
-                    crew.pending.discard(worker)
-                elif isinstance(message, Failed):
-                    crew.lose(worker, "failed while stopping")
+            _receive(crew, worker, outcome, None, "failed while stopping")
             crew.lose_if_gone(worker)
         await asyncio.sleep(0.05)
     for worker in sorted(crew.pending):

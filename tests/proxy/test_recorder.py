@@ -222,3 +222,20 @@ def test_a_stalled_recorder_process_costs_drops_never_a_wait(tmp_path: Path) -> 
     assert sample(metrics, "replayproxy_records_dropped_total", reason="queue_full") == 15
     assert sample(metrics, "replayproxy_records_written_total") == 5
     assert len(shapes_of(tmp_path / "traces")) == 5
+
+
+def test_the_recorder_process_runs_on_the_proxys_cpus_unless_told_otherwise(tmp_path: Path) -> None:
+    last = max(os.sched_getaffinity(0))
+
+    async def placed(recorder: Recorder, metrics: ProxyMetrics) -> set[int]:
+        recorder.start()
+        recorder.finished(cap(0))
+        await until(lambda: sample(metrics, "replayproxy_records_written_total") == 1)  # placed by then
+        pid = recorder.child_pid
+        assert pid is not None
+        cpus = os.sched_getaffinity(pid)
+        await recorder.close()
+        return cpus
+
+    assert run(placed(*make(tmp_path / "default"))) == os.sched_getaffinity(0)
+    assert run(placed(*make(tmp_path / "told", recorder_cpus=str(last)))) == {last}

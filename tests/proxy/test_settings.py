@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from replayproxy.config import ConfigError, read_toml
-from replayproxy.proxy.settings import ProxySettings, add_arguments, settings_from_args
+from replayproxy.proxy.settings import ProxySettings, add_arguments, parse_cpus, settings_from_args
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
 
@@ -53,6 +54,10 @@ def test_precedence_flag_env_file_default(tmp_path: Path) -> None:
         (["--upstream", "http://x", "--no-record", "--forwarded-headers", "all"], "forwarded_headers"),
         (["--upstream", "http://x", "--no-record", "--idle-timeout-s", "-1"], "idle_timeout_s"),
         (["--upstream", "http://x", "--no-record", "--backlog", "many"], "--backlog"),
+        (["--upstream", "http://x", "--no-record", "--recorder-cpus", "one"], "recorder_cpus must be CPU"),
+        (["--upstream", "http://x", "--no-record", "--recorder-cpus", "3-1"], "recorder_cpus must be CPU"),
+        (["--upstream", "http://x", "--no-record", "--recorder-cpus", "0,-2"], "recorder_cpus must be CPU"),
+        (["--upstream", "http://x", "--no-record", "--recorder-cpus", "99999"], "CPU 99999 does not exist"),
     ],
 )
 def test_bad_settings_are_one_clear_error(argv: list[str], message: str) -> None:
@@ -107,3 +112,10 @@ def test_small_hash_blocks_need_an_explicit_yes() -> None:
     assert parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "64"]).block_size == 64
     small = parse(["--upstream", "http://x", "--trace-dir", "t", "--block-size", "1", "--allow-small-blocks"])
     assert small.block_size == 1
+
+
+def test_recorder_cpus_are_numbers_and_ranges() -> None:
+    assert parse_cpus("", "recorder_cpus") == frozenset()
+    assert parse_cpus("0", "recorder_cpus") == {0}
+    last = (os.cpu_count() or 1) - 1
+    assert parse_cpus(f"0-{last}, {last}", "recorder_cpus") == set(range(last + 1))

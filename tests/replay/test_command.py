@@ -92,7 +92,16 @@ def slow_server() -> Iterator[Server]:
         yield server
 
 
-def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "inherited"),
+    [(signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_IGN)],
+    ids=["ctrl-c", "sigterm, SIGINT ignored"],
+)
+def test_an_interrupted_run_keeps_its_results(
+    tmp_path: Path, stop: signal.Signals, inherited: signal.Handlers
+) -> None:
+    """Ctrl-C, or SIGTERM (what stops a run whose SIGINT is ignored: a background job of a shell
+    without job control, where a benchmark's Ctrl-C would leave the replay running for good)."""
     shapes = [
         RequestShape(i * 100_000_000, "completions", input_tokens=10, output_tokens=2) for i in range(60)
     ]
@@ -118,13 +127,13 @@ def test_an_interrupted_run_keeps_its_results(tmp_path: Path) -> None:
             text=True,
             # A shell without job control starts background jobs with SIGINT ignored, and a child
             # inherits that (the test then failed whenever CI was started with `&`).
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
         )
         for _ in range(400):  # well into the 6 s trace, however slow the start on a busy machine
             if sum(request.startswith(b"POST") for request in server.requests) >= 10:
                 break
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         _, err = process.communicate(timeout=20)
     assert process.returncode == 130, err
     assert "interrupted" in err

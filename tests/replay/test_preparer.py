@@ -4,6 +4,7 @@ bytes as preparing up front; the window holds only what its horizon and byte lim
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -211,3 +212,55 @@ def test_a_preparer_that_dies_is_an_error_not_a_hang(chat_trace: Path) -> None:
             received([held])
     finally:
         broken.close()
+
+
+def test_a_sender_gets_what_was_planned_for_it_while_another_sender_is_not_reading(tmp_path: Path) -> None:
+    """The preparer never waits on one sender's full pipe while another's planned request sits in
+    a batch it has not written: that sender would wait for it, as long as the other does not read."""
+    shapes = [RequestShape(i * 10_000_000, "completions", "m", True, 20_000, 2) for i in range(60)]
+    big = traces.write(tmp_path / "big.rpt", shapes)  # ~110 KB a body: a pipe holds a few
+    expected = upfront_wires(big)
+    schedule = whole_schedule(big)
+    sparse = np.array([2, 59])  # one early request, and its next one at the end of the plan
+    busy = np.setdiff1d(np.arange(len(expected)), sparse)
+    preparer = Preparer((str(big),))
+
+    async def first_of(held: window.Window) -> None:
+        async with asyncio.timeout(20):
+            await window.fill(held, until_ns=0)
+
+    try:
+        idle, wanting = windows_for(preparer, schedule, [busy, sparse])
+        try:
+            asyncio.run(first_of(wanting))  # while `idle` reads nothing
+            assert wanting.received >= 1 and wanting.take(0)[1] == expected[2]
+        finally:
+            idle.close()
+            wanting.close()
+    finally:
+        preparer.close()
+
+
+def test_requests_moved_to_a_sender_each_get_a_place_past_its_schedule(chat_trace: Path) -> None:
+    """A sender's own schedule, plus requests moved to it as they are planned (edited-reply
+    continuations of its turns), minus its requests moved away: each counted once, none lost."""
+    schedule = whole_schedule(chat_trace).take(np.arange(3))
+    expected = upfront(chat_trace)
+    reading, writing = multiprocessing.Pipe(duplex=False)
+    held = window.Window(schedule, feed.FeedReader(reading))
+    try:
+        own, moved_away, *_ = expected[:2]
+        writing.send_bytes(feed.encode([(own, b"own"), (expected[5], b"joined", feed.JOINED)]))
+        assert held.read() and held.joined == [3] and held.to_send == 4
+        held.joined.clear()  # the runner took them in
+        writing.send_bytes(feed.encode([(moved_away, b"", feed.MOVED), (expected[6], b"again", feed.JOINED)]))
+        writing.send_bytes(feed.encode([(expected[2], b"last")]))
+        writing.send_bytes(b"")
+        while not held.complete:
+            held.read()
+        assert held.joined == [4] and held.moved == [1] and held.to_send == 4
+        assert [held.take(p)[1] for p in (0, 2, 3, 4)] == [b"own", b"last", b"joined", b"again"]
+        assert not held.has(1) and not held.missing(1)  # arrived, but another sender sends it
+    finally:
+        held.close()
+        writing.close()

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import multiprocessing
 from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
 
 import pytest
 
 from replayproxy import clock
+from replayproxy.errors import RunAborted
+from replayproxy.replay import feed
+from replayproxy.replay import runner as runner_module
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.plan import Prepared, Schedule, schedule_of
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
@@ -139,3 +145,65 @@ def test_closed_loop_holds_a_request_the_planner_linked_until_the_turn_it_extend
         replay(slow, prepared, 2, schedule_of(prepared)._replace(after=unlinked.after), timeout_s=5)
     )
     assert open_loop[1].scheduled_ns == 10_000_000  # open loop: at its offset
+
+
+async def fed_replay(
+    prepared: list[Prepared],
+    feed_it: Callable[[Connection, Target], Awaitable[None]],
+    timeout_s: float = 20.0,
+) -> list[ReplayResult]:
+    """`prepared` sent from a window that a preparer's pipe fills, `feed_it` writing into that pipe
+    while the run goes; the whole run bounded by `timeout_s` (a hang fails the test)."""
+    async with serving(answer) as server:
+        target = Target.parse(server.url)
+        pool = Pool(target, clock.now_ns)
+        await pool.fill(2)
+        reading, writing = multiprocessing.Pipe(duplex=False)
+        window = Window(schedule_of(prepared), feed.FeedReader(reading))
+        runner = Runner(window, pool, clock=clock.now_ns, timeout_s=5)
+        feeding = asyncio.ensure_future(feed_it(writing, target))
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await runner.run(clock.now_ns() + 20_000_000)
+        finally:
+            feeding.cancel()
+            window.close()
+            writing.close()
+            pool.close()
+
+
+def batch(target: Target, *prepared: Prepared) -> bytes:
+    return feed.encode([(p, target.request_bytes("POST", p.path, p.body)) for p in prepared])
+
+
+def test_a_due_request_whose_body_does_not_come_is_reported_then_sent_when_it_does(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stall says what the send loop waits for (never silence), and when it goes on."""
+    monkeypatch.setattr(runner_module, "STALL_NOTICE_NS", 300_000_000)
+    first, second = plan(2, 50_000_000)
+
+    async def feed_it(pipe: Connection, target: Target) -> None:
+        pipe.send_bytes(batch(target, first))
+        while "has not arrived from the preparer" not in caplog.text:
+            await asyncio.sleep(0.05)
+        pipe.send_bytes(batch(target, second))
+        pipe.send_bytes(b"")
+
+    with caplog.at_level(logging.WARNING, logger="replayproxy.replay"):
+        results = asyncio.run(fed_replay([first, second], feed_it))
+    assert [(r.index, r.error, r.prepared_late) for r in results] == [(0, "", False), (1, "", True)]
+    assert "nothing sent or answered for 0 s, 1 of 2 requests to send: the request due 0 s ago" in caplog.text
+    assert "(trace row 1) has not arrived from the preparer, which has delivered 1 of 2" in caplog.text
+    assert "sending again after 0 s without a send or an answer" in caplog.text
+
+
+def test_a_preparer_that_ends_early_ends_the_run_instead_of_leaving_it_waiting() -> None:
+    """The feeder's failure reaches the send loop: the request it waits for can never come."""
+
+    async def feed_it(pipe: Connection, target: Target) -> None:
+        pipe.send_bytes(batch(target, *plan(1, 0)))
+        pipe.close()  # the preparer process died
+
+    with pytest.raises(RunAborted, match="the preparer process ended"):
+        asyncio.run(fed_replay(plan(3, 30_000_000), feed_it))

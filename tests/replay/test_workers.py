@@ -24,8 +24,10 @@ from replayproxy.replay import preparation, session, workers
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.progress import Reading
 from replayproxy.results import ReplayResult
+from replayproxy.shape import prefix_block_hashes
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.server import serving
+from tests.e2e.test_replay_sessions import MS, session_shapes
 from tests.replay import traces
 
 Watch = Callable[[Reading, "asyncio.Task[None]"], None]
@@ -41,14 +43,16 @@ def long_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def run(
-    trace: Path, tmp_path: Path, speed: float, watch: Watch | None = None
+    trace: Path, tmp_path: Path, speed: float, watch: Watch | None = None, **settings: object
 ) -> tuple[preparation.RunPlan, session.Outcome, list[Reading], asyncio.CancelledError | None]:
     """A two-worker run of `trace` against an in-process sim: the plan, what was collected, the
-    merged readings and its interruption, if any. `watch` sees every merged reading."""
+    merged readings and its interruption, if any. `watch` sees every merged reading; `settings`:
+    more of the ReplayOptions."""
     async with serving(SimConfig(port=0, speed=20.0)) as url:
         options = ReplayOptions(
             target=url, output=str(tmp_path / "r.rpr"), traces=(str(trace),), workers=2,
             flavor="vllm", calibrate=False, reset_prefix_cache=False, quiet=True, speed=speed,
+            **settings,  # type: ignore[arg-type]
         )  # fmt: skip
         plan = await preparation.prepare_run(options)
         outcome = session.Outcome()
@@ -67,6 +71,8 @@ async def run(
             await task
         except asyncio.CancelledError as e:
             ended = e
+        finally:
+            plan.close()  # the preparer process
     return plan, outcome, readings, ended
 
 
@@ -101,6 +107,81 @@ def test_an_interrupt_stops_every_worker_and_keeps_what_each_had(long_trace: Pat
     assert {r.worker for r in outcome.results} == {0, 1}  # both stopped workers answered
     assert {r.error for r in outcome.results} <= {"", "client_cancel"}  # in flight at the stop: cancelled
     assert not live_workers()
+
+
+@pytest.fixture(scope="module")
+def edited_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three-turn sessions, and for every other one a request that extends its second turn with an
+    edited reply (a new session to the proxy): closed loop links each to that turn as it is planned."""
+    shapes = session_shapes(sessions=8, turns=3)
+    followers = []
+    for s in range(0, 8, 2):
+        second = next(shape for shape in shapes if shape.session == 1000 + s and shape.turn == 1)
+        base = s * 10_000
+        edited, new = range(500_000 + s * 100, 500_012 + s * 100), range(600_000 + s * 100, 600_020 + s * 100)
+        units = [*range(base, base + 128), *edited, *new]  # its prompt, the edited reply, a new message
+        followers.append(second._replace(
+            offset_ns=second.offset_ns + 80 * MS, session=0, turn=0, think_ns=-1, roles="suauau",
+            input_tokens=len(units), prefix_hashes=prefix_block_hashes(units, 16, b"k"),
+            prefix_units=len(units),
+        ))  # fmt: skip
+    path = tmp_path_factory.mktemp("workers") / "edited.rpt"
+    return traces.write(path, sorted([*shapes, *followers], key=lambda shape: shape.offset_ns))
+
+
+def follower_links(results: list[ReplayResult]) -> dict[int, tuple[int, int]]:
+    """Each edited-reply follower (no session of its own) -> (the turn it waited for, how long
+    after that turn's end it was sent, ns)."""
+    by_index = {r.index: r for r in results}
+    out = {}
+    for r in results:
+        if r.session == 0:
+            leader = by_index[r.after] if r.after >= 0 else None
+            out[r.index] = (r.after, r.sent_ns - (leader.sent_ns + leader.e2e_ns) if leader else -1)
+    return out
+
+
+@pytest.mark.slow
+def test_an_edited_reply_continuation_waits_for_its_turn_whichever_worker_was_dealt_it(
+    edited_trace: Path, tmp_path: Path
+) -> None:
+    """The planner links it to a turn as it is planned, after the deal: when another worker sends
+    that turn, the request moves there and waits for that turn's end, as with one sender."""
+    plan, outcome, _, ended = asyncio.run(
+        run(edited_trace, tmp_path, 1.0, sessions="closed", replies="planned")
+    )
+    assert ended is None and all(r.error == "" for r in outcome.results)
+    assert len(outcome.results) == plan.requests == 8 * 3 + 4
+    links = follower_links(outcome.results)
+    assert len(links) == 4
+    worker_of = {r.index: r.worker for r in outcome.results}
+    dealt = {
+        int(plan.schedule.trace_index[p]): w for w, share in enumerate(plan.deal(2)) for p in share.tolist()
+    }
+    assert any(dealt[index] != dealt[after] for index, (after, _) in links.items())  # some had to move
+    for index, (after, waited_ns) in links.items():
+        assert after >= 0 and waited_ns >= 0  # sent after the end of the turn it extends
+        assert worker_of[index] == worker_of[after]
+    alone = asyncio.run(alone_run(edited_trace, tmp_path))
+    assert {i: a for i, (a, _) in links.items()} == {i: a for i, (a, _) in follower_links(alone).items()}
+
+
+async def alone_run(trace: Path, tmp_path: Path) -> list[ReplayResult]:
+    """The same closed-loop run from one sender."""
+    async with serving(SimConfig(port=0, speed=20.0)) as url:
+        options = ReplayOptions(
+            target=url, output=str(tmp_path / "one.rpr"), traces=(str(trace),), flavor="vllm",
+            calibrate=False, reset_prefix_cache=False, quiet=True, sessions="closed", replies="planned",
+        )  # fmt: skip
+        plan = await preparation.prepare_run(options)
+        try:
+            outcome = await session.run_local(
+                options, plan.share(options, plan.send), plan.pool_size, session.start_ns_for(options),
+                closed_loop=plan.closed_loop,
+            )  # fmt: skip
+        finally:
+            plan.close()
+    return outcome.results
 
 
 # The parent's side of the protocol, against scripted workers: forked children (or, where the
@@ -160,7 +241,8 @@ async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[R
         await workers._expect_ready(crew, worker, pipe)
     for pipe in crew.pipes:
         pipe.send(workers.Start(1))
-    failure = await workers._collect(crew, outcome, readings.append)
+    passed_on = workers.Readings(readings.append)
+    failure = await workers._collect(crew, outcome, passed_on)
     if failure is not None:
         crew.stop()
         await workers._drain(crew, outcome)
@@ -169,13 +251,17 @@ async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[R
 
 def test_a_dead_worker_costs_its_own_share_and_the_stopped_ones_answer() -> None:
     outcome = session.Outcome()
+    readings: list[Reading] = []
     with crew_of("wait-for-stop", "die") as crew:
-        failure = asyncio.run(collect(crew, outcome, []))
+        failure = asyncio.run(collect(crew, outcome, readings))
     assert isinstance(failure, RunAborted)
     assert str(failure) == "worker 1 was killed by SIGKILL: its 5 requests are missing"
     assert crew.lost == [str(failure)] and not crew.pending
     assert outcome.results == RESULTS[:2]  # the survivor's results, sent when it was stopped
     assert not [p for p in crew.processes if p.is_alive()]
+    # the reading the dead worker sent just before it died is passed on, next to the survivor's
+    assert readings and (readings[-1].total, readings[-1].sent, readings[-1].done) == (10, 4, 2)
+    assert sum(len(r.lags_ns) for r in readings) == 2 and sum(len(r.ttfts_ns) for r in readings) == 2
 
 
 @pytest.mark.parametrize(("script", "error"), [("user-error", RunAborted), ("bug", workers.WorkerCrashed)])
@@ -233,7 +319,7 @@ def test_readings_merge_across_workers_and_none_is_lost_between_polls() -> None:
     second.send(workers.Done(RESULTS[3:]))
     readings: list[Reading] = []
     outcome = session.Outcome()
-    assert asyncio.run(workers._collect(crew, outcome, readings.append)) is None
+    assert asyncio.run(workers._collect(crew, outcome, workers.Readings(readings.append))) is None
     assert outcome.results == RESULTS and not crew.pending and not crew.lost
     merged = readings[0]
     assert (merged.total, merged.sent, merged.done, merged.errors) == (5, 5, 4, 1)

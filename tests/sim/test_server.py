@@ -3,11 +3,13 @@
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from tests.sim.conftest import RunningSim
 from tests.sim.helpers import MODEL, chat_body, first_content_ns, get, metric, post, read_truth
@@ -18,6 +20,22 @@ FAST = {"speed": 20.0}
 
 def _client(sim: RunningSim) -> openai.OpenAI:
     return openai.OpenAI(base_url=sim.url + "/v1", api_key="unused", max_retries=0)
+
+
+def _stream_chat(
+    client: openai.OpenAI, content: str, max_tokens: int, stream_options: Any = openai.NOT_GIVEN
+) -> list[ChatCompletionChunk]:
+    """The chunks of a streamed chat request of one user message, generated to `max_tokens`."""
+    return list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": content}],
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options=stream_options,
+            extra_body={"ignore_eos": True},
+        )
+    )
 
 
 def test_models_health_version(start_sim: StartSim) -> None:
@@ -57,16 +75,7 @@ def test_sync_chat_non_streaming(start_sim: StartSim) -> None:
 def test_sync_chat_stream_role_first_then_content_then_usage(start_sim: StartSim) -> None:
     sim = start_sim(**FAST)
     with _client(sim) as client:
-        chunks = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": "hi"}],
-                max_tokens=6,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body={"ignore_eos": True},
-            )
-        )
+        chunks = _stream_chat(client, "hi", 6, {"include_usage": True})
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
     content = [c for c in chunks[1:] if c.choices]
     assert len(content) == 6 and all(c.choices[0].delta.content for c in content)
@@ -115,16 +124,7 @@ def test_without_ignore_eos_lengths_vary_and_end_with_stop(start_sim: StartSim) 
 def test_continuous_usage_reasoning_and_several_tokens_per_chunk(start_sim: StartSim) -> None:
     sim = start_sim(tokens_per_chunk=3, reasoning_tokens=4, **FAST)
     with _client(sim) as client:
-        chunks = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": "think"}],
-                max_tokens=10,
-                stream=True,
-                stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
-                extra_body={"ignore_eos": True},
-            )
-        )
+        chunks = _stream_chat(client, "think", 10, {"include_usage": True, "continuous_usage_stats": True})
     assert all(c.usage is not None for c in chunks)
     deltas = [c.choices[0].delta for c in chunks[1:] if c.choices]
     reasoning = [getattr(d, "reasoning_content", None) for d in deltas]
@@ -137,15 +137,7 @@ def test_continuous_usage_reasoning_and_several_tokens_per_chunk(start_sim: Star
 def test_split_writes_still_parse(start_sim: StartSim) -> None:
     sim = start_sim(split_writes=True, **FAST)
     with _client(sim) as client:
-        chunks = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": "hi"}],
-                max_tokens=4,
-                stream=True,
-                extra_body={"ignore_eos": True},
-            )
-        )
+        chunks = _stream_chat(client, "hi", 4)
     assert len(chunks) == 5
     assert len(read_truth(sim.truth, 1)[0]["chunk_ns"]) == 6  # every event stamped after its last piece
 
@@ -208,15 +200,7 @@ def test_first_byte_delay_and_stall_show_in_timing(start_sim: StartSim) -> None:
     sim = start_sim(first_byte_delay=0.3, stall_rate=1.0, stall_seconds=0.4, **FAST)
     start = time.perf_counter()
     with _client(sim) as client:
-        chunks = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=[{"role": "user", "content": "x"}],
-                max_tokens=8,
-                stream=True,
-                extra_body={"ignore_eos": True},
-            )
-        )
+        chunks = _stream_chat(client, "x", 8)
     assert len(chunks) == 9 and time.perf_counter() - start >= 0.7
     [record] = read_truth(sim.truth, 1)
     assert first_content_ns(record) - record["arrival_ns"] >= 0.3e9
