@@ -7,10 +7,12 @@ the import time (parse + hash chains + trace write), the time to merely orjson-p
 (the floor any JSON importer pays) and their ratio, then the export back to Mooncake. With
 --formats, each export (and the import) also runs as `replayproxy` in a child process, printing
 its time and peak RSS, and what it wrote is imported back (formats that import), at --lines and
-at a quarter of it (time per row should stay flat). The id formats use --block-size 512 there
-(the source's blocks): 16-token ids of these 12k-token prompts are 770 M ids per million rows.
+at a quarter of it (time per row should stay flat); `--formats all` runs every export format
+(the text-prompt ones on a fiftieth of the rows: their files are ~50 KB a request). The id
+formats use --block-size 512 there (the source's blocks): 16-token ids of these 12k-token
+prompts are 770 M ids per million rows.
 
-    .venv/bin/python benchmarks/import_scale.py [--lines 1000000] [--formats mooncake,bailian,...]
+    .venv/bin/python benchmarks/import_scale.py [--lines 1000000] [--formats all|mooncake,bailian,...]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import orjson
 from replayproxy.formats import mooncake
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportOptions, paused_gc, write_imported
+from replayproxy.formats.registry import exporters
 from replayproxy.trace import load
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared/data/traces/conversation_trace.jsonl"
@@ -85,6 +88,11 @@ def timed_cli(*args: str) -> tuple[float, int]:
 
 
 IMPORTABLE = {"mooncake", "bailian", "azure", "burstgpt", "jsonl"}
+ID_FORMATS = ("mooncake", "bailian", "jsonl")
+# Prompt text of these 12k-token requests is ~50 KB a row (60 GB per million): they run on a
+# fiftieth of the rows, which shows whether memory and time per row stay flat.
+TEXT_FORMATS = {"vllm-custom", "aiperf"}
+TEXT_SHARE = 50
 
 
 def scale_table(lines: int, formats: list[str], block: int) -> None:
@@ -103,11 +111,18 @@ def scale_table(lines: int, formats: list[str], block: int) -> None:
             make_file(source, rows)
             seconds, peak = timed_cli("import", str(source), "-f", "mooncake", "-o", str(trace))
             line("import mooncake", rows, seconds, peak, source)
+            if TEXT_FORMATS & set(formats):
+                few = max(rows // TEXT_SHARE, 1)
+                make_file(source, few)
+                timed_cli("import", str(source), "-f", "mooncake", "-o", str(Path(tmp) / "few.rpt"))
+            source.unlink()
             for fmt in formats:
                 out, back = Path(tmp) / f"out.{fmt}", Path(tmp) / "back.rpt"
-                blocks = ["--block-size", str(block)] if fmt in ("mooncake", "bailian", "jsonl") else []
-                seconds, peak = timed_cli("export", str(trace), "-f", fmt, "-o", str(out), *blocks)
-                line(f"export {fmt}", rows, seconds, peak, out)
+                text = fmt in TEXT_FORMATS
+                exported = Path(tmp) / "few.rpt" if text else trace
+                blocks = ["--block-size", str(block)] if fmt in ID_FORMATS else []
+                seconds, peak = timed_cli("export", str(exported), "-f", fmt, "-o", str(out), *blocks)
+                line(f"export {fmt}", few if text else rows, seconds, peak, out)
                 if fmt in IMPORTABLE:
                     seconds, peak = timed_cli("import", str(out), "-f", fmt, "-o", str(back), *blocks)
                     line(f"import {fmt}", rows, seconds, peak, out)
@@ -119,12 +134,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument(
-        "--formats", help="comma-separated formats: export, then import back, as CLI runs (peak memory)"
+        "--formats",
+        help="comma-separated formats, or all: export, then import back, as the CLI runs them (peak memory)",
     )
     parser.add_argument("--block-size", type=int, default=512, help="tokens per id in id formats (--formats)")
     args = parser.parse_args()
     if args.formats:
-        scale_table(args.lines, args.formats.split(","), args.block_size)
+        formats = list(exporters()) if args.formats == "all" else args.formats.split(",")
+        scale_table(args.lines, formats, args.block_size)
         return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the budget says

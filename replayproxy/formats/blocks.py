@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from replayproxy.errors import BadInputFile, BadOption
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, release_pages
+from replayproxy.trace.reuse import value_ranges
 
 
 def source_blocks(cols: Columns) -> tuple[int, str]:
@@ -57,26 +58,29 @@ def iter_block_ids(
     """`block_ids` for consecutive chunks of requests (flat ids, counts), numbered across chunks.
 
     Only blocks whose recorded hash occurs more than once can ever share an id, so the table
-    carried from chunk to chunk holds those identities alone, not every block of the trace.
+    carried from chunk to chunk holds those identities alone, not every block of the trace. A
+    chunk's hashes are released from memory once it is numbered (trace.release_pages), so a trace
+    loaded with its hashes on disk is read through, never held.
     """
     if block_tokens <= 0:
         raise BadOption(f"--block-size must be positive, got {block_tokens}")
     size, unit = source_blocks(cols)
     tokens = input_tokens_of(cols)
     recurring = _recurring(cols.prefix_hashes)
-    known = _Numbered()
-    next_id = 0
     all_counts = -(-tokens // block_tokens)
     ends = np.cumsum(all_counts)
-    cuts = np.searchsorted(
-        ends, np.arange(blocks_per_chunk, int(ends[-1]) if len(ends) else 0, blocks_per_chunk)
-    )
+    total = int(ends[-1]) if len(ends) else 0
+    mixed = unit != "token" or block_tokens % size != 0
+    known: _Numbered | _NumberedByHash = _Numbered() if mixed else _NumberedByHash(len(recurring), total)
+    next_id = 0
+    cuts = np.searchsorted(ends, np.arange(blocks_per_chunk, total, blocks_per_chunk))
     bounds = np.unique(np.concatenate([[0], cuts + 1, [len(tokens)]])).tolist()
     for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
         rows = slice(first, stop)
         counts = all_counts[rows]
         where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
         ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
+        release_pages(cols.prefix_hashes[int(cols.prefix_index[first]) : int(cols.prefix_index[stop])])
         yield ids, counts
 
 
@@ -94,56 +98,53 @@ def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list
 
 
 def repeated_ids(cols: Columns, block_tokens: int) -> np.ndarray:
-    """The sorted ids that `iter_block_ids` gives to more than one block (a first pass over the trace).
+    """Which ids `iter_block_ids` gives to more than one block (a first pass over the trace), as a
+    bit per id (ids are consecutive from 0): `is_repeated(bits, ids)` reads it. One bit per
+    block of the trace, whatever its sharing, instead of a sorted array of the repeated ids.
 
     Fresh ids are used once, so an id repeats when it occurs twice in one chunk or comes back in a
-    later chunk (numbered before that chunk starts): both sets are bounded by the shared blocks.
+    later chunk (numbered before that chunk starts).
     """
-    parts: list[np.ndarray] = []
+    blocks = int(np.sum(-(-input_tokens_of(cols) // block_tokens))) if block_tokens > 0 else 0
+    bits = np.zeros((blocks + 7) // 8, np.uint8)
     numbered = 0  # ids below this were handed out in earlier chunks
     for ids, _ in iter_block_ids(cols, block_tokens):
         unique, counts = np.unique(ids, return_counts=True)
-        parts.append(unique[(counts > 1) | (unique < numbered)])
+        _set_bits(bits, unique[(counts > 1) | (unique < numbered)])
         if len(unique):
             numbered = max(numbered, int(unique[-1]) + 1)
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return bits
 
 
-HASHES_PER_BUCKET = 1 << 21  # hashes of one value range counted at a time (16 MB of them)
-MAX_BUCKETS = 64  # passes over the hashes at most: huge traces take bigger ranges, not more passes
-HASHES_PER_SLICE = 1 << 22  # hashes scanned at a time within a pass
+def _set_bits(bits: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of sorted, distinct `ids` (ids sharing a byte are OR-ed together first)."""
+    if not len(ids):
+        return
+    at = ids >> 3
+    masks = np.left_shift(1, ids & 7).astype(np.uint8)
+    starts = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
+    bits[at[starts]] |= np.bitwise_or.reduceat(masks, starts)
+
+
+def is_repeated(bits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per id, whether `repeated_ids` found it on more than one block."""
+    found: np.ndarray = ((bits[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(bool)
+    return found
 
 
 def _recurring(hashes: np.ndarray) -> np.ndarray:
     """Sorted recorded hashes that occur at least twice (the only ones behind a shared id).
 
     Exact answers need every distinct hash at hand, so instead of one sorted copy of all hashes
-    each pass counts one range of values (by the top bits), a slice at a time: the working set is
-    the distinct hashes of one range, plus the answer itself (8 bytes per recurring hash).
+    each pass counts one range of values (trace.reuse.value_ranges): the working set is one
+    range's hashes, plus the answer itself (8 bytes per recurring hash); a mapped trace is read
+    a slice at a time and never resident as a whole.
     """
-    if not len(hashes):
-        return hashes.copy()
-    buckets = 1
-    while buckets < MAX_BUCKETS and buckets * HASHES_PER_BUCKET < len(hashes):
-        buckets *= 2
-    shift = np.uint64(64 - buckets.bit_length() + 1)
-    found = [_recurring_in_range(hashes, shift, bucket) for bucket in range(buckets)]
+    found = [np.zeros(0, hashes.dtype)]
+    for values, _ in value_ranges(hashes):
+        unique, counts = np.unique(values, return_counts=True)
+        found.append(unique[counts > 1])
     return np.sort(np.concatenate(found))
-
-
-def _recurring_in_range(hashes: np.ndarray, shift: np.uint64, bucket: int) -> np.ndarray:
-    """The recurring hashes whose top bits are `bucket`, counted over slices of the hashes."""
-    distinct: list[np.ndarray] = []  # per slice, each distinct hash of the range once
-    repeated: list[np.ndarray] = []  # per slice, those that occur twice inside it
-    for start in range(0, len(hashes), HASHES_PER_SLICE):
-        part = hashes[start : start + HASHES_PER_SLICE]
-        top = part.astype(np.uint64, copy=False) >> shift if shift < 64 else np.zeros(len(part), np.uint64)
-        unique, counts = np.unique(part[top == np.uint64(bucket)], return_counts=True)
-        distinct.append(unique)
-        repeated.append(unique[counts > 1])
-    merged = np.sort(np.concatenate(distinct))
-    across = merged[1:][merged[1:] == merged[:-1]]  # seen in more than one slice
-    return np.unique(np.concatenate([across, *repeated]))
 
 
 def _shareable(
@@ -156,7 +157,9 @@ def _shareable(
     unit: str,
     recurring: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Flat positions (in the chunk) of blocks that may share an id, and their identities."""
+    """Flat positions (in the chunk) of blocks that may share an id, and their identities: the
+    recorded hash's index in `recurring` when one target block ends in each recorded block, else
+    the hash mixed with the target block's position."""
     first = rows.start
     row = np.repeat(np.arange(len(counts)), counts)
     j = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -181,7 +184,8 @@ def _shareable(
     if unit != "token" or block_tokens % size:
         # Several target blocks can end in one recorded block: the position joins the key.
         identity = _mix(identity ^ (j[where].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-    return where, identity
+        return where, identity
+    return where, at[seen_twice]  # the hash's place among the recurring ones stands for it
 
 
 class _Numbered:
@@ -207,8 +211,23 @@ class _Numbered:
         self.ids = np.insert(self.ids, at, ids)
 
 
+class _NumberedByHash:
+    """Ids of recurring hashes, by the hash's index in the sorted recurring set: 4 bytes per
+    recurring hash (8 past 2**31 blocks), allocated once, never copied; -1 until numbered."""
+
+    def __init__(self, recurring: int, blocks: int) -> None:
+        self.ids = np.full(recurring, -1, np.int32 if blocks < 2**31 else np.int64)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        found: np.ndarray = self.ids[keys].astype(np.int64)
+        return found
+
+    def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        self.ids[keys] = ids
+
+
 def _number(
-    total: int, where: np.ndarray, identity: np.ndarray, known: _Numbered, next_id: int
+    total: int, where: np.ndarray, identity: np.ndarray, known: _Numbered | _NumberedByHash, next_id: int
 ) -> tuple[np.ndarray, int]:
     """Consecutive ints in order of first appearance; blocks at `where` with equal identity share one.
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, release_pages
 
 CHUNK_ROWS = 16_384  # rows turned into text at a time: memory does not grow with the trace
 
@@ -33,7 +33,9 @@ def _cells(value: Any, lo: int, hi: int) -> list[Any]:
     if isinstance(value, tuple):
         flat, index = value
         first = int(index[lo])
-        text = flat[first : int(index[hi])].astype(str)
+        values = flat[first : int(index[hi])]
+        text = values.astype(str)
+        release_pages(values)  # a mapped column is read through, not held
         bounds = (index[lo : hi + 1] - first).tolist()
         return [" ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if value.dtype == np.bool_:

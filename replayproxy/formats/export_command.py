@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import functools
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ FIELDS_READ: dict[str, tuple[str, ...]] = {
     "jsonl": (*_LENGTHS, "endpoint", "stream", "turn", "session"),
     "azure": _LENGTHS,
     "burstgpt": _LENGTHS,
+    # the profile's fits and the `inspect` figures it carries (workload_stats)
+    "profile": (*_LENGTHS, "endpoint", "stream", "session", "ttft_ns", "e2e_ns"),
 }
 EXAMPLES = (
     "replayproxy export traces/ --format mooncake -o trace.jsonl",
@@ -89,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     if args.block_size is not None and args.block_size <= 0:
         raise BadOption(f"--block-size must be positive, got {args.block_size}")
     read = FIELDS_READ.get(args.format)
-    cols = trace.load(args.traces, fields=None if read is None else (*EVERY_EXPORT_READS, *read))
+    fields = None if read is None else (*EVERY_EXPORT_READS, *read)
+    # hashes and chunk gaps stay in a mapped temporary file: writers go through them a chunk at a time
+    cols = trace.load(args.traces, fields=fields, ragged_on_disk=True)
     if not len(cols):
         raise BadInputFile("the traces hold no readable requests" + _losses(cols.report))
     notes: list[str] = []
@@ -127,11 +132,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _model(cols: trace.Columns, given: str | None) -> tuple[str, list[str]]:
-    """The model for the printed commands, and a note when the trace names several."""
-    names, counts = np.unique(cols.model.astype(str), return_counts=True)
+    """The model for the printed commands, and a note when the trace names several.
+
+    Counted over the column's objects (the few distinct names are shared), not as a fixed-width
+    string array of every row.
+    """
     if given:
         return given, []
-    named = [(str(n), int(c)) for n, c in zip(names, counts, strict=True) if n]
+    tally = collections.Counter(map(str, cols.model.tolist()))
+    names = sorted(tally)
+    named = [(n, tally[n]) for n in names if n]
     if len(named) == 1 and len(names) == 1:
         return named[0][0], []
     if not named:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, is_mapped, mapped_array, ragged_rows, release_pages
 
 # The replayer's prompt synthesis, injected by the export command (formats may not import replay):
 # the prompt text of every request, in arrival order, as the replayer would send it, one at a time.
@@ -111,11 +111,24 @@ def select_rows(cols: Columns, rows: np.ndarray) -> Columns:
     )
 
 
+TAKEN_ROWS = 1 << 16  # rows of a mapped ragged column copied at a time
+
+
 def _take_ragged(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The `rows` of a ragged column and their index; a mapped column's rows go to a new map, a
+    chunk of rows at a time (a trace's hashes are never all in memory)."""
     lengths = np.diff(index)[rows]
     new_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    positions = np.arange(int(new_index[-1])) + np.repeat(index[rows] - new_index[:-1], lengths)
-    return flat[positions], new_index
+    if not is_mapped(flat):
+        return ragged_rows(flat, index, rows)[0], new_index
+    chunks = (ragged_rows(flat, index, rows[i : i + TAKEN_ROWS])[0] for i in range(0, len(rows), TAKEN_ROWS))
+    return mapped_array(_released_after(chunks, flat), flat.dtype), new_index
+
+
+def _released_after(chunks: Iterator[np.ndarray], flat: np.ndarray) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        yield chunk
+        release_pages(flat)
 
 
 def session_labels(cols: Columns) -> list[str | None]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import iter_block_ids, repeated_ids
+from replayproxy.formats.blocks import is_repeated, iter_block_ids, repeated_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import ExportOptions, ExportResult, session_labels, write_json_lines
 from replayproxy.formats.importing import (
@@ -185,9 +185,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
         first += len(counts)
         seconds = ((cols.offset_ns[rows] - origin) / 1e9).round(6).tolist()
         inputs = np.maximum(cols.input_tokens[rows], 0)
-        at = np.minimum(np.searchsorted(repeated, flat), max(len(repeated) - 1, 0))
-        is_repeated = repeated[at] == flat if len(repeated) else np.zeros(len(flat), bool)
-        full = np.minimum(_leading_run(is_repeated, counts), inputs // block).tolist()
+        full = np.minimum(_leading_run(is_repeated(repeated, flat), counts), inputs // block).tolist()
         starts = (np.cumsum(counts) - counts).tolist()
         columns = (
             cols.scalar["output_tokens"][rows].tolist(),

@@ -1,4 +1,5 @@
-"""Parquet export (optional extra `pyarrow`): the columns of `request_columns.COLUMNS`, lists kept."""
+"""Parquet export (optional extra `pyarrow`): the columns of `request_columns.COLUMNS`, lists kept,
+written a row group at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy as np
 from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, release_pages
+
+ROW_GROUP_ROWS = 1 << 16  # rows converted and written at a time: memory does not grow with the trace
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
@@ -21,20 +24,40 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     except ImportError as e:
         raise BadOption("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
     columns = request_columns(cols)
-    arrays: dict[str, Any] = {}
-    for name, kind in COLUMNS.items():
-        value = columns[name]
-        if isinstance(value, tuple):
-            flat, index = value
-            item = pa.uint64() if kind == "list<uint64>" else pa.uint32()
-            lists = pa.ListArray if index[-1] < 2**31 else pa.LargeListArray
-            offsets = pa.array(index, pa.int32() if lists is pa.ListArray else pa.int64())
-            arrays[name] = lists.from_arrays(offsets, pa.array(flat, item))
-        elif kind == "string":
-            arrays[name] = pa.array(value.tolist(), pa.string())
-        else:
-            arrays[name] = pa.array(np.asarray(value))
     note = header_note(cols)
     metadata = {b"replayproxy.note": note.encode(), b"replayproxy.columns": repr(COLUMNS).encode()}
-    pq.write_table(pa.table(arrays).replace_schema_metadata(metadata), str(path), compression="zstd")
+    # lists past 2**31 values need 64-bit offsets: one type for every row group
+    wide = {name: int(value[1][-1]) >= 2**31 for name, value in columns.items() if isinstance(value, tuple)}
+    writer = None
+    try:
+        for lo in range(0, max(len(cols), 1), ROW_GROUP_ROWS):
+            hi = min(len(cols), lo + ROW_GROUP_ROWS)
+            arrays = {
+                name: _arrow(pa, columns[name], kind, lo, hi, wide.get(name, False))
+                for name, kind in COLUMNS.items()
+            }
+            table = pa.table(arrays)
+            table = table.replace_schema_metadata(metadata)
+            if writer is None:
+                writer = pq.ParquetWriter(str(path), table.schema, compression="zstd")
+            writer.write_table(table)
+            for flat, index in (v for v in columns.values() if isinstance(v, tuple)):
+                release_pages(flat[int(index[lo]) : int(index[hi])])  # Arrow read them in place
+    finally:
+        if writer is not None:
+            writer.close()
     return ExportResult(len(cols), [note, f"duckdb -c \"SELECT count(*) FROM '{path}'\""])
+
+
+def _arrow(pa: Any, value: Any, kind: str, lo: int, hi: int, wide: bool) -> Any:
+    """One column's rows [lo, hi) as an Arrow array."""
+    if isinstance(value, tuple):
+        flat, index = value
+        item = pa.uint64() if kind == "list<uint64>" else pa.uint32()
+        lists = pa.LargeListArray if wide else pa.ListArray
+        offsets = pa.array(index[lo : hi + 1] - index[lo], pa.int64() if wide else pa.int32())
+        values = flat[int(index[lo]) : int(index[hi])]
+        return lists.from_arrays(offsets, pa.array(values, item))
+    if kind == "string":
+        return pa.array(value[lo:hi].tolist(), pa.string())
+    return pa.array(np.asarray(value[lo:hi]))

@@ -17,7 +17,8 @@ import orjson
 
 from replayproxy.formats.blocks import source_blocks
 from replayproxy.formats.exporting import ExportOptions, ExportResult
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, gather, is_mapped
+from replayproxy.trace.reuse import value_ranges
 
 FORMAT = "replayproxy-profile"
 VERSION = 1
@@ -161,6 +162,14 @@ def block_reuse(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     hashes = cols.prefix_hashes
     if not len(hashes):
         return counts, np.zeros(len(counts), np.int64)
+    if is_mapped(hashes):  # one range of values at a time: equal hashes share a range
+        reused = np.zeros(len(counts), np.int64)
+        for values, positions in value_ranges(hashes, with_positions=True):
+            later = np.ones(len(values), bool)
+            later[np.unique(values, return_index=True)[1]] = False  # values are in position order
+            rows = np.searchsorted(cols.prefix_index, positions[later], side="right") - 1
+            reused += np.bincount(rows, minlength=len(counts))
+        return counts, reused
     _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
     seen = (first[inverse] < np.arange(len(hashes))).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -187,7 +196,7 @@ def fit_prefix(cols: Columns) -> dict[str, Any]:
             "reuse_edges": [],
             "reuse_quantiles": [],
         }
-    first_block = cols.prefix_hashes[cols.prefix_index[has]]
+    first_block = gather(cols.prefix_hashes, cols.prefix_index[has])
     groups, group_of, sizes = np.unique(first_block, return_inverse=True, return_counts=True)
     big = sizes >= max(2, BIG_GROUP_SHARE * len(has))
     small_sizes, small_counts = np.unique(sizes[~big], return_counts=True)

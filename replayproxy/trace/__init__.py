@@ -28,6 +28,7 @@ from replayproxy.trace.header import (
     TraceHeader,
     checked_fields,
 )
+from replayproxy.trace.mapped import gather, is_mapped, mapped_array, release_pages
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
 __all__ = [
@@ -50,11 +51,15 @@ __all__ = [
     "checked_fields",
     "encode_column",
     "expand_paths",
+    "gather",
+    "is_mapped",
     "iter_frame_payloads",
     "load",
+    "mapped_array",
     "read_each",
     "read_column_file",
     "ragged_rows",
+    "release_pages",
     "read_trace_files",
     "with_defaults",
     "write_columns",

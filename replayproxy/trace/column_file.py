@@ -22,6 +22,7 @@ import numpy as np
 from replayproxy.errors import MissingFile, user_file
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
+from replayproxy.trace.mapped import SpilledArray
 
 # Column kinds: fixed-width numbers as raw little-endian arrays, strings and small maps
 # dictionary-coded, ragged fields as one blob plus per-row byte lengths.
@@ -232,20 +233,23 @@ class _ColumnsBeingRead:
     keeps a view of it.
     """
 
-    def __init__(self, kinds: list[str], records: int, payload_bytes: int, kept: list[bool]) -> None:
+    def __init__(
+        self, kinds: list[str], records: int, payload_bytes: int, kept: list[bool], spilled: list[bool]
+    ) -> None:
         self.kinds = kinds
         self.kept = kept  # columns not kept are checked but never decoded
         self._payload_bytes = payload_bytes
         self._payload_seen = 0
-        self._columns: list[tuple[_Growing, ...]] = []
-        for kind, keep in zip(kinds, kept, strict=True):
+        self._columns: list[tuple[_Growing | SpilledArray, ...]] = []
+        for kind, keep, spill in zip(kinds, kept, spilled, strict=True):
             if not keep:
                 self._columns.append(())
             elif kind in NUMERIC_KINDS:
                 self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
             elif kind in RAGGED_KINDS:
-                dtype = RAGGED_KINDS[kind]
-                flat = _Growing(dtype.newbyteorder("="), 0)  # sized as batches come, see _projected
+                dtype = RAGGED_KINDS[kind].newbyteorder("=")
+                # sized as batches come (see _projected), or written to a mapped file
+                flat: _Growing | SpilledArray = SpilledArray(dtype) if spill else _Growing(dtype, 0)
                 self._columns.append((flat, _Growing(np.dtype(np.int64), records)))
             elif kind in CODED_KINDS:
                 self._columns.append((_Growing(np.dtype(object), records),))
@@ -471,6 +475,7 @@ def read_column_file(
     extras: dict[str, list[dict[str, Any]]] | None = None,
     footer: dict[str, Any] | None = None,
     wanted: Collection[str] | None = None,
+    spill: Collection[str] = (),
 ) -> ColumnFileData:
     """Read one file of `format_name`; damaged frames are skipped and reported, not raised.
 
@@ -480,6 +485,7 @@ def read_column_file(
     (whose frame was lost) cannot be interpreted; the file then fails with the header error below.
     Nothing is sized from a count or length the file declares beyond what its bytes can hold.
     With `wanted`, only those fields are decoded (and so held); the others are left out of the table.
+    Ragged fields in `spill` go to a temporary file and come back mapped (see trace.mapped).
     """
     name = str(path)
     seen_warnings = len(report.warnings)
@@ -501,7 +507,8 @@ def read_column_file(
                     records, payload_bytes = frame_totals(data)
                     records = min(records, payload_bytes // sum(_MIN_ROW_BYTES[k] for k in kinds))
                     kept = [wanted is None or name in wanted for name in item["fields"]]
-                    columns = _ColumnsBeingRead(kinds, records, payload_bytes, kept)
+                    spilled = [name in spill for name in item["fields"]]
+                    columns = _ColumnsBeingRead(kinds, records, payload_bytes, kept, spilled)
                 elif kind == "footer":
                     report.footers += 1
                     if footer is not None:
@@ -566,6 +573,7 @@ def with_defaults(
     kinds: Mapping[str, str],
     defaults: Mapping[str, Any],
     wanted: Collection[str] | None = None,
+    spill: Collection[str] = (),
 ) -> ColumnFileData:
     """Fill fields an older (or damaged) file lacks with their defaults, so all files share columns."""
     for name, kind in kinds.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,24 +20,29 @@ from replayproxy.trace.column_file import (
 )
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
+from replayproxy.trace.mapped import mapped_array, release_pages
 
 
 def read_trace_files(
     paths: Iterable[str | os.PathLike[str]],
     report: ReadReport | None = None,
     wanted: Collection[str] | None = None,
+    spill: Collection[str] = (),
 ) -> list[tuple[TraceHeader, ColumnFileData]]:
-    """Every trace file's header and rows (only the `wanted` fields, if given), oldest start first."""
+    """Every trace file's header and rows (only the `wanted` fields, if given), oldest start first;
+    ragged fields in `spill` are kept in a mapped temporary file (trace.mapped)."""
     report = report if report is not None else ReadReport()
-    pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report, wanted), report)
+    pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report, wanted, spill), report)
     pairs.sort(key=lambda pair: pair[0].start_wall_ns)
     return pairs
 
 
 def _read_trace(
-    path: Path, report: ReadReport, wanted: Collection[str] | None
+    path: Path, report: ReadReport, wanted: Collection[str] | None, spill: Collection[str]
 ) -> tuple[TraceHeader, ColumnFileData]:
-    table = read_column_file(path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS, wanted=wanted)
+    table = read_column_file(
+        path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS, wanted=wanted, spill=spill
+    )
     if "offset_ns" not in table.header["fields"]:
         raise TraceFormatError(f"{path}: lacks the required field 'offset_ns'")
     try:
@@ -118,11 +123,16 @@ def load(
     *,
     digest: bool = False,
     fields: Collection[str] | None = None,
+    ragged_on_disk: bool = False,
 ) -> Columns:
     """Load traces into columns: the fast path for inspect, export and replay planning.
 
     With `fields`, only those scalar fields (plus `offset_ns`, which orders the rows) and the
     ragged ones are read and held: an export of a few columns need not keep all of them.
+
+    With `ragged_on_disk`, the ragged fields (prefix hashes, chunk gaps: the columns that grow with
+    requests × blocks) are kept in a mapped temporary file, not on the heap; a reader going through
+    them a chunk at a time calls `trace.release_pages` on each range it is done with.
 
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
@@ -131,7 +141,8 @@ def load(
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
     wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}
-    pairs = read_trace_files(paths, report, wanted)
+    spill = RAGGED if ragged_on_disk else ()
+    pairs = read_trace_files(paths, report, wanted, spill)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table, wanted) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
@@ -143,9 +154,10 @@ def load(
         scalar = {name: column[order] for name, column in scalar.items()}
     ragged = {
         name: _reorder_ragged(
-            _joined([t.ragged[name][0] for t in tables]),
+            _joined([t.ragged[name][0] for t in tables], ragged_on_disk),
             _joined([t.ragged[name][1] for t in tables]),
             order,
+            ragged_on_disk,
         )
         for name in RAGGED
     }
@@ -168,13 +180,29 @@ def _with_defaults(table: ColumnFileData, wanted: Collection[str] | None) -> Col
 _DEFAULTS = RequestShape(offset_ns=0)._asdict()
 
 
+REORDERED_ROWS = 1 << 16  # rows of a mapped ragged column gathered at a time
+
+
 def _reorder_ragged(
-    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray
+    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, on_disk: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Permute rows of a flat ragged array given per-row lengths; returns flat and its index."""
+    """Permute rows of a flat ragged array given per-row lengths; returns flat and its index.
+    A mapped one stays mapped: out of order, it is gathered into a new map a chunk of rows at a time."""
     index = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=index[1:])
-    return ragged_rows(flat, index, order)
+    if not on_disk or _is_identity(order):
+        return ragged_rows(flat, index, order)
+    taken = np.zeros(len(order) + 1, np.int64)
+    np.cumsum(lengths[order], out=taken[1:])
+    return mapped_array(_gathered(flat, index, order), flat.dtype), taken
+
+
+def _gathered(flat: np.ndarray, index: np.ndarray, order: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows of a mapped ragged column in `order`, a chunk of rows at a time; the pages read
+    for a chunk are dropped after it."""
+    for start in range(0, len(order), REORDERED_ROWS):
+        yield ragged_rows(flat, index, order[start : start + REORDERED_ROWS])[0]
+        release_pages(flat)
 
 
 def ragged_rows(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,8 +220,10 @@ def ragged_rows(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[
     return flat[within + np.repeat(starts, lengths)], taken
 
 
-def _joined(arrays: list[np.ndarray]) -> np.ndarray:
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+def _joined(arrays: list[np.ndarray], on_disk: bool = False) -> np.ndarray:
+    if len(arrays) == 1:
+        return arrays[0]
+    return mapped_array(arrays, arrays[0].dtype) if on_disk else np.concatenate(arrays)
 
 
 def _is_identity(order: np.ndarray) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from replayproxy import cli
 from replayproxy.formats import blocks
 from replayproxy.formats.blocks import block_ids
-from replayproxy.trace import load
+from replayproxy.trace import load, reuse
 from tests.formats.helpers import hashed_trace, shape, tokens, write
 
 
@@ -91,8 +91,8 @@ def test_recurring_hashes_counted_a_range_and_slice_at_a_time_export_the_same_by
     trace = hashed_trace(tmp_path / "t.rpt", hashes, 24, inputs, block=16)
     whole, ranged = tmp_path / f"whole.{fmt}", tmp_path / f"ranged.{fmt}"
     assert cli.main(["export", str(trace), "-f", fmt, "-o", str(whole), "--block-size", "16"]) == 0
-    monkeypatch.setattr(blocks, "HASHES_PER_BUCKET", 1000)  # 64 value ranges
-    monkeypatch.setattr(blocks, "HASHES_PER_SLICE", 777)  # ~90 slices per range
+    monkeypatch.setattr(reuse, "HASHES_PER_RANGE", 1000)  # 64 value ranges
+    monkeypatch.setattr(reuse, "HASHES_PER_SLICE", 777)  # ~90 slices per range
     assert cli.main(["export", str(trace), "-f", fmt, "-o", str(ranged), "--block-size", "16"]) == 0
     assert ranged.read_bytes() == whole.read_bytes()
     assert len(blocks._recurring(hashes)) > 1000  # the trace does share blocks

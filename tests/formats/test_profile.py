@@ -196,3 +196,27 @@ def test_many_small_prefix_groups_keep_their_reuse(tmp_path: Path, rate_scale: f
         assert synth["prefix_reuse"] == pytest.approx(source["prefix_reuse"], abs=0.03), seed
         for name in ("input_tokens", "output_tokens"):
             assert synth[name]["p50"] == pytest.approx(source[name]["p50"], rel=0.05), (name, seed)
+
+
+def test_block_reuse_of_hashes_kept_on_disk_is_counted_by_value_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export keeps the hashes mapped; the profile then counts first sightings one value range
+    at a time: the same counts as the whole-trace sort."""
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 25, 3000)
+    pool = rng.integers(1, 2**63, 2000).astype(np.uint64)
+    columns = {
+        "offset_ns": np.arange(3000) * 1_000_000,
+        "input_tokens": counts * 16,
+        "status": 200,
+        "prefix_hashes": (pool[rng.integers(0, len(pool), int(counts.sum()))], counts),
+        "prefix_units": counts * 16,
+    }
+    header = TraceHeader(start_wall_ns=0, source="test", block_size=16, block_unit="token")
+    path = tmp_path / "t.rpt"
+    write_columns(path, header, columns, 3000, wall_ns=lambda: 0)
+    monkeypatch.setattr("replayproxy.trace.reuse.HASHES_PER_RANGE", 500)
+    held = profile_fit.block_reuse(load(path))
+    mapped = profile_fit.block_reuse(load(path, ragged_on_disk=True))
+    assert held[1].sum() > 1000 and np.array_equal(held[0], mapped[0]) and np.array_equal(held[1], mapped[1])
