@@ -3,7 +3,11 @@
 An importer parses its file a batch of lines at a time into `Imported` columns (numpy, one entry per
 request; hash ids chained per batch into `ChainedHashes`, which leave memory once they are many) and
 `write_imported` writes them with `trace.write_columns`, so a million-line file never becomes a
-million Python objects. See docs/formats.md for each format's mapping.
+million Python objects. Streaming readers append each batch's columns to unlinked temporary files
+(`SpilledColumns`; strings as codes into a table of the distinct values, `Coded`), and the writer
+reads them back mapped, a frame at a time in arrival order, releasing each frame's pages: memory
+then follows the frame, not the file (a file out of arrival order adds its sort, 8 bytes a row).
+See docs/formats.md for each format's mapping.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import gc
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -25,7 +29,7 @@ from replayproxy.errors import BadInputFile
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.idchain import IMPORT_HASH_SCHEME
 from replayproxy.shape import UNKNOWN
-from replayproxy.trace import TraceHeader, write_columns
+from replayproxy.trace import SpilledArray, TraceHeader, release_pages, write_columns
 
 
 class ImportFormatError(BadInputFile):
@@ -86,6 +90,49 @@ class Imported:
 
     def __len__(self) -> int:
         return len(self.offset_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Coded:
+    """A string column as codes into its distinct values (a model name, a request type per row)."""
+
+    table: np.ndarray  # the distinct values (object array)
+    codes: np.ndarray  # per row, an index into `table`
+
+
+@dataclass(frozen=True, slots=True)
+class TurnsInArrival:
+    """The turn column counted in arrival order from a session column (`turns_of`), as it is written."""
+
+    sessions: np.ndarray
+
+
+class SpilledColumns:
+    """A reader's per-request columns, appended a batch at a time to unlinked temporary files and
+    mapped when read (`result`), so they never grow the heap; strings are kept as codes."""
+
+    def __init__(self, **dtypes: Any) -> None:
+        self._arrays = {name: SpilledArray(np.dtype(dtype)) for name, dtype in dtypes.items()}
+        self._tables: dict[str, dict[str, int]] = {}
+
+    def add(self, **values: np.ndarray) -> None:
+        for name, column in values.items():
+            self._arrays[name].extend(column)
+
+    def add_strings(self, name: str, values: Iterable[str]) -> None:
+        """A batch of a string column, coded; the column's first batch creates it."""
+        table = self._tables.setdefault(name, {})
+        if name not in self._arrays:
+            self._arrays[name] = SpilledArray(np.dtype(np.uint32))
+        codes = [table.setdefault(value, len(table)) for value in values]
+        self._arrays[name].extend(np.array(codes, np.uint32))
+
+    def result(self) -> dict[str, Any]:
+        """Every column, mapped; string columns as `Coded`."""
+        out: dict[str, Any] = {name: array.result() for name, array in self._arrays.items()}
+        for name, table in self._tables.items():
+            out[name] = Coded(np.array(list(table), dtype=object), out[name])
+        return out
 
 
 BATCH_BYTES = 4 << 20  # JSON lines are read and parsed this much of the file at a time
@@ -229,12 +276,30 @@ def span_warning(imported: Imported) -> list[str]:
     """A trace longer than a month was most likely read in the wrong time unit (or has a stray row)."""
     if len(imported) < 2:
         return []
-    span_s = (int(imported.offset_ns.max()) - int(imported.offset_ns.min())) / 1e9
+    lowest, highest = extremes(imported.offset_ns)
+    span_s = (highest - lowest) / 1e9
     if span_s <= SPAN_WARNING_S:
         return []
     unit = imported.extra.get("time_unit")
     hint = f" (timestamps read as {unit}: is --time-unit right?)" if unit else ""
     return [f"{imported.bad.path}: the requests span {span_s / 86_400:.0f} days{hint}"]
+
+
+CHUNK_ROWS = 1 << 20  # rows of a mapped column read at a time by whole-column checks
+
+
+def chunks(values: np.ndarray) -> Iterator[np.ndarray]:
+    """A column a million rows at a time; a mapped column's pages are released after each."""
+    for lo in range(0, len(values), CHUNK_ROWS):
+        piece = values[lo : lo + CHUNK_ROWS]
+        yield piece
+        release_pages(piece)
+
+
+def extremes(values: np.ndarray) -> tuple[int, int]:
+    """The smallest and largest value of a non-empty integer column, read a chunk at a time."""
+    found = [(int(piece.min()), int(piece.max())) for piece in chunks(values)]
+    return min(low for low, _ in found), max(high for _, high in found)
 
 
 def unit_warnings(raw: np.ndarray, unit: str, path: str) -> list[str]:
@@ -243,13 +308,15 @@ def unit_warnings(raw: np.ndarray, unit: str, path: str) -> list[str]:
     A millisecond file read as seconds has a median gap of minutes; a seconds file (fractional
     values) read as milliseconds has sub-millisecond gaps, i.e. thousands of requests a second.
     """
-    raw = raw[np.isfinite(raw)]
-    gaps = np.diff(np.sort(raw))
+    finite = np.concatenate([piece[np.isfinite(piece)] for piece in chunks(raw)] or [np.zeros(0)])
+    finite.sort()  # the one copy of the column in memory (8 bytes a row), sorted in place
+    fractional = sum(int(np.count_nonzero(piece % 1 != 0)) for piece in chunks(finite)) / max(len(finite), 1)
+    gaps = np.diff(finite)
+    del finite
     gaps = gaps[gaps > 0]
     if len(gaps) < 10:
         return []
-    median = float(np.median(gaps))
-    fractional = float(np.mean(raw % 1 != 0))
+    median = float(np.median(gaps, overwrite_input=True))
     if unit == "s" and median >= 60 and fractional < 0.01:
         return [
             f"{path}: read as seconds, the median gap between arrivals is {median:g} s; "
@@ -263,10 +330,11 @@ def unit_warnings(raw: np.ndarray, unit: str, path: str) -> list[str]:
     return []
 
 
-def turns_of(sessions: np.ndarray) -> np.ndarray:
-    """0-based turn of each request within its session (rows in arrival order; 0 = no session)."""
+def turns_of(sessions: np.ndarray, seen: dict[int, int] | None = None) -> np.ndarray:
+    """0-based turn of each request within its session (rows in arrival order; 0 = no session);
+    `seen` (turns so far per session) carries the count from earlier rows."""
     turns = np.zeros(len(sessions), np.int64)
-    seen: dict[int, int] = {}
+    seen = {} if seen is None else seen
     for i, s in enumerate(sessions.tolist()):
         if s:
             turns[i] = seen.get(s, 0)
@@ -277,28 +345,27 @@ def turns_of(sessions: np.ndarray) -> np.ndarray:
 def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Callable[[], int]) -> int:
     """Sort by arrival, rebase to the first request, derive prefix hashes and write the trace.
 
-    A file already in arrival order (most published traces) is written without reordering copies.
+    Columns are taken a frame at a time, in arrival order, from the reader's (mapped) columns. A
+    file already in arrival order (most published traces) is written without any sort.
     """
     n = len(imported)
     stamps = imported.offset_ns
-    order = None if n < 2 or bool((stamps[1:] >= stamps[:-1]).all()) else np.argsort(stamps, kind="stable")
-
-    def arranged(values: Any) -> Any:
-        if order is None or not isinstance(values, list | np.ndarray):
-            return values
-        return np.asarray(values, dtype=object)[order] if isinstance(values, list) else values[order]
-
-    offsets = arranged(stamps)
-    origin = int(offsets[0]) if n else 0
-    inputs = arranged(imported.input_tokens)
-    columns: dict[str, Any] = {name: arranged(value) for name, value in imported.columns.items()}
+    rows = _ArrivalRows(arrival_order(stamps))
+    origin = int(stamps[rows.order[0]] if rows.order is not None else stamps[0]) if n else 0
+    columns: dict[str, Any] = {name: rows.column(value) for name, value in imported.columns.items()}
     columns.setdefault("status", 200)  # published traces list served requests unless they say otherwise
+    inputs = imported.input_tokens
     columns.update(
-        offset_ns=offsets - origin, input_tokens=inputs, output_tokens=arranged(imported.output_tokens)
+        offset_ns=lambda lo, hi: rows.take(stamps, lo, hi) - origin,
+        input_tokens=rows.column(inputs),
+        output_tokens=rows.column(imported.output_tokens),
     )
     if imported.hashes is not None:
-        columns["prefix_hashes"] = imported.hashes.in_order(order)
-        columns["prefix_units"] = np.where(arranged(imported.hashes.had_ids()), inputs, UNKNOWN)
+        had_ids = imported.hashes.had_ids()
+        columns["prefix_hashes"] = (imported.hashes.rows_in(rows.order), rows.column(imported.hashes.counts()))
+        columns["prefix_units"] = lambda lo, hi: np.where(
+            rows.take(had_ids, lo, hi), rows.take(inputs, lo, hi), UNKNOWN
+        )
     header = TraceHeader(
         start_wall_ns=origin if imported.wall_clock else 0,
         source=f"import:{imported.source}",
@@ -310,6 +377,61 @@ def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Ca
     return write_columns(path, header, columns, n, wall_ns=wall_ns, frame_records=_frame_records(imported))
 
 
+def arrival_order(stamps: np.ndarray) -> np.ndarray | None:
+    """None for a column already in arrival order (checked a chunk at a time), else its stable
+    argsort (8 bytes a row, the one per-row array an import keeps in memory)."""
+    last = len(stamps) - 1
+    in_order = all(
+        bool((stamps[lo + 1 : min(lo + CHUNK_ROWS, last) + 1] >= stamps[lo : min(lo + CHUNK_ROWS, last)]).all())
+        for lo in range(0, max(last, 0), CHUNK_ROWS)
+    )
+    release_pages(stamps)
+    if in_order:
+        return None
+    order = np.argsort(stamps, kind="stable")
+    release_pages(stamps)
+    return order
+
+
+class _ArrivalRows:
+    """Rows [lo, hi) in arrival order from columns in the reader's order; a mapped column's pages
+    are released after each frame, so reading it whole never makes it resident."""
+
+    def __init__(self, order: np.ndarray | None) -> None:
+        self.order = order
+
+    def take(self, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        if self.order is None:
+            piece = np.array(values[lo:hi])  # a copy: it outlives the released pages
+            release_pages(values[lo:hi])
+        else:
+            piece = values[self.order[lo:hi]]
+            release_pages(values)
+        return piece
+
+    def column(self, values: Any) -> Any:
+        """A column as `write_columns` takes it: a function of the row range, or one value."""
+        if isinstance(values, Coded):
+            return lambda lo, hi: values.table[self.take(values.codes, lo, hi)]
+        if isinstance(values, TurnsInArrival):
+            return self._turns(values.sessions)
+        if isinstance(values, list):
+            values = values if self.order is None else np.asarray(values, dtype=object)[self.order]
+            return values
+        if isinstance(values, np.ndarray):
+            return lambda lo, hi: self.take(values, lo, hi)
+        return values
+
+    def _turns(self, sessions: np.ndarray) -> Callable[[int, int], np.ndarray]:
+        """`turns_of` over the sessions in arrival order, a frame at a time (frames come in order)."""
+        seen: dict[int, int] = {}
+
+        def turns(lo: int, hi: int) -> np.ndarray:
+            return turns_of(self.take(sessions, lo, hi), seen)
+
+        return turns
+
+
 FRAME_HASHES = 1 << 21  # about this many prefix hashes (16 MiB) per written frame
 
 
@@ -318,5 +440,5 @@ def _frame_records(imported: Imported) -> int:
     hashes, read back from the temporary file and encoded, stay a few MiB."""
     if imported.hashes is None or not len(imported):
         return 1 << 16
-    per_request = max(int(imported.hashes.counts().sum()) / len(imported), 1.0)
+    per_request = max(imported.hashes.total / len(imported), 1.0)
     return int(min(max(FRAME_HASHES / per_request, 1024), 1 << 16))

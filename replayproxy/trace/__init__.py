@@ -28,10 +28,11 @@ from replayproxy.trace.header import (
     TraceHeader,
     checked_fields,
 )
-from replayproxy.trace.mapped import gather, is_mapped, mapped_array, release_pages
+from replayproxy.trace.mapped import SpilledArray, gather, is_mapped, mapped_array, release_pages
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
 __all__ = [
+    "SpilledArray",
     "CODED_KINDS",
     "FORMAT_NAME",
     "FORMAT_VERSION",

@@ -336,35 +336,34 @@ def write_columns(
 ) -> int:
     """Write a whole trace from columns, with no object per request (importers of million-row files).
 
-    Each scalar field is an array of `n` values or one value for every row; a ragged field is
-    `(flat, per-row counts)`, where `flat` may also be a function giving the flat values of rows
-    [lo, hi) (so that they need not all be in memory at once); fields left out take RequestShape's
-    defaults. Returns `n`.
+    Each scalar field is an array of `n` values, one value for every row, or a function giving the
+    values of rows [lo, hi); a ragged field is `(flat, per-row counts)`, where `flat` may also be a
+    function giving the flat values of rows [lo, hi) and the counts a function giving those rows'
+    counts (so that neither need be in memory whole: rows are asked for a frame at a time, in
+    order). Fields left out take RequestShape's defaults. Returns `n`.
     """
     defaults = RequestShape(offset_ns=0)
     record = replace(header, created_wall_ns=wall_ns()).to_record()
     kinds = [record["kinds"][name] for name in record["fields"]]
     table = ColumnFileWriter(Path(path), record, level, exclusive=False)
-    ragged_starts: dict[str, np.ndarray] = {}
-    for name, kind in zip(record["fields"], kinds, strict=True):
-        if kind in RAGGED_KINDS:
-            flat, counts = columns.get(name, (np.zeros(0), np.zeros(n, np.int64)))
-            ragged_starts[name] = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    flat_at = dict.fromkeys(record["fields"], 0)  # where each ragged field's next frame starts in `flat`
     for lo in range(0, n, frame_records):
         hi = min(n, lo + frame_records)
         encoded: list[Any] = []
         for name, kind in zip(record["fields"], kinds, strict=True):
             if kind in RAGGED_KINDS:
-                flat = columns[name][0] if name in columns else np.zeros(0)
-                starts = ragged_starts[name]
-                values = flat(lo, hi) if callable(flat) else np.asarray(flat)[starts[lo] : starts[hi]]
+                flat, counts = columns.get(name, (np.zeros(0), None))
+                frame_counts = _rows_of(counts, lo, hi) if counts is not None else np.zeros(hi - lo, np.int64)
+                start, stop = flat_at[name], flat_at[name] + int(np.sum(frame_counts, dtype=np.int64))
+                flat_at[name] = stop
+                values = flat(lo, hi) if callable(flat) else np.asarray(flat)[start:stop]
                 part = values.astype(RAGGED_KINDS[kind], copy=False)
-                sizes = np.diff(starts[lo : hi + 1]) * RAGGED_KINDS[kind].itemsize
+                sizes = np.asarray(frame_counts, np.int64) * RAGGED_KINDS[kind].itemsize
                 encoded.append([part, sizes.astype("<u4")])
                 continue
             value = columns.get(name, getattr(defaults, name))
-            if isinstance(value, np.ndarray | list):
-                encoded.append(encode_column(kind, value[lo:hi]))
+            if callable(value) or isinstance(value, np.ndarray | list):
+                encoded.append(encode_column(kind, _rows_of(value, lo, hi)))
             elif kind in CODED_KINDS:  # one value for every row: a one-entry dictionary
                 encoded.append([[value], np.zeros(hi - lo, "<u4")])
             else:
@@ -372,3 +371,8 @@ def write_columns(
         table.write_batch(encoded, hi - lo)
     table.close({"end_wall_ns": wall_ns()})
     return n
+
+
+def _rows_of(values: Any, lo: int, hi: int) -> Any:
+    """Rows [lo, hi) of a column given as a sequence or as a function of the range."""
+    return values(lo, hi) if callable(values) else values[lo:hi]
