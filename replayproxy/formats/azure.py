@@ -15,28 +15,35 @@ from pathlib import Path
 import numpy as np
 
 from replayproxy.formats.csv_rows import CsvBatches, csv_problem, same_width
-from replayproxy.formats.importing import BadLines, Imported, ImportOptions, drop_rows, keep_good
+from replayproxy.formats.importing import (
+    BadLines,
+    Imported,
+    ImportOptions,
+    SpilledColumns,
+    drop_rows,
+    keep_good,
+)
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
-    """Rows a batch at a time: only the three numbers of each request outlive its batch."""
+    """Rows a batch at a time: only the three numbers of each request outlive its batch, in
+    temporary files."""
     bad = BadLines(str(path), options.skip_bad)
-    columns: list[list[np.ndarray]] = [[], [], []]
+    spilled = SpilledColumns(times=np.int64, inputs=np.int64, outputs=np.int64)
     zones = ZoneCheck(str(path))
     with CsvBatches(path, COLUMNS, bad) as batches:
         at = [batches.where[name] for name in COLUMNS]
         for rows, line_nos in batches:
-            batch = _batch(rows, line_nos, at, len(batches.where), bad, zones)
-            for column, values in zip(columns, batch, strict=True):
-                column.append(values)
-    times, inputs, outputs = (np.concatenate(c) if c else np.zeros(0, np.int64) for c in columns)
+            times, inputs, outputs = _batch(rows, line_nos, at, len(batches.where), bad, zones)
+            spilled.add(times=times, inputs=inputs, outputs=outputs)
+    columns = spilled.result()
     return Imported(
         source="azure",
-        offset_ns=times,
-        input_tokens=inputs,
-        output_tokens=outputs,
+        offset_ns=columns["times"],
+        input_tokens=columns["inputs"],
+        output_tokens=columns["outputs"],
         bad=bad,
         wall_clock=True,
         columns={"model": options.model} if options.model else {},

@@ -10,76 +10,71 @@ No prefix information.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
 from replayproxy.formats.csv_rows import CsvBatches, csv_problem, same_width
 from replayproxy.formats.importing import (
     BadLines,
+    Coded,
     Imported,
     ImportOptions,
+    SpilledColumns,
+    TurnsInArrival,
     drop_rows,
     keep_good,
     key_of,
-    turns_of,
 )
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 SESSION, ELAPSED = "Session ID", "Elapsed time"
-_FIELDS = ("seconds", "inputs", "outputs", "elapsed", "session")
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
-    """Rows a batch at a time: numbers per request outlive their batch, strings once per name."""
+    """Rows a batch at a time: numbers per request go to temporary files with their batch, strings
+    as codes into the distinct names."""
     bad = BadLines(str(path), options.skip_bad)
-    columns: dict[str, list[np.ndarray]] = {name: [] for name in _FIELDS}
-    models: list[str] = []
-    names: dict[str, str] = {}  # one string object per model name
+    failed_requests = dropped = 0
     session_keys: dict[str, int] = {}
-    dropped = 0
     with CsvBatches(path, COLUMNS, bad) as batches:
         where = batches.where
+        spilled = SpilledColumns(
+            offset_ns=np.int64, input_tokens=np.int64, output_tokens=np.int64, status=np.int64, error=np.uint8,
+            **({"e2e_ns": np.int64} if ELAPSED in where else {}),
+            **({"session": np.uint64} if SESSION in where else {}),
+        )  # fmt: skip
         for rows, line_nos in batches:
             batch, kept_rows, dropped_now = _batch(rows, line_nos, where, options.drop_failed, bad)
             dropped += dropped_now
-            for name, values in batch.items():
-                columns[name].append(values)
+            failed = batch["outputs"] == 0
+            failed_requests += int(failed.sum())
+            spilled.add(
+                offset_ns=np.rint(batch["seconds"] * 1e9).astype(np.int64),
+                input_tokens=batch["inputs"],
+                output_tokens=batch["outputs"],
+                status=np.where(failed, 0, 200),
+                error=failed.astype(np.uint8),
+            )
+            if ELAPSED in where:
+                elapsed = batch["elapsed"]
+                spilled.add(e2e_ns=np.where(elapsed > 0, np.rint(elapsed * 1e9), -1).astype(np.int64))
             if not options.model:
-                models += [names.setdefault(m, m) for m in (row[where["Model"]].strip() for row in kept_rows)]
+                spilled.add_strings("model", (row[where["Model"]].strip() for row in kept_rows))
             if SESSION in where:
-                columns["session"].append(
-                    np.fromiter(
-                        (_session_key(row[where[SESSION]].strip(), session_keys) for row in kept_rows),
-                        np.uint64,
-                        len(kept_rows),
-                    )
-                )
-    seconds, inputs, outputs, elapsed, sessions = (
-        np.concatenate(columns[name]) if columns[name] else np.zeros(0) for name in _FIELDS
-    )
-    failed = outputs == 0
-    extra_columns: dict[str, Any] = {
-        "model": options.model or models,
-        "error": np.array(["", "other"], dtype=object)[failed.astype(np.intp)],
-        "status": np.where(failed, 0, 200),
-    }
-    if ELAPSED in where:
-        extra_columns["e2e_ns"] = np.where(elapsed > 0, np.rint(elapsed * 1e9), -1).astype(np.int64)
+                labels = (_session_key(row[where[SESSION]].strip(), session_keys) for row in kept_rows)
+                spilled.add(session=np.fromiter(labels, np.uint64, len(kept_rows)))
+    columns = spilled.result()
+    columns["error"] = Coded(np.array(["", "other"], dtype=object), columns["error"])
+    columns.setdefault("model", options.model)
     if SESSION in where:
-        sessions = sessions.astype(np.uint64)
-        order = np.argsort(seconds, kind="stable")
-        turns = np.empty(len(sessions), np.int64)
-        turns[order] = turns_of(sessions[order])
-        extra_columns.update(session=sessions, turn=turns)
+        columns["turn"] = TurnsInArrival(columns["session"])
     return Imported(
         source="burstgpt",
-        offset_ns=np.rint(seconds * 1e9).astype(np.int64),
-        input_tokens=inputs.astype(np.int64),
-        output_tokens=outputs.astype(np.int64),
+        offset_ns=columns.pop("offset_ns"),
+        input_tokens=columns.pop("input_tokens"),
+        output_tokens=columns.pop("output_tokens"),
         bad=bad,
-        columns=extra_columns,
-        extra={"failed_requests": int(failed.sum()), "dropped_failed": dropped},
+        columns=columns,
+        extra={"failed_requests": failed_requests, "dropped_failed": dropped},
     )
 
 
