@@ -36,13 +36,14 @@ from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
+    SpilledColumns,
+    TurnsInArrival,
     drop_rows,
     flatten_ids,
     iter_json_lines,
     keep_good,
     key_of,
     paused_gc,
-    turns_of,
     unit_warnings,
 )
 from replayproxy.trace import Columns
@@ -71,38 +72,39 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
     hashes = ChainedHashes(block)
     turns = _SessionTurns()
-    batches: list[list[np.ndarray]] = []
+    spilled = SpilledColumns(
+        raw=np.float64, offset_ns=np.int64, inputs=np.int64, outputs=np.int64, session=np.uint64, think_ns=np.int64
+    )
+    with_sessions = False
     for rows, line_nos in iter_json_lines(path, bad):
         ts, inputs, outputs, ids, counts, sessions, delays = _batch(rows, line_nos, block, bad)
         if sessions.any():
             ts, inputs = turns.follow(ts, sessions, delays, inputs, outputs)
+            with_sessions = True
         hashes.add(ids, counts, inputs)
-        batches.append([ts, inputs, outputs, sessions, delays])
-    ts, inputs, outputs, sessions, delays = (
-        np.concatenate([b[k] for b in batches]) if batches else np.zeros(0) for k in range(5)
-    )
-    inputs, outputs = inputs.astype(np.int64), outputs.astype(np.int64)  # int64 unless no batch
+        think_ns = np.where(np.isnan(delays), -1, np.rint(np.nan_to_num(delays) * unit_ns))
+        spilled.add(
+            raw=ts, offset_ns=np.rint(ts * unit_ns).astype(np.int64), inputs=inputs, outputs=outputs,
+            session=sessions, think_ns=think_ns.astype(np.int64),
+        )  # fmt: skip
+    columns = spilled.result()
     extra_columns: dict[str, Any] = {}
-    if sessions.any():
-        sessions = sessions.astype(np.uint64)
-        order = np.argsort(ts, kind="stable")
-        turn = np.empty(len(ts), np.int64)
-        turn[order] = turns_of(sessions[order])
-        think_ns = np.where(np.isnan(delays), -1, np.rint(np.nan_to_num(delays) * unit_ns)).astype(np.int64)
-        extra_columns.update(session=sessions, turn=turn, think_ns=think_ns)
+    if with_sessions:
+        sessions = columns["session"]
+        extra_columns.update(session=sessions, turn=TurnsInArrival(sessions), think_ns=columns["think_ns"])
     if options.model:
         extra_columns["model"] = options.model
     return Imported(
         source="mooncake",
-        offset_ns=np.rint(ts * unit_ns).astype(np.int64),
-        input_tokens=inputs,
-        output_tokens=outputs,
+        offset_ns=columns["offset_ns"],
+        input_tokens=columns["inputs"],
+        output_tokens=columns["outputs"],
         bad=bad,
         block_size=block,
         hashes=hashes,
         columns=extra_columns,
         extra={"time_unit": unit},
-        warnings=unit_warnings(ts, unit, str(path)),
+        warnings=unit_warnings(columns["raw"], unit, str(path)),
     )
 
 
