@@ -23,6 +23,7 @@ from replayproxy.formats.importing import (
     BadLines,
     Imported,
     ImportOptions,
+    SpilledColumns,
     iter_json_lines,
     keep_good,
     key_of,
@@ -36,10 +37,11 @@ _STRINGS = {"model": None, "endpoint": ENDPOINTS, "error": ERROR_CLASSES}
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
-    """Columns a batch of lines at a time, so no line's dict outlives its batch."""
+    """Columns a batch of lines at a time, so no line's dict outlives its batch; each batch's
+    columns go to temporary files (strings as codes) at once."""
     block = options.block_size or DEFAULT_BLOCK
     bad = BadLines(str(path), options.skip_bad)
-    batches: list[dict[str, Any]] = []
+    spilled = SpilledColumns(**_NUMERIC)
     hashes = ChainedHashes(block)
     fresh = 0
     names: dict[str, str] = {}  # one string object per distinct model / endpoint / error
@@ -47,15 +49,12 @@ def read(path: Path, options: ImportOptions) -> Imported:
         rows, _ = keep_good(rows, line_nos, _problem, bad)
         batch, fresh = _columns(rows, block, fresh, options.model, names)
         hashes.add(batch.pop("ids"), batch["id_counts"], batch["input_tokens"])
-        batches.append(batch)
-    columns: dict[str, Any] = {
-        name: np.concatenate([b.pop(name) for b in batches]) if batches else np.zeros(0, np.int64)
-        for name in _NUMERIC
-    }  # each column's batches are freed as soon as it is joined
-    columns["session"] = columns["session"].astype(np.uint64)
-    columns["stream"] = columns["stream"].astype(bool)
+        spilled.add(**{name: batch[name] for name in _NUMERIC})
+        for name in _STRINGS:
+            spilled.add_strings(name, batch[name])
+    columns = spilled.result()
     for name in _STRINGS:
-        columns[name] = [value for b in batches for value in b[name]]
+        columns.setdefault(name, [])
     return Imported(
         source="jsonl",
         offset_ns=columns.pop("offset_ns"),
@@ -68,9 +67,10 @@ def read(path: Path, options: ImportOptions) -> Imported:
     )
 
 
-_NUMERIC = (
-    "offset_ns", "input_tokens", "output_tokens", "max_tokens", "stream", "status", "session", "turn",
-)  # fmt: skip
+_NUMERIC = {
+    "offset_ns": np.int64, "input_tokens": np.int64, "output_tokens": np.int64, "max_tokens": np.int64,
+    "stream": np.bool_, "status": np.int64, "session": np.uint64, "turn": np.int64,
+}  # fmt: skip
 
 
 def _columns(
