@@ -26,20 +26,22 @@ from replayproxy.formats.exporting import (
 )
 from replayproxy.formats.importing import (
     BadLines,
+    Coded,
     Imported,
     ImportOptions,
+    SpilledColumns,
     iter_json_lines,
     keep_good,
     paused_gc,
     unit_warnings,
 )
 from replayproxy.shape import REQUEST_TYPES
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, mapped_array
 
 DEFAULT_BLOCK = 16
 
 
-_PARTS = ("ts", "inputs", "outputs", "chats", "parents", "turns")
+_PARTS = ("offset_ns", "inputs", "outputs", "chats", "parents", "turns")  # int64 columns
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
@@ -47,9 +49,9 @@ def read(path: Path, options: ImportOptions) -> Imported:
     root chat once every chat id is known (two numbers a row until then)."""
     bad = BadLines(str(path), options.skip_bad)
     block = options.block_size or DEFAULT_BLOCK
+    unit_ns = mooncake.UNIT_NS[options.time_unit or "s"]
     hashes = ChainedHashes(block)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in _PARTS}
-    types: list[str] = []
+    spilled = SpilledColumns(**dict.fromkeys(_PARTS, np.int64), ts=np.float64)
     with paused_gc():
         for rows, line_nos in iter_json_lines(path, bad):
             rows, line_nos = keep_good(rows, line_nos, _problem, bad)
@@ -57,37 +59,36 @@ def read(path: Path, options: ImportOptions) -> Imported:
             rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad)
             ts, inputs, outputs, ids, counts = columns
             hashes.add(ids, counts, inputs)
-            batch = {
-                "ts": ts,
-                "inputs": inputs,
-                "outputs": outputs,
-                "chats": np.array([r["chat_id"] for r in rows], np.int64),
-                "parents": np.array([r["parent_chat_id"] for r in rows], np.int64),
-                "turns": np.array([max(r["turn"] - 1, 0) for r in rows], np.int64),
-            }
-            for name, values in batch.items():
-                parts[name].append(values)
-            types += [_request_type(r.get("type")) for r in rows]
-    ts, inputs, outputs, chats, parents, turns = (
-        np.concatenate(parts[name]) if parts[name] else np.zeros(0, np.int64) for name in _PARTS
-    )
+            spilled.add(
+                ts=ts,
+                offset_ns=np.rint(ts * unit_ns).astype(np.int64),
+                inputs=inputs,
+                outputs=outputs,
+                chats=np.array([r["chat_id"] for r in rows], np.int64),
+                parents=np.array([r["parent_chat_id"] for r in rows], np.int64),
+                turns=np.array([max(r["turn"] - 1, 0) for r in rows], np.int64),
+            )
+            spilled.add_strings("types", (_request_type(r.get("type")) for r in rows))
+    parts = spilled.result()
+    types = parts.get("types", Coded(np.zeros(0, object), np.zeros(0, np.uint32)))
     unit = options.time_unit or "s"
     return Imported(
         source="bailian",
-        offset_ns=np.rint(ts * mooncake.UNIT_NS[unit]).astype(np.int64),
-        input_tokens=inputs,
-        output_tokens=outputs,
+        offset_ns=parts["offset_ns"],
+        input_tokens=parts["inputs"],
+        output_tokens=parts["outputs"],
         bad=bad,
         block_size=block,
         hashes=hashes,
         columns={
-            "session": _root_sessions(chats, parents),
-            "turn": turns,
+            # the links are followed over all chats at once, the one step that holds them in memory
+            "session": mapped_array([_root_sessions(parts["chats"], parts["parents"])], np.uint64),
+            "turn": parts["turns"],
             "request_type": types,
             **({"model": options.model} if options.model else {}),
         },
-        extra={"request_types": sorted(set(types)), "time_unit": unit},
-        warnings=unit_warnings(ts, unit, str(path)),
+        extra={"request_types": sorted(types.table.tolist()), "time_unit": unit},
+        warnings=unit_warnings(parts["ts"], unit, str(path)),
     )
 
 
