@@ -10,6 +10,7 @@ No prefix information.
 from __future__ import annotations
 
 from pathlib import Path
+
 import numpy as np
 
 from replayproxy.formats.csv_rows import CsvBatches, csv_problem, same_width
@@ -38,7 +39,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
     with CsvBatches(path, COLUMNS, bad) as batches:
         where = batches.where
         spilled = SpilledColumns(
-            offset_ns=np.int64, input_tokens=np.int64, output_tokens=np.int64, status=np.int64, error=np.uint8,
+            **dict.fromkeys(("offset_ns", "input_tokens", "output_tokens", "status"), np.int64),
+            error=np.uint8,
             **({"e2e_ns": np.int64} if ELAPSED in where else {}),
             **({"session": np.uint64} if SESSION in where else {}),
         )  # fmt: skip

@@ -362,7 +362,10 @@ def write_imported(imported: Imported, path: str | os.PathLike[str], wall_ns: Ca
     )
     if imported.hashes is not None:
         had_ids = imported.hashes.had_ids()
-        columns["prefix_hashes"] = (imported.hashes.rows_in(rows.order), rows.column(imported.hashes.counts()))
+        columns["prefix_hashes"] = (
+            imported.hashes.rows_in(rows.order),
+            rows.column(imported.hashes.counts()),
+        )
         columns["prefix_units"] = lambda lo, hi: np.where(
             rows.take(had_ids, lo, hi), rows.take(inputs, lo, hi), UNKNOWN
         )
@@ -381,10 +384,8 @@ def arrival_order(stamps: np.ndarray) -> np.ndarray | None:
     """None for a column already in arrival order (checked a chunk at a time), else its stable
     argsort (8 bytes a row, the one per-row array an import keeps in memory)."""
     last = len(stamps) - 1
-    in_order = all(
-        bool((stamps[lo + 1 : min(lo + CHUNK_ROWS, last) + 1] >= stamps[lo : min(lo + CHUNK_ROWS, last)]).all())
-        for lo in range(0, max(last, 0), CHUNK_ROWS)
-    )
+    ends = [(lo, min(lo + CHUNK_ROWS, last)) for lo in range(0, max(last, 0), CHUNK_ROWS)]
+    in_order = all(bool((stamps[lo + 1 : hi + 1] >= stamps[lo:hi]).all()) for lo, hi in ends)
     release_pages(stamps)
     if in_order:
         return None

@@ -54,6 +54,7 @@ UNIT_NS = {"ms": 1_000_000, "s": 1_000_000_000}
 _NUMBER = (int, float)
 # timestamps, input lengths, output lengths, flat hash ids, ids per row
 RowColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_INT_COLUMNS = ("offset_ns", "inputs", "outputs", "think_ns")  # kept per request while reading
 
 
 # --------------------------------------------------------------------------- import
@@ -72,9 +73,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     bad = BadLines(str(path), options.skip_bad)
     hashes = ChainedHashes(block)
     turns = _SessionTurns()
-    spilled = SpilledColumns(
-        raw=np.float64, offset_ns=np.int64, inputs=np.int64, outputs=np.int64, session=np.uint64, think_ns=np.int64
-    )
+    spilled = SpilledColumns(raw=np.float64, session=np.uint64, **dict.fromkeys(_INT_COLUMNS, np.int64))
     with_sessions = False
     for rows, line_nos in iter_json_lines(path, bad):
         ts, inputs, outputs, ids, counts, sessions, delays = _batch(rows, line_nos, block, bad)
