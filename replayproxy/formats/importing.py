@@ -296,6 +296,18 @@ def chunks(values: np.ndarray) -> Iterator[np.ndarray]:
         release_pages(piece)
 
 
+def sorted_columns(columns: dict[str, np.ndarray], order: np.ndarray) -> dict[str, np.ndarray]:
+    """Each column gathered in `order`, a chunk of rows at a time, into a new mapped column."""
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        gathered = SpilledArray(values.dtype)
+        for rows in chunks(order):
+            gathered.extend(values[rows])
+            release_pages(values)
+        out[name] = gathered.result()
+    return out
+
+
 def extremes(values: np.ndarray) -> tuple[int, int]:
     """The smallest and largest value of a non-empty integer column, read a chunk at a time."""
     found = [(int(piece.min()), int(piece.max())) for piece in chunks(values)]

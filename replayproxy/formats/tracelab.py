@@ -24,20 +24,28 @@ import numpy as np
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.importing import (
     BadLines,
+    Coded,
     Imported,
     ImportOptions,
+    SpilledColumns,
+    TurnsInArrival,
+    chunks,
     iter_json_lines,
     keep_good,
     key_of,
-    turns_of,
+    sorted_columns,
 )
+from replayproxy.trace import mapped_array, release_pages
 
 DEFAULT_BLOCK = 64  # AIPerf's TraceLab default: the corpus has no hashes, so any size reproduces its split
 INPUT_EVENTS = frozenset({"user_message", "tool_result"})
 OUTPUT_EVENTS = frozenset({"text", "reasoning", "tool_call"})
 
 
-_PARTS = ("sent", "run", "round", "session", "total", "cached", "outputs")
+_PARTS = {
+    "sent": np.float64, "run": np.float64, "round": np.float64, "session": np.uint64,
+    "total": np.int64, "cached": np.int64, "outputs": np.int64,
+}  # fmt: skip
 CHAIN_IDS = 1 << 20  # block ids built and chained at a time (agent prompts run to thousands of blocks)
 CHAIN_ROWS = 1 << 16  # and at most this many rounds
 
@@ -47,39 +55,50 @@ def read(path: Path, options: ImportOptions) -> Imported:
     then chained session by session (each session's latest round kept as runs of ids)."""
     block = options.block_size or DEFAULT_BLOCK
     bad = BadLines(str(path), options.skip_bad)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in _PARTS}
-    models: list[str] = []
-    names: dict[str, str] = {}  # one string object per model name
+    spilled = SpilledColumns(**_PARTS)
     for rows, line_nos in iter_json_lines(path, bad):
         rows, _ = keep_good(rows, line_nos, _problem, bad)
-        for name, values in _numbers(rows).items():
-            parts[name].append(values)
+        spilled.add(**_numbers(rows))
         if not options.model:
-            models += [names.setdefault(m, m) for m in (str(row.get("model") or "") for row in rows)]
-    sent, run, rounds, sessions, totals, cached, outputs = (
-        np.concatenate(parts[name]) if parts[name] else np.zeros(0) for name in _PARTS
-    )
-    order = np.lexsort((rounds, sent))  # stable: by send time, then round, then file order
-    sessions, totals = sessions[order].astype(np.uint64), totals[order].astype(np.int64)
-    run = run[order]
+            spilled.add_strings("model", (str(row.get("model") or "") for row in rows))
+    parts = spilled.result()
+    order = np.lexsort((parts["round"], parts["sent"]))  # stable: by send time, then round, then file order
+    del parts["round"]
+    models = parts.pop("model", None)
+    ordered = sorted_columns(parts, order)
+    if isinstance(models, Coded):
+        models = Coded(models.table, sorted_columns({"codes": models.codes}, order)["codes"])
+    del order
+    sessions, totals = ordered["session"], ordered["total"]
     hashes = ChainedHashes(block)
-    _chain_rounds(hashes, sessions, totals, cached[order].astype(np.int64), block)
+    _chain_rounds(hashes, sessions, totals, ordered["cached"], block)
     return Imported(
         source="tracelab",
-        offset_ns=np.rint(sent[order] * 1e9).astype(np.int64),
+        offset_ns=mapped_array(map(_sent_ns, chunks(ordered["sent"])), np.int64),
         input_tokens=totals,
-        output_tokens=outputs[order].astype(np.int64),
+        output_tokens=ordered["outputs"],
         bad=bad,
         block_size=block,
         hashes=hashes,
         wall_clock=True,
         columns={
             "session": sessions,
-            "turn": turns_of(sessions),
-            "e2e_ns": np.where(np.isnan(run), -1, np.rint(np.nan_to_num(run) * 1e9)).astype(np.int64),
-            "model": options.model or np.array(models, dtype=object)[order],
+            "turn": TurnsInArrival(sessions),
+            "e2e_ns": mapped_array(map(_run_ns, chunks(ordered["run"])), np.int64),
+            "model": options.model or models,
         },
     )
+
+
+def _sent_ns(sent: np.ndarray) -> np.ndarray:
+    ns: np.ndarray = np.rint(sent * 1e9).astype(np.int64)
+    return ns
+
+
+def _run_ns(run: np.ndarray) -> np.ndarray:
+    """Run times in nanoseconds, -1 where unknown."""
+    ns: np.ndarray = np.where(np.isnan(run), -1, np.rint(np.nan_to_num(run) * 1e9)).astype(np.int64)
+    return ns
 
 
 def _numbers(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -180,6 +199,8 @@ def _rounds(
         yield from zip(
             itertools.count(lo), sessions[part].tolist(), totals[part].tolist(), cached[part].tolist()
         )
+        for column in (sessions, totals, cached):
+            release_pages(column[part])
 
 
 def _first_ids(runs: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
