@@ -179,3 +179,41 @@ def test_every_export_format_has_a_scale_test() -> None:
     text_prompts = {"vllm-custom", "aiperf"}  # test_text_prompt_exports_write_each_prompt_as_it_comes
     rows = {"mooncake", "bailian", "burstgpt", "jsonl"}  # test_million_row_export_stays_under_500_mb
     assert set(exporters()) == text_prompts | rows | set(HASH_EXPORTS)
+
+
+def burstgpt_lines(path: Path, rows: int) -> Path:
+    """BurstGPT rows with sessions, two models and failed requests, in arrival order."""
+    header = "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    with open(path, "w") as out:
+        out.write(header)
+        for lo in range(0, rows, 100_000):
+            out.write(
+                "".join(
+                    f"{i // 4}.{i % 4 * 25},s{i % 7919},{i % 9 / 4},{'GPT-4' if i % 3 else 'ChatGPT'},"
+                    f"{i % 900 + 1},{i % 13},0,API log\n"
+                    for i in range(lo, min(rows, lo + 100_000))
+                )
+            )
+    return path
+
+
+IMPORT_ROWS = (250_000, 1_500_000)
+GROWTH_MB = 15  # of the peak from the smaller file to the larger: 12 bytes a row at most
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+@pytest.mark.timeout(300)
+def test_import_peak_does_not_grow_with_rows(tmp_path: Path) -> None:
+    """Per-request columns go to temporary files as they are parsed and are written a frame at a
+    time: six times the rows may not add more than a few bytes a row to the peak (holding the
+    columns in memory, as imports once did, adds ~45 bytes a row: 60 MB here)."""
+    peaks = []
+    for rows in IMPORT_ROWS:
+        source = burstgpt_lines(tmp_path / f"{rows}.csv", rows)
+        back = tmp_path / f"{rows}.rpt"
+        stdout, peak = run_limited("import", str(source), "-f", "burstgpt", "-o", str(back))
+        assert f"imported {rows} requests" in stdout
+        peaks.append(peak)
+        source.unlink()
+    assert peaks[1] - peaks[0] < GROWTH_MB, f"peaks {peaks} MB at {IMPORT_ROWS} rows"
