@@ -96,3 +96,12 @@ def test_recurring_hashes_counted_a_range_and_slice_at_a_time_export_the_same_by
     assert cli.main(["export", str(trace), "-f", fmt, "-o", str(ranged), "--block-size", "16"]) == 0
     assert ranged.read_bytes() == whole.read_bytes()
     assert len(blocks._recurring(hashes)) > 1000  # the trace does share blocks
+
+
+def test_searching_in_sorted_order_gives_each_key_the_place_plain_searchsorted_gives() -> None:
+    rng = np.random.default_rng(5)
+    table = np.unique(rng.integers(0, 1 << 40, 50_000, dtype=np.int64).astype(np.uint64))
+    keys = np.concatenate([rng.choice(table, 30_000), rng.integers(0, 1 << 40, 30_000).astype(np.uint64)])
+    rng.shuffle(keys)
+    assert np.array_equal(blocks._sorted_search(table, keys), np.searchsorted(table, keys))
+    assert blocks._sorted_search(table, keys[:0]).shape == (0,)
