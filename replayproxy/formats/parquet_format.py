@@ -15,6 +15,7 @@ from replayproxy.formats.request_columns import COLUMNS, header_note, request_co
 from replayproxy.trace import Columns, release_pages
 
 ROW_GROUP_ROWS = 1 << 16  # rows converted and written at a time: memory does not grow with the trace
+ROW_GROUP_VALUES = 1 << 21  # list values (16 MiB of hashes) per row group at most: long prompts hold many
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
@@ -30,8 +31,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     wide = {name: int(value[1][-1]) >= 2**31 for name, value in columns.items() if isinstance(value, tuple)}
     writer = None
     try:
-        for lo in range(0, max(len(cols), 1), ROW_GROUP_ROWS):
-            hi = min(len(cols), lo + ROW_GROUP_ROWS)
+        for lo, hi in _row_groups(columns, len(cols)):
             arrays = {
                 name: _arrow(pa, columns[name], kind, lo, hi, wide.get(name, False))
                 for name, kind in COLUMNS.items()
@@ -47,6 +47,24 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
         if writer is not None:
             writer.close()
     return ExportResult(len(cols), [note, f"duckdb -c \"SELECT count(*) FROM '{path}'\""])
+
+
+def _row_groups(columns: dict[str, Any], n: int) -> list[tuple[int, int]]:
+    """Row ranges of at most ROW_GROUP_ROWS rows and, past one row, ROW_GROUP_VALUES list values
+    in any list column, so that one group's Arrow copies stay a few tens of MiB."""
+    indexes = [index for value in columns.values() if isinstance(value, tuple) for _, index in [value]]
+    if n == 0:
+        return [(0, 0)]  # an empty file still gets its schema
+    groups: list[tuple[int, int]] = []
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + ROW_GROUP_ROWS)
+        for index in indexes:
+            fits = int(np.searchsorted(index, index[lo] + ROW_GROUP_VALUES, side="right")) - 1
+            hi = min(hi, max(fits, lo + 1))
+        groups.append((lo, hi))
+        lo = hi
+    return groups
 
 
 def _arrow(pa: Any, value: Any, kind: str, lo: int, hi: int, wide: bool) -> Any:

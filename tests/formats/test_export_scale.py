@@ -162,7 +162,7 @@ def test_the_hashes_of_a_million_long_prompts_export_under_500_mb(
     """The hashes are kept in a mapped file and read a chunk at a time, shared ids are numbered in
     an array by the hash's place, reuse is counted a value range at a time. Holding the hashes
     and a sorted id table (as before) peaked here at 561 MB for mooncake, 566 csv, 694 parquet,
-    1,372 profile (now 278, 407, 467, 280). The per-request columns of a million rows are the test above."""
+    1,372 profile (now 278, 407, 288, 280). The per-request columns of a million rows are the test above."""
     out = tmp_path / f"long.{fmt}"
     # ids of the recorded 512-token blocks (16-token ids would be 32 per hash: 770 M ids)
     stdout, peak = run_limited(
