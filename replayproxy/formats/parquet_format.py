@@ -52,7 +52,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
 def _row_groups(columns: dict[str, Any], n: int) -> list[tuple[int, int]]:
     """Row ranges of at most ROW_GROUP_ROWS rows and, past one row, ROW_GROUP_VALUES list values
     in any list column, so that one group's Arrow copies stay a few tens of MiB."""
-    indexes = [index for value in columns.values() if isinstance(value, tuple) for _, index in [value]]
+    indexes = [value[1] for value in columns.values() if isinstance(value, tuple)]
     if n == 0:
         return [(0, 0)]  # an empty file still gets its schema
     groups: list[tuple[int, int]] = []
