@@ -27,11 +27,12 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     columns = request_columns(cols)
     note = header_note(cols)
     metadata = {b"replayproxy.note": note.encode(), b"replayproxy.columns": repr(COLUMNS).encode()}
+    lists = {name: value for name, value in columns.items() if isinstance(value, tuple)}  # (flat, index)
     # lists past 2**31 values need 64-bit offsets: one type for every row group
-    wide = {name: int(value[1][-1]) >= 2**31 for name, value in columns.items() if isinstance(value, tuple)}
+    wide = {name: int(index[-1]) >= 2**31 for name, (_, index) in lists.items()}
     writer = None
     try:
-        for lo, hi in _row_groups(columns, len(cols)):
+        for lo, hi in _row_groups([index for _, index in lists.values()], len(cols)):
             arrays = {
                 name: _arrow(pa, columns[name], kind, lo, hi, wide.get(name, False))
                 for name, kind in COLUMNS.items()
@@ -41,7 +42,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
             if writer is None:
                 writer = pq.ParquetWriter(str(path), table.schema, compression="zstd")
             writer.write_table(table)
-            for flat, index in (v for v in columns.values() if isinstance(v, tuple)):
+            for flat, index in lists.values():
                 release_pages(flat[int(index[lo]) : int(index[hi])])  # Arrow read them in place
     finally:
         if writer is not None:
@@ -49,10 +50,9 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     return ExportResult(len(cols), [note, f"duckdb -c \"SELECT count(*) FROM '{path}'\""])
 
 
-def _row_groups(columns: dict[str, Any], n: int) -> list[tuple[int, int]]:
-    """Row ranges of at most ROW_GROUP_ROWS rows and, past one row, ROW_GROUP_VALUES list values
-    in any list column, so that one group's Arrow copies stay a few tens of MiB."""
-    indexes = [value[1] for value in columns.values() if isinstance(value, tuple)]
+def _row_groups(indexes: list[np.ndarray], n: int) -> list[tuple[int, int]]:
+    """Row ranges of at most ROW_GROUP_ROWS rows and, past one row, ROW_GROUP_VALUES values in
+    any list column (`indexes`: each one's row starts), so one group's Arrow copies stay a few tens of MiB."""
     if n == 0:
         return [(0, 0)]  # an empty file still gets its schema
     groups: list[tuple[int, int]] = []
