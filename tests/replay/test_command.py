@@ -78,8 +78,9 @@ def test_bad_input_gives_one_line_and_exit_2(
 
 
 @contextmanager
-def slow_server() -> Iterator[Server]:
-    """A server in a thread whose streams take half a second."""
+def slow_server(answered: list[int]) -> Iterator[Server]:
+    """A server in a thread whose streams take half a second; `answered` counts the streams answered
+    (the trace's requests, not the probes that describe the target first)."""
 
     async def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
         if request.startswith(b"GET"):
@@ -87,6 +88,9 @@ def slow_server() -> Iterator[Server]:
             return
         await asyncio.sleep(0.5)
         writer.write(sse_answer(2))
+        await writer.drain()
+        if b"text/event-stream" in request:
+            answered.append(1)
 
     with in_thread(respond) as server:
         yield server
@@ -107,7 +111,8 @@ def test_an_interrupted_run_keeps_its_results(
     ]
     trace = traces.write(tmp_path / "long.rpt", shapes)
     out = tmp_path / "partial.rpr"
-    with slow_server() as server:
+    answered: list[int] = []
+    with slow_server(answered) as server:
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -129,18 +134,23 @@ def test_an_interrupted_run_keeps_its_results(
             # inherits that (the test then failed whenever CI was started with `&`).
             preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
         )
-        for _ in range(400):  # well into the 6 s trace, however slow the start on a busy machine
-            if sum(request.startswith(b"POST") for request in server.requests) >= 10:
+        # Stopped once some requests were answered and others are still waiting for their answer,
+        # however slow the start or the server on a busy machine (the trace lasts 6 s).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            posted = sum(b"text/event-stream" in request for request in server.requests)
+            if len(answered) >= 3 and posted - len(answered) >= 2:
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
+        seen = f"{posted} sent, {len(answered)} answered when stopped"
         process.send_signal(stop)
         _, err = process.communicate(timeout=20)
     assert process.returncode == 130, err
     assert "interrupted" in err
     result = load_results([out])[0]
     errors = result.column("error").tolist()
-    assert 5 <= len(errors) < 60
-    assert "client_cancel" in errors and "" in errors
+    assert 5 <= len(errors) < 60, seen
+    assert "client_cancel" in errors and "" in errors, (seen, errors)
     assert result.footer["summary"]["partial"] is True and result.footer["summary"]["stopped_after_s"] > 0
     doc = build_document(load_runs([out]))
     run = doc["runs"][0]
