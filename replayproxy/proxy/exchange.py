@@ -139,7 +139,7 @@ class Exchange:
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
         "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
         "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
-        "strip", "out", "trailer_fields",
+        "strip", "out", "head_waiting", "trailer_fields",
     )  # fmt: skip
 
     def __init__(self, ctx: Context, client: ClientEnd) -> None:
@@ -183,6 +183,7 @@ class Exchange:
         self.reusable = False  # the upstream connection may serve another request after this one
         self.strip: UsageStripper | None = None
         self.out: list[bytes] = []  # bytes for the client, written after each upstream read
+        self.head_waiting = False  # the response head is in `out`: the first body piece sends it at once
         self.trailer_fields: http1.Headers = []
 
     # ------------------------------------------------------------------ states and timers
@@ -426,7 +427,7 @@ class Exchange:
             self.upstream_failed("bad_stream")
             return
         out = self.out
-        if out:  # one write per read: what the parse produced, before anything else happens
+        if out:  # one write per read (the first body piece went on its own): what the parse produced
             self.send(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
 
@@ -486,6 +487,7 @@ class Exchange:
         connection = b"close" if self.close_after else b"keep-alive" if self.version == b"1.0" else b""
         head = heads.response_head(self.version, status, self.reason, headers, fields, framing, connection)
         self.out.append(head)
+        self.head_waiting = True
         self._to(State.STREAMING)
         if self.upgrade:
             self.client.upgrade_answered(self, switched=False)
@@ -529,6 +531,9 @@ class Exchange:
                 if not piece:
                     return
         self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece) if self.chunked_out else piece)
+        if self.head_waiting:  # the first token goes out before the rest of the read is parsed
+            self.head_waiting = False
+            self.flush_client()
 
     def on_message_complete(self) -> None:
         if self.state is not State.STREAMING:

@@ -104,12 +104,13 @@ def machine(
     upstream: str = "http://engine:8000",
     observer: Observer | None = None,
     hold: bool = False,
+    link: ScriptedLink | None = None,
     **overrides: Any,
 ) -> Machine:
     forwarder = Forwarder(settings(upstream, **overrides), HotCounters(), observer)
     pool = ScriptedPool(hold)
     forwarder.pool = pool  # type: ignore[assignment]
-    link = ScriptedLink()
+    link = link if link is not None else ScriptedLink()
     return Machine(forwarder, pool, link, ClientSide(forwarder, link))
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from replayproxy.proxy.exchange import TRANSITIONS, State
 from tests.proxy.helpers import CaptureSink
-from tests.proxy.machine import Machine, machine, splits, two_piece_splits
+from tests.proxy.machine import Machine, ScriptedLink, machine, splits, two_piece_splits
 
 GET = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -310,3 +310,31 @@ def test_a_usage_event_carrying_a_field_the_stream_lacks_keeps_that_field() -> N
         assert b"include_usage" in m.upstream.sent
         sent = bytes(m.link.sent)
         assert b'"system_fingerprint":"fp"' in sent and b'"usage"' not in sent and b'"content":"hi"' in sent
+
+
+class WritesKept(ScriptedLink):
+    """A client link that keeps each write apart, to see what went out before the rest was parsed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self.writes.append(data)
+
+
+def test_the_first_body_piece_goes_out_before_the_rest_of_its_read_is_parsed() -> None:
+    """A burst of events in one read: the head and the first event are written at once (the first
+    token's latency), the other events in one more write; later reads stay one write each."""
+    events = [b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(4)]
+    chunks = [b"%x\r\n%b\r\n" % (len(e), e) for e in events]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    link = WritesKept()
+    m = machine(link=link)
+    m.side.feed(GET)
+    m.upstream.answer([head + b"".join(chunks[:3]), chunks[3] + b"0\r\n\r\n"])
+    first, rest, last = link.writes
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(chunks[0])
+    assert rest == chunks[1] + chunks[2]
+    assert last == chunks[3] + b"0\r\n\r\n"
