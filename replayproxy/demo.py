@@ -26,8 +26,9 @@ REPORT_NAME = "report.html"
 SERVER_NICENESS = 5  # the simulated engines and the proxy yield the CPU to the replayer's send loop
 # Candidate engines: same simulated model, prefix cache on (as production) vs off.
 CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
+REQUESTS, RATE = 150, 10  # 15 s a stage: enough for a clear verdict, short enough to wait for
 WORKLOAD = [
-    "--requests", "240", "--rate", "8", "--arrival", "gamma:2.0",
+    "--requests", str(REQUESTS), "--rate", str(RATE), "--arrival", "gamma:2.0",
     "--input-len", "lognormal:mean=900,sigma=0.6", "--output-len", "lognormal:mean=60,sigma=0.5",
     "--prefix-groups", "4", "--prefix-len", "512", "--sessions-share", "0.3",
     "--model", "sim-llama-3.1-8b", "--seed", "7",
@@ -101,7 +102,7 @@ def _demo(work: Path, progress: str = "none") -> int:
             "--admin-listen", "127.0.0.1:0",
             "--trace-dir", str(traces),
         ) as proxy:  # fmt: skip
-            _stage(f"driving live traffic through the proxy at {proxy} (about 30 s)")
+            _stage(f"driving live traffic through the proxy at {proxy} (about {REQUESTS // RATE} s)")
             # Plain clients: no calibration probes or cache resets, which production would not see.
             _cli("replay", str(workload), "--target", proxy, "--flavor", "vllm", *_progress(progress),
                  "--no-calibrate", "--no-reset-prefix-cache",
@@ -112,7 +113,7 @@ def _demo(work: Path, progress: str = "none") -> int:
     results = []
     for label, options in CANDIDATES.items():
         with _server("sim", f"candidate engine '{label}'", "--port", "0", "--seed", "1", *options) as target:
-            _stage(f"replaying the recorded trace against '{label}' (about 30 s)")
+            _stage(f"replaying the recorded trace against '{label}' (about {REQUESTS // RATE} s)")
             result = work / f"{label}.rpr"
             _cli("replay", str(traces), "--target", target, "--flavor", "vllm", *_progress(progress),
                  "--label", label, "-o", str(result))  # fmt: skip
