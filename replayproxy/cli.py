@@ -9,10 +9,12 @@ product code must not import it (DESIGN.md, import table).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
@@ -138,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replayproxy {top.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # a bug: say so in one line; -v shows where
+        if isinstance(e, OSError) and e.errno in _DISK_FULL:  # not a bug: the user can make room
+            print(f"replayproxy {top.command}: error: {_disk_full(e)}", file=sys.stderr)
+            return 2
         if top.verbose:
             traceback.print_exc()
         hint = "" if top.verbose else "; run with -v for the traceback"
@@ -146,6 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(e: OSError) -> str:
+    """Which disk filled up: a named file's, or the one that holds temporary files (imports and
+    exports keep long columns in unlinked temporary files there)."""
+    where = f" writing {e.filename}" if e.filename else ""
+    return (
+        f"{e.strerror or 'no space left on device'}{where}; temporary files go to"
+        f" {tempfile.gettempdir()} (set TMPDIR to a disk with room)"
+    )
 
 
 def _one_line(e: BaseException) -> str:

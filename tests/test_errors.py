@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from replayproxy import cli, errors
+from replayproxy.trace import mapped
+from tests.formats.helpers import conversation_trace
 
 
 def _plant(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
@@ -76,3 +81,21 @@ def test_user_file_names_the_file_and_keeps_the_cause(tmp_path: Path) -> None:
             missing.read_bytes()
     assert isinstance(caught.value.__cause__, FileNotFoundError)
     assert isinstance(caught.value, OSError)  # callers that catch OSError still do
+
+
+def test_a_full_disk_for_temporary_files_is_one_line_naming_where_they_go(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An export keeps long columns in temporary files: a full disk there is the user's to fix."""
+    trace = conversation_trace(tmp_path / "t.rpt")
+
+    def full(fd: int, data: object, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(mapped.os, "pwrite", full)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert cli.main(["export", str(trace), "-f", "mooncake", "-o", str(tmp_path / "out.jsonl")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"replayproxy export: error: No space left on device; temporary files go to {tmp_path}"
+        " (set TMPDIR to a disk with room)"
+    ]
