@@ -21,6 +21,7 @@ from replayproxy.formats.exporting import (
     ExportResult,
     aiperf_command,
     output_lengths,
+    row_chunks,
     vllm_timed_trace_command,
     write_json_lines,
 )
@@ -160,7 +161,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     block = options.block_size or DEFAULT_BLOCK
     rows = write_json_lines(path, _rows(cols, block))
     notes = [vllm_timed_trace_command(path, rows, block, 1.0, options)]
-    if np.any((cols.session != 0) & (cols.turn > 0)):
+    if _has_linked_turns(cols):
         # AIPerf reads a linked turn as a delta and appends the earlier turns and replies itself,
         # while a Bailian row holds the whole conversation: its prompts would grow twice.
         notes.append("AIPerf: not for this file (multi-turn); export --format mooncake --sessions for AIPerf")
@@ -169,18 +170,24 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     return ExportResult(rows, notes)
 
 
+def _has_linked_turns(cols: Columns) -> bool:
+    for rows in row_chunks(len(cols)):
+        if np.any((cols.session[rows] != 0) & (cols.turn[rows] > 0)):
+            return True
+        cols.release(rows)
+    return False
+
+
 def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     """Rows a chunk of requests at a time (memory does not grow with the trace)."""
-    seconds = np.round((cols.offset_ns - (cols.offset_ns[0] if len(cols) else 0)) / 1e9, 6)
-    inputs = np.maximum(cols.input_tokens, 0)
-    outputs = output_lengths(cols)[0]
+    origin = cols.offset_ns[0] if len(cols) else 0
     sessions, turns, types = cols.session, cols.turn, cols.request_type
     last_chat: dict[int, int] = {}
     for rows, row_ids in iter_row_ids(cols, block):
         chunk = zip(
-            seconds[rows].tolist(),
-            inputs[rows].tolist(),
-            outputs[rows].tolist(),
+            np.round((cols.offset_ns[rows] - origin) / 1e9, 6).tolist(),
+            np.maximum(cols.input_tokens[rows], 0).tolist(),
+            output_lengths(cols, rows)[0].tolist(),
             sessions[rows].tolist(),
             turns[rows].tolist(),
             types[rows].tolist(),

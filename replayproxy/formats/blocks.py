@@ -32,16 +32,49 @@ def source_blocks(cols: Columns) -> tuple[int, str]:
     return kinds.pop()
 
 
-def input_tokens_of(cols: Columns) -> np.ndarray:
-    """Input tokens, falling back to the hashed prompt length for token-unit traces; unknown → 0."""
-    tokens = cols.input_tokens.astype(np.int64)
+def input_tokens_of(cols: Columns, rows: slice = slice(None)) -> np.ndarray:
+    """Input tokens of `rows`, falling back to the hashed prompt length for token-unit traces;
+    unknown → 0."""
+    tokens = cols.input_tokens[rows].astype(np.int64)
     _, unit = source_blocks(cols)
     if unit == "token":
-        tokens = np.where(tokens < 0, cols.prefix_units, tokens)
+        tokens = np.where(tokens < 0, cols.prefix_units[rows], tokens)
     return np.maximum(tokens, 0)
 
 
 BLOCKS_PER_CHUNK = 1 << 18  # target blocks re-blocked at a time: memory stays bounded whatever the size
+SCAN_ROWS = 1 << 16  # rows whose block counts are looked at at once while finding the chunks
+
+
+def _block_counts(cols: Columns, rows: slice, block_tokens: int) -> np.ndarray:
+    counts: np.ndarray = -(-input_tokens_of(cols, rows) // block_tokens)
+    return counts
+
+
+def _total_blocks(cols: Columns, block_tokens: int) -> int:
+    """Target blocks of the whole trace, counted a window of rows at a time."""
+    total = 0
+    for lo in range(0, len(cols), SCAN_ROWS):
+        total += int(_block_counts(cols, slice(lo, lo + SCAN_ROWS), block_tokens).sum())
+    return total
+
+
+def _chunk_bounds(cols: Columns, block_tokens: int, blocks_per_chunk: int, total: int) -> Iterator[slice]:
+    """Consecutive row ranges: each ends after the row whose blocks reach the next multiple of
+    `blocks_per_chunk` (counted from the start of the trace, below `total`), found a window of
+    rows at a time, so no per-row array of the whole trace is held."""
+    n, start, base, mark = len(cols), 0, 0, blocks_per_chunk
+    for lo in range(0, n, SCAN_ROWS):
+        ends = base + np.cumsum(_block_counts(cols, slice(lo, lo + SCAN_ROWS), block_tokens))
+        while mark < total and mark <= int(ends[-1]):
+            stop = lo + int(np.searchsorted(ends, mark)) + 1
+            if stop > start:
+                yield slice(start, stop)
+                start = stop
+            mark += blocks_per_chunk
+        base = int(ends[-1])
+    if start < n:
+        yield slice(start, n)
 
 
 def block_ids(cols: Columns, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,23 +98,21 @@ def iter_block_ids(
     if block_tokens <= 0:
         raise BadOption(f"--block-size must be positive, got {block_tokens}")
     size, unit = source_blocks(cols)
-    tokens = input_tokens_of(cols)
     recurring = _recurring(cols.prefix_hashes)
-    all_counts = -(-tokens // block_tokens)
-    ends = np.cumsum(all_counts)
-    total = int(ends[-1]) if len(ends) else 0
+    total = _total_blocks(cols, block_tokens)
     mixed = unit != "token" or block_tokens % size != 0
     known: _Numbered | _NumberedByHash = _Numbered() if mixed else _NumberedByHash(len(recurring), total)
     next_id = 0
-    cuts = np.searchsorted(ends, np.arange(blocks_per_chunk, total, blocks_per_chunk))
-    bounds = np.unique(np.concatenate([[0], cuts + 1, [len(tokens)]])).tolist()
-    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        rows = slice(first, stop)
-        counts = all_counts[rows]
+    for rows in _chunk_bounds(cols, block_tokens, blocks_per_chunk, total):
+        tokens = input_tokens_of(cols, rows)
+        counts = -(-tokens // block_tokens)
         where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
         ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
-        release_pages(cols.prefix_hashes[int(cols.prefix_index[first]) : int(cols.prefix_index[stop])])
+        release_pages(
+            cols.prefix_hashes[int(cols.prefix_index[rows.start]) : int(cols.prefix_index[rows.stop])]
+        )
         yield ids, counts
+        cols.release(rows)  # once the caller wrote these rows
 
 
 def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list[list[int]]]]:
@@ -105,7 +136,7 @@ def repeated_ids(cols: Columns, block_tokens: int) -> np.ndarray:
     Fresh ids are used once, so an id repeats when it occurs twice in one chunk or comes back in a
     later chunk (numbered before that chunk starts).
     """
-    blocks = int(np.sum(-(-input_tokens_of(cols) // block_tokens))) if block_tokens > 0 else 0
+    blocks = _total_blocks(cols, block_tokens) if block_tokens > 0 else 0
     bits = np.zeros((blocks + 7) // 8, np.uint8)
     numbered = 0  # ids below this were handed out in earlier chunks
     for ids, _ in iter_block_ids(cols, block_tokens):
@@ -144,12 +175,13 @@ def _recurring(hashes: np.ndarray) -> np.ndarray:
     for values, _ in value_ranges(hashes):
         unique, counts = np.unique(values, return_counts=True)
         found.append(unique[counts > 1])
-    return np.sort(np.concatenate(found))
+    # The ranges come in order of their top bits, so the concatenation is sorted already.
+    return np.concatenate(found)
 
 
 def _shareable(
     cols: Columns,
-    tokens: np.ndarray,
+    chunk_tokens: np.ndarray,
     rows: slice,
     counts: np.ndarray,
     block_tokens: int,
@@ -166,7 +198,6 @@ def _shareable(
     end = (j + 1) * block_tokens  # one past the block's last token
     index = cols.prefix_index[first : first + len(counts) + 1]
     recorded = np.diff(index)
-    chunk_tokens = tokens[rows]
     if unit == "token":
         holder = (end + size - 1) // size - 1  # recorded block holding the target block's last token
         shared = (end <= chunk_tokens[row]) & (holder < recorded[row])

@@ -16,29 +16,29 @@ CHUNK_ROWS = 16_384  # rows turned into text at a time: memory does not grow wit
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    columns = request_columns(cols)
+    texts: dict[int, str] = {}
     with open(path, "w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(COLUMNS)
         for lo in range(0, len(cols), CHUNK_ROWS):
-            hi = min(len(cols), lo + CHUNK_ROWS)
-            writer.writerows(zip(*(_cells(columns[name], lo, hi) for name in COLUMNS), strict=True))
+            rows = slice(lo, min(len(cols), lo + CHUNK_ROWS))
+            columns = request_columns(cols, rows, texts)
+            writer.writerows(zip(*(_cells(columns[name]) for name in COLUMNS), strict=True))
+            cols.release(rows)
     return ExportResult(
         len(cols), [header_note(cols), f"duckdb -c \"SELECT count(*) FROM read_csv_auto('{path}')\""]
     )
 
 
-def _cells(value: Any, lo: int, hi: int) -> list[Any]:
-    """One column's cells for rows [lo, hi): lists as spaced numbers, booleans as true/false."""
+def _cells(value: Any) -> list[Any]:
+    """One column's cells: lists as spaced numbers, booleans as true/false."""
     if isinstance(value, tuple):
-        flat, index = value
-        first = int(index[lo])
-        values = flat[first : int(index[hi])]
+        values, index = value
         text = values.astype(str)
         release_pages(values)  # a mapped column is read through, not held
-        bounds = (index[lo : hi + 1] - first).tolist()
+        bounds = index.tolist()
         return [" ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if value.dtype == np.bool_:
-        cells: list[Any] = np.where(value[lo:hi], "true", "false").tolist()
+        cells: list[Any] = np.where(value, "true", "false").tolist()
         return cells
-    return list(value[lo:hi].tolist())
+    return list(value.tolist())

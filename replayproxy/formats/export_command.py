@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadOption(f"--block-size must be positive, got {args.block_size}")
     read = FIELDS_READ.get(args.format)
     fields = None if read is None else (*EVERY_EXPORT_READS, *read)
-    # hashes and chunk gaps stay in a mapped temporary file: writers go through them a chunk at a time
-    cols = trace.load(args.traces, fields=fields, ragged_on_disk=True)
+    # numbers, hashes and chunk gaps stay in mapped temporary files: writers go through them a chunk at a time
+    cols = trace.load(args.traces, fields=fields, scalars_on_disk=True)
     if not len(cols):
         raise BadInputFile("the traces hold no readable requests" + _losses(cols.report))
     notes: list[str] = []

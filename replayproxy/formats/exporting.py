@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from replayproxy.trace import Columns, is_mapped, mapped_array, ragged_rows, release_pages
+from replayproxy.trace import (
+    Columns,
+    is_mapped,
+    mapped_array,
+    ragged_rows,
+    release_pages,
+    row_starts,
+    take_rows,
+)
 
 # The replayer's prompt synthesis, injected by the export command (formats may not import replay):
 # the prompt text of every request, in arrival order, as the replayer would send it, one at a time.
@@ -47,10 +55,10 @@ def write_json_lines(path: Path, rows: Iterable[dict[str, object]]) -> int:
     return count
 
 
-def relative_ms(cols: Columns) -> np.ndarray:
-    """Arrival in milliseconds from the first request, to the microsecond (float64)."""
-    offsets = cols.offset_ns.astype(np.int64)
-    base = int(offsets[0]) if len(offsets) else 0
+def relative_ms(cols: Columns, rows: slice = slice(None)) -> np.ndarray:
+    """Arrival of `rows` in milliseconds from the first request, to the microsecond (float64)."""
+    offsets = cols.offset_ns[rows].astype(np.int64)
+    base = int(cols.offset_ns[0]) if len(cols) else 0
     return np.round((offsets - base) / 1e6, 3)
 
 
@@ -59,15 +67,31 @@ def plain_numbers(values: np.ndarray) -> list[int | float]:
     return [int(v) if v.is_integer() else v for v in values.tolist()]
 
 
-def output_lengths(cols: Columns) -> tuple[np.ndarray, int]:
-    """Recorded output tokens, else max_tokens, else 1 (never 0: consumers refuse max_tokens 0).
-
-    Also how many rows needed a fallback.
+def output_lengths(cols: Columns, rows: slice = slice(None)) -> tuple[np.ndarray, int]:
+    """Recorded output tokens of `rows`, else max_tokens, else 1 (never 0: consumers refuse
+    max_tokens 0). Also how many rows needed a fallback.
     """
-    out = cols.output_tokens.astype(np.int64)
-    fallback = np.where(cols.max_tokens > 0, cols.max_tokens, 1)
+    out = cols.output_tokens[rows].astype(np.int64)
+    limits = cols.max_tokens[rows]
+    fallback = np.where(limits > 0, limits, 1)
     missing = out < 0
     return np.maximum(np.where(missing, fallback, out), 1), int(missing.sum())
+
+
+EXPORT_ROWS = 1 << 16  # rows an export reads at a time: a mapped trace is read through, not held
+
+
+def row_chunks(n: int) -> list[slice]:
+    return [slice(i, i + EXPORT_ROWS) for i in range(0, n, EXPORT_ROWS)]
+
+
+def missing_outputs(cols: Columns) -> int:
+    """How many requests have no recorded output length (`output_lengths` falls back for them)."""
+    missing = 0
+    for rows in row_chunks(len(cols)):
+        missing += int((cols.output_tokens[rows] < 0).sum())
+        cols.release(rows)
+    return missing
 
 
 def failed(cols: Columns) -> np.ndarray:
@@ -75,9 +99,13 @@ def failed(cols: Columns) -> np.ndarray:
 
     Status 0 without an error class means no answer was recorded (synthesized workloads): kept.
     """
-    status = cols.status.astype(np.int64)
-    answered = status != 0
-    return (cols.error != "") | (answered & ((status < 200) | (status >= 300)))  # type: ignore[no-any-return]
+    bad = np.zeros(len(cols), bool)
+    for rows in row_chunks(len(cols)):
+        status = cols.status[rows].astype(np.int64)
+        answered = status != 0
+        bad[rows] = (cols.error[rows] != "") | (answered & ((status < 200) | (status >= 300)))
+        cols.release(rows)
+    return bad
 
 
 def row_slice(cols: Columns, rows: slice) -> Columns:
@@ -103,7 +131,7 @@ def select_rows(cols: Columns, rows: np.ndarray) -> Columns:
     return Columns(
         headers=cols.headers,
         report=cols.report,
-        scalar={name: column[rows] for name, column in cols.scalar.items()},
+        scalar={name: take_rows(column, rows) for name, column in cols.scalar.items()},
         prefix_hashes=hashes,
         prefix_index=hash_index,
         chunk_gaps_us=gaps,
@@ -117,10 +145,10 @@ TAKEN_ROWS = 1 << 16  # rows of a mapped ragged column copied at a time
 def _take_ragged(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The `rows` of a ragged column and their index; a mapped column's rows go to a new map, a
     chunk of rows at a time (a trace's hashes are never all in memory)."""
-    lengths = np.diff(index)[rows]
-    new_index = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     if not is_mapped(flat):
-        return ragged_rows(flat, index, rows)[0], new_index
+        lengths = np.diff(index)[rows]
+        return ragged_rows(flat, index, rows)[0], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    new_index = row_starts(take_rows(index, rows + 1) - take_rows(index, rows))
     chunks = (ragged_rows(flat, index, rows[i : i + TAKEN_ROWS])[0] for i in range(0, len(rows), TAKEN_ROWS))
     return mapped_array(_released_after(chunks, flat), flat.dtype), new_index
 
@@ -131,10 +159,17 @@ def _released_after(chunks: Iterator[np.ndarray], flat: np.ndarray) -> Iterator[
         release_pages(flat)
 
 
-def session_labels(cols: Columns) -> list[str | None]:
-    """Sessions as short labels in first-seen order ("s0", "s1", ...): keyed hashes never leave."""
-    names: dict[int, str] = {}
-    return [names.setdefault(s, f"s{len(names)}") if s else None for s in cols.session.tolist()]
+class SessionLabels:
+    """Sessions as short labels in first-seen order ("s0", "s1", ...): keyed hashes never leave.
+    Asked for consecutive row ranges in order; holds one entry per session, not per request."""
+
+    def __init__(self, cols: Columns) -> None:
+        self._sessions = cols.session
+        self._names: dict[int, str] = {}
+
+    def of(self, rows: slice) -> list[str | None]:
+        names = self._names
+        return [names.setdefault(s, f"s{len(names)}") if s else None for s in self._sessions[rows].tolist()]
 
 
 def aiperf_command(path: Path, dataset_type: str, block: int, options: ExportOptions) -> str:

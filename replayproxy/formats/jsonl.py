@@ -18,7 +18,7 @@ import numpy as np
 
 from replayproxy.formats.blocks import is_repeated, iter_block_ids, repeated_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
-from replayproxy.formats.exporting import ExportOptions, ExportResult, session_labels, write_json_lines
+from replayproxy.formats.exporting import ExportOptions, ExportResult, SessionLabels, write_json_lines
 from replayproxy.formats.importing import (
     BadLines,
     Imported,
@@ -177,7 +177,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     used more than once, the second writes each row's leading run of them.
     """
     repeated = repeated_ids(cols, block)
-    labels = session_labels(cols)
+    labels = SessionLabels(cols)
     origin = int(cols.offset_ns[0]) if len(cols) else 0
     first = 0
     for flat, counts in iter_block_ids(cols, block):
@@ -187,6 +187,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
         inputs = np.maximum(cols.input_tokens[rows], 0)
         full = np.minimum(_leading_run(is_repeated(repeated, flat), counts), inputs // block).tolist()
         starts = (np.cumsum(counts) - counts).tolist()
+        chunk_labels = labels.of(rows)
         columns = (
             cols.scalar["output_tokens"][rows].tolist(),
             cols.scalar["max_tokens"][rows].tolist(),
@@ -200,15 +201,14 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
         for k, (out, limit, model, endpoint, stream, status, error, turn) in enumerate(
             zip(*columns, strict=True)
         ):
-            i = rows.start + k
             row: dict[str, Any] = {"offset_s": seconds[k], "input_tokens": int(inputs[k])}
             if out >= 0:
                 row["output_tokens"] = out
             if limit >= 0:
                 row["max_tokens"] = limit
             row.update(model=model, endpoint=endpoint, stream=bool(stream), status=status, error=error)
-            if labels[i] is not None:
-                row.update(session=labels[i], turn=turn)
+            if chunk_labels[k] is not None:
+                row.update(session=chunk_labels[k], turn=turn)
             if full[k]:
                 lead = flat[starts[k] : starts[k] + full[k]].tolist()
                 row["prefix"] = [[f"b{b}", block] for b in lead]

@@ -24,11 +24,12 @@ from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
     ExportResult,
+    SessionLabels,
     aiperf_command,
+    missing_outputs,
     output_lengths,
     plain_numbers,
     relative_ms,
-    session_labels,
     vllm_timed_trace_command,
     write_json_lines,
 )
@@ -259,7 +260,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     block = options.block_size or DEFAULT_BLOCK
     rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions))
     result = ExportResult(rows)
-    _, missing = output_lengths(cols)
+    missing = missing_outputs(cols)
     if missing:
         result.notes.append(
             f"{missing} requests had no recorded output length: output_length = max_tokens or 1"
@@ -275,46 +276,64 @@ def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator
     Rows are built a chunk of requests at a time, so memory does not grow with the trace.
     Timestamps keep microseconds (AIPerf and SGLang read fractional milliseconds).
     """
-    labels = session_labels(cols) if sessions else [None] * len(cols)
-    timestamps = relative_ms(cols)
-    inputs = np.maximum(cols.input_tokens, 0)
-    outputs = output_lengths(cols)[0]
-    turns = _later_turns(cols, inputs.tolist(), outputs.tolist()) if sessions else {}
+    labels = SessionLabels(cols) if sessions else None
+    turns = _LaterTurns(cols)
     for rows, row_ids in iter_row_ids(cols, block):
+        n_ins = np.maximum(cols.input_tokens[rows], 0).tolist()
+        n_outs = output_lengths(cols, rows)[0].tolist()
+        blank: list[None] = [None] * len(row_ids)
         chunk = zip(
-            plain_numbers(timestamps[rows]),
-            inputs[rows].tolist(),
-            outputs[rows].tolist(),
+            plain_numbers(relative_ms(cols, rows)),
+            n_ins,
+            n_outs,
+            labels.of(rows) if labels is not None else blank,
+            turns.of(rows, n_ins, n_outs) if sessions else blank,
             row_ids,
             strict=True,
         )
-        for i, (timestamp, n_in, n_out, ids) in enumerate(chunk, rows.start):
+        for timestamp, n_in, n_out, label, turn, ids in chunk:
             row: dict[str, Any] = {"timestamp": timestamp}
-            if labels[i] is not None:
-                row["session_id"] = labels[i]
-                if i in turns:
-                    delay, n_in = turns[i]
-                    row = {"session_id": labels[i], "delay": delay}
+            if label is not None:
+                row["session_id"] = label
+                if turn is not None:
+                    delay, n_in = turn
+                    row = {"session_id": label, "delay": delay}
                     ids = ids[len(ids) + (n_in // -block) :]  # the last ceil(new / block) ids
             row.update(input_length=n_in, output_length=n_out, hash_ids=ids)
             yield row
 
 
-def _later_turns(cols: Columns, inputs: list[int], outputs: list[int]) -> dict[int, tuple[int, int]]:
-    """Row -> (delay ms, new input tokens) for each turn after a session's first: the delay is the
-    recorded think time, else the gap from the previous turn's arrival + E2E to this arrival."""
-    turns: dict[int, tuple[int, int]] = {}
-    previous: dict[int, int] = {}
-    think, offsets, e2e = cols.think_ns.tolist(), cols.offset_ns.tolist(), cols.e2e_ns.tolist()
-    for i, session in enumerate(cols.session.tolist()):
-        before = previous.get(session) if session else None
-        if before is not None:
-            gap = think[i] if think[i] >= 0 else offsets[i] - offsets[before] - max(e2e[before], 0)
-            new = max(1, inputs[i] - inputs[before] - outputs[before])
-            turns[i] = (round(max(gap, 0) / 1e6), new)
-        if session:
-            previous[session] = i
-    return turns
+class _LaterTurns:
+    """(delay ms, new input tokens) of each turn after a session's first: the delay is the recorded
+    think time, else the gap from the previous turn's arrival + E2E to this arrival. Asked for
+    consecutive row ranges in order; what it keeps per session is its latest turn's figures."""
+
+    def __init__(self, cols: Columns) -> None:
+        self._cols = cols
+        self._previous: dict[int, tuple[int, int, int, int]] = {}  # session -> offset, e2e, in, out
+
+    def of(self, rows: slice, inputs: list[int], outputs: list[int]) -> list[tuple[int, int] | None]:
+        cols, previous = self._cols, self._previous
+        found: list[tuple[int, int] | None] = []
+        chunk = zip(
+            cols.session[rows].tolist(),
+            cols.think_ns[rows].tolist(),
+            cols.offset_ns[rows].tolist(),
+            cols.e2e_ns[rows].tolist(),
+            inputs,
+            outputs,
+            strict=True,
+        )
+        for session, think, offset, e2e, n_in, n_out in chunk:
+            before = previous.get(session) if session else None
+            if before is None:
+                found.append(None)
+            else:
+                gap = think if think >= 0 else offset - before[0] - max(before[1], 0)
+                found.append((round(max(gap, 0) / 1e6), max(1, n_in - before[2] - before[3])))
+            if session:
+                previous[session] = (offset, e2e, n_in, n_out)
+        return found
 
 
 def consumer_commands(path: Path, block: int, rows: int, options: ExportOptions) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import ExportOptions, ExportResult
-from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
+from replayproxy.formats.request_columns import COLUMNS, RAGGED, header_note, request_columns
 from replayproxy.trace import Columns, release_pages
 
 ROW_GROUP_ROWS = 1 << 16  # rows converted and written at a time: memory does not grow with the trace
@@ -24,26 +24,27 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
         pq = importlib.import_module("pyarrow.parquet")
     except ImportError as e:
         raise BadOption("parquet export needs pyarrow: pip install 'replayproxy[parquet]'") from e
-    columns = request_columns(cols)
     note = header_note(cols)
     metadata = {b"replayproxy.note": note.encode(), b"replayproxy.columns": repr(COLUMNS).encode()}
-    lists = {name: value for name, value in columns.items() if isinstance(value, tuple)}  # (flat, index)
+    indexes = {name: getattr(cols, index) for name, (_, index) in RAGGED.items()}
     # lists past 2**31 values need 64-bit offsets: one type for every row group
-    wide = {name: int(index[-1]) >= 2**31 for name, (_, index) in lists.items()}
+    wide = {name: int(index[-1]) >= 2**31 for name, index in indexes.items()}
+    texts: dict[int, str] = {}
     writer = None
     try:
-        for lo, hi in _row_groups([index for _, index in lists.values()], len(cols)):
+        for lo, hi in _row_groups(list(indexes.values()), len(cols)):
+            columns = request_columns(cols, slice(lo, hi), texts)
             arrays = {
-                name: _arrow(pa, columns[name], kind, lo, hi, wide.get(name, False))
-                for name, kind in COLUMNS.items()
+                name: _arrow(pa, columns[name], kind, wide.get(name, False)) for name, kind in COLUMNS.items()
             }
             table = pa.table(arrays)
             table = table.replace_schema_metadata(metadata)
             if writer is None:
                 writer = pq.ParquetWriter(str(path), table.schema, compression="zstd")
             writer.write_table(table)
-            for flat, index in lists.values():
-                release_pages(flat[int(index[lo]) : int(index[hi])])  # Arrow read them in place
+            for name in RAGGED:
+                release_pages(columns[name][0])  # Arrow read them in place
+            cols.release(slice(lo, hi))
     finally:
         if writer is not None:
             writer.close()
@@ -67,15 +68,14 @@ def _row_groups(indexes: list[np.ndarray], n: int) -> list[tuple[int, int]]:
     return groups
 
 
-def _arrow(pa: Any, value: Any, kind: str, lo: int, hi: int, wide: bool) -> Any:
-    """One column's rows [lo, hi) as an Arrow array."""
+def _arrow(pa: Any, value: Any, kind: str, wide: bool) -> Any:
+    """One column's values of a row group as an Arrow array."""
     if isinstance(value, tuple):
-        flat, index = value
+        values, index = value
         item = pa.uint64() if kind == "list<uint64>" else pa.uint32()
         lists = pa.LargeListArray if wide else pa.ListArray
-        offsets = pa.array(index[lo : hi + 1] - index[lo], pa.int64() if wide else pa.int32())
-        values = flat[int(index[lo]) : int(index[hi])]
+        offsets = pa.array(index, pa.int64() if wide else pa.int32())
         return lists.from_arrays(offsets, pa.array(values, item))
     if kind == "string":
-        return pa.array(value[lo:hi].tolist(), pa.string())
-    return pa.array(np.asarray(value[lo:hi]))
+        return pa.array(value.tolist(), pa.string())
+    return pa.array(np.asarray(value))

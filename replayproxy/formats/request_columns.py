@@ -52,30 +52,35 @@ RAGGED = {
 }
 
 
-def request_columns(cols: Columns) -> dict[str, Any]:
-    """Column name -> numpy array (scalars) or (flat, index) pair (ragged), in COLUMNS order."""
-    offsets = cols.offset_ns.astype(np.int64)
+def request_columns(cols: Columns, rows: slice, texts: dict[int, str]) -> dict[str, Any]:
+    """Column name -> the values of consecutive `rows`: a numpy array (scalars) or a (flat, index)
+    pair (ragged; the index starts at 0), in COLUMNS order. `texts` carries the sampling maps
+    already written as JSON from one range to the next."""
+    first = int(cols.offset_ns[0]) if len(cols) else 0
+    prefix_index = cols.prefix_index[rows.start : rows.stop + 1]
+    chunk_index = cols.chunk_index[rows.start : rows.stop + 1]
     derived: dict[str, Any] = {
-        "arrival_s": (offsets - (offsets[0] if len(offsets) else 0)) / 1e9,
-        "message_count": cols.message_count,
-        "sampling": _sampling_texts(cols.sampling),
-        "prefix_blocks": np.diff(cols.prefix_index),
-        "chunk_count": np.where(cols.ttft_ns >= 0, np.diff(cols.chunk_index) + 1, 0),
+        "arrival_s": (cols.offset_ns[rows].astype(np.int64) - first) / 1e9,
+        "message_count": np.fromiter((len(r) for r in cols.roles[rows]), dtype=np.int64),
+        "sampling": _sampling_texts(cols.sampling[rows], texts),
+        "prefix_blocks": np.diff(prefix_index),
+        "chunk_count": np.where(cols.ttft_ns[rows] >= 0, np.diff(chunk_index) + 1, 0),
     }
     columns: dict[str, Any] = {}
     for name in COLUMNS:
         if name in RAGGED:
-            flat, index = RAGGED[name]
-            columns[name] = (getattr(cols, flat), getattr(cols, index))
+            flat_name, index_name = RAGGED[name]
+            index = prefix_index if index_name == "prefix_index" else chunk_index
+            flat = getattr(cols, flat_name)[int(index[0]) : int(index[-1])]
+            columns[name] = (flat, index - index[0])
         else:
-            columns[name] = derived[name] if name in derived else cols.scalar[name]
+            columns[name] = derived[name] if name in derived else cols.scalar[name][rows]
     return columns
 
 
-def _sampling_texts(sampling: np.ndarray) -> np.ndarray:
+def _sampling_texts(sampling: np.ndarray, texts: dict[int, str]) -> np.ndarray:
     """Each request's sampling map as JSON; rows share the few distinct maps a trace decodes to, so
     each is written once (one string per distinct map, not one per row)."""
-    texts: dict[int, str] = {}
     out = np.empty(len(sampling), object)
     for i, value in enumerate(sampling.tolist()):
         text = texts.get(id(value))

@@ -13,27 +13,27 @@ from pathlib import Path
 
 import numpy as np
 
-from replayproxy.formats.exporting import ExportOptions, ExportResult, output_lengths
+from replayproxy.formats.exporting import ExportOptions, ExportResult, output_lengths, row_chunks
 from replayproxy.trace import Columns
 
-ROWS_PER_CHUNK = 1 << 16
 BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
 def write_burstgpt(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     """BurstGPT rows; Model is "GPT-4" (vLLM's reader keeps only those), seconds from the first request."""
-    seconds = _relative_s(cols)
-    inputs = np.maximum(cols.input_tokens, 0)
-    outputs = output_lengths(cols)[0]
+    origin = int(cols.offset_ns[0]) if len(cols) else 0
     with open(path, "w", encoding="utf-8", newline="") as out:
         out.write(BURSTGPT_HEADER)
-        for rows in _chunks(len(cols)):
-            n_in, n_out = inputs[rows].tolist(), outputs[rows].tolist()
+        for rows in row_chunks(len(cols)):
+            seconds = (cols.offset_ns[rows].astype(np.int64) - origin) / 1e9
+            n_in = np.maximum(cols.input_tokens[rows], 0).tolist()
+            n_out = output_lengths(cols, rows)[0].tolist()
             out.writelines(
                 f"{t:.6f},GPT-4,{a},{b},{a + b},Conversation log\n"
-                for t, a, b in zip(seconds[rows].tolist(), n_in, n_out, strict=True)
+                for t, a, b in zip(seconds.tolist(), n_in, n_out, strict=True)
             )
+            cols.release(rows)
     notes = [
         f"vLLM:     vllm bench serve --backend openai --endpoint /v1/completions --base-url {options.url} "
         f"--model {options.model} --dataset-name burstgpt --dataset-path {path} --num-prompts {len(cols)} "
@@ -53,32 +53,22 @@ def write_burstgpt(cols: Columns, path: Path, options: ExportOptions) -> ExportR
 def write_azure(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     """Azure 2023 rows: UTC date-times with 7 fractional digits (the trace's own start, when known)."""
     start = min((h.start_wall_ns for h in cols.headers), default=0)
-    offsets = cols.offset_ns.astype(np.int64)
-    first = int(offsets[0]) if len(offsets) else 0
-    inputs = np.maximum(cols.input_tokens, 0)
-    outputs = output_lengths(cols)[0]
+    first = int(cols.offset_ns[0]) if len(cols) else 0
     with open(path, "w", encoding="utf-8", newline="") as out:
         out.write(AZURE_HEADER)
-        for rows in _chunks(len(cols)):
+        for rows in row_chunks(len(cols)):
             stamps = np.datetime_as_string(
-                (start + offsets[rows] - first).astype("datetime64[ns]"), unit="ns"
+                (start + cols.offset_ns[rows].astype(np.int64) - first).astype("datetime64[ns]"), unit="ns"
             )
+            inputs = np.maximum(cols.input_tokens[rows], 0).tolist()
             out.writelines(
                 f"{t[:10]} {t[11:27]},{a},{b}\n"
                 for t, a, b in zip(
-                    stamps.tolist(), inputs[rows].tolist(), outputs[rows].tolist(), strict=True
+                    stamps.tolist(), inputs, output_lengths(cols, rows)[0].tolist(), strict=True
                 )
             )
+            cols.release(rows)
     notes = [f"replayproxy import {path} --format azure -o TRACE.rpt"]
     if not start:
         notes.append("note: the traces carry no wall-clock start; times begin at 1970-01-01 00:00:00 UTC")
     return ExportResult(len(cols), notes)
-
-
-def _relative_s(cols: Columns) -> np.ndarray:
-    offsets = cols.offset_ns.astype(np.int64)
-    return (offsets - (int(offsets[0]) if len(offsets) else 0)) / 1e9
-
-
-def _chunks(n: int) -> list[slice]:
-    return [slice(i, i + ROWS_PER_CHUNK) for i in range(0, n, ROWS_PER_CHUNK)]

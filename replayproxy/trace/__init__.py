@@ -18,7 +18,15 @@ from replayproxy.trace.column_file import (
     read_each,
     with_defaults,
 )
-from replayproxy.trace.columns import RAGGED, Columns, load, ragged_rows, read_trace_files
+from replayproxy.trace.columns import (
+    RAGGED,
+    Columns,
+    load,
+    ragged_rows,
+    read_trace_files,
+    row_starts,
+    take_rows,
+)
 from replayproxy.trace.frames import FrameWriter, ReadReport, iter_frame_payloads
 from replayproxy.trace.header import (
     FORMAT_NAME,
@@ -60,6 +68,8 @@ __all__ = [
     "read_each",
     "read_column_file",
     "ragged_rows",
+    "row_starts",
+    "take_rows",
     "release_pages",
     "read_trace_files",
     "with_defaults",

@@ -245,12 +245,14 @@ class _ColumnsBeingRead:
             if not keep:
                 self._columns.append(())
             elif kind in NUMERIC_KINDS:
-                self._columns.append((_Growing(NUMERIC_KINDS[kind].newbyteorder("="), records),))
+                dtype = NUMERIC_KINDS[kind].newbyteorder("=")
+                self._columns.append((SpilledArray(dtype) if spill else _Growing(dtype, records),))
             elif kind in RAGGED_KINDS:
                 dtype = RAGGED_KINDS[kind].newbyteorder("=")
                 # sized as batches come (see _projected), or written to a mapped file
                 flat: _Growing | SpilledArray = SpilledArray(dtype) if spill else _Growing(dtype, 0)
-                self._columns.append((flat, _Growing(np.dtype(np.int64), records)))
+                lengths = np.dtype(np.int64)
+                self._columns.append((flat, SpilledArray(lengths) if spill else _Growing(lengths, records)))
             elif kind in CODED_KINDS:
                 self._columns.append((_Growing(np.dtype(object), records),))
             else:
@@ -485,7 +487,7 @@ def read_column_file(
     (whose frame was lost) cannot be interpreted; the file then fails with the header error below.
     Nothing is sized from a count or length the file declares beyond what its bytes can hold.
     With `wanted`, only those fields are decoded (and so held); the others are left out of the table.
-    Ragged fields in `spill` go to a temporary file and come back mapped (see trace.mapped).
+    Numeric and ragged fields in `spill` go to a temporary file and come back mapped (see trace.mapped).
     """
     name = str(path)
     seen_warnings = len(report.warnings)

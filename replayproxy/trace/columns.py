@@ -20,7 +20,7 @@ from replayproxy.trace.column_file import (
 )
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
-from replayproxy.trace.mapped import mapped_array, release_pages
+from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
 
 
 def read_trace_files(
@@ -110,6 +110,11 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offset_ns)
 
+    def release(self, rows: slice) -> None:
+        """Drop the resident pages of mapped scalar columns over `rows` (consecutive), once read."""
+        for column in self.scalar.values():
+            release_pages(column[rows])
+
     def hashes_of(self, i: int) -> np.ndarray:
         return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
 
@@ -124,6 +129,7 @@ def load(
     digest: bool = False,
     fields: Collection[str] | None = None,
     ragged_on_disk: bool = False,
+    scalars_on_disk: bool = False,
 ) -> Columns:
     """Load traces into columns: the fast path for inspect, export and replay planning.
 
@@ -133,6 +139,9 @@ def load(
     With `ragged_on_disk`, the ragged fields (prefix hashes, chunk gaps: the columns that grow with
     requests × blocks) are kept in a mapped temporary file, not on the heap; a reader going through
     them a chunk at a time calls `trace.release_pages` on each range it is done with.
+    With `scalars_on_disk` as well, the numeric scalar fields are mapped too (an export of millions of
+    requests reads them a chunk at a time: `Columns.release` drops a range it is done with), so
+    what stays on the heap is the text fields' references and the arrival order.
 
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
@@ -141,21 +150,28 @@ def load(
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
     wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}
-    spill = RAGGED if ragged_on_disk else ()
+    ragged_on_disk |= scalars_on_disk
+    spill = (*RAGGED, *(SCALAR_FIELDS if scalars_on_disk else ())) if ragged_on_disk else ()
     pairs = read_trace_files(paths, report, wanted, spill)
     base = pairs[0][0].start_wall_ns
     tables = [_with_defaults(table, wanted) for _, table in pairs]
     for (header, _), table in zip(pairs, tables, strict=True):
-        table.columns["offset_ns"] = table.columns["offset_ns"] + (header.start_wall_ns - base)
+        if header.start_wall_ns != base:
+            table.columns["offset_ns"] = take_rows(
+                table.columns["offset_ns"], None, header.start_wall_ns - base
+            )
     names = [name for name in SCALAR_FIELDS if wanted is None or name in wanted]
-    scalar = {name: _joined([t.columns[name] for t in tables]) for name in names}
-    order = np.argsort(scalar["offset_ns"], kind="stable")
-    if not _is_identity(order):
-        scalar = {name: column[order] for name, column in scalar.items()}
+    scalar = {name: _joined([t.columns[name] for t in tables], scalars_on_disk) for name in names}
+    sort = np.argsort(scalar["offset_ns"], kind="stable")
+    release_pages(scalar["offset_ns"])
+    order = None if _is_identity(sort) else sort  # None: already in arrival order, nothing moves
+    del sort
+    if order is not None:
+        scalar = {name: take_rows(column, order) for name, column in scalar.items()}
     ragged = {
         name: _reorder_ragged(
             _joined([t.ragged[name][0] for t in tables], ragged_on_disk),
-            _joined([t.ragged[name][1] for t in tables]),
+            _joined([t.ragged[name][1] for t in tables], ragged_on_disk),
             order,
             ragged_on_disk,
         )
@@ -184,17 +200,37 @@ REORDERED_ROWS = 1 << 16  # rows of a mapped ragged column gathered at a time
 
 
 def _reorder_ragged(
-    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, on_disk: bool
+    flat: np.ndarray, lengths: np.ndarray, order: np.ndarray | None, on_disk: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Permute rows of a flat ragged array given per-row lengths; returns flat and its index.
-    A mapped one stays mapped: out of order, it is gathered into a new map a chunk of rows at a time."""
-    index = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=index[1:])
-    if not on_disk or _is_identity(order):
+    """Permute rows of a flat ragged array given per-row lengths (`order` None: they are in order);
+    returns flat and its index. A mapped one stays mapped: out of order, it is gathered into a new
+    map a chunk of rows at a time; mapped lengths give a mapped index."""
+    index = row_starts(lengths)
+    if order is None:
+        return flat, index
+    if not on_disk:
         return ragged_rows(flat, index, order)
-    taken = np.zeros(len(order) + 1, np.int64)
-    np.cumsum(lengths[order], out=taken[1:])
-    return mapped_array(_gathered(flat, index, order), flat.dtype), taken
+    return mapped_array(_gathered(flat, index, order), flat.dtype), row_starts(take_rows(lengths, order))
+
+
+def row_starts(lengths: np.ndarray) -> np.ndarray:
+    """Each row's start in the flat array, and the end: 0 then the running sum of `lengths` (of a
+    mapped column, a new map written a chunk at a time)."""
+    if not is_mapped(lengths):
+        index = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=index[1:])
+        return index
+
+    def sums() -> Iterator[np.ndarray]:
+        total = 0
+        yield np.zeros(1, np.int64)
+        for lo in range(0, len(lengths), REORDERED_ROWS):
+            part = np.cumsum(lengths[lo : lo + REORDERED_ROWS], dtype=np.int64) + total
+            yield part
+            total = int(part[-1])
+            release_pages(lengths)
+
+    return mapped_array(sums(), np.int64)
 
 
 def _gathered(flat: np.ndarray, index: np.ndarray, order: np.ndarray) -> Iterator[np.ndarray]:
@@ -220,10 +256,31 @@ def ragged_rows(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[
     return flat[within + np.repeat(starts, lengths)], taken
 
 
+def take_rows(column: np.ndarray, rows: np.ndarray | None, shift: int = 0) -> np.ndarray:
+    """`column[rows] + shift` (rows None: every row as it is); a mapped column becomes a new map,
+    filled a chunk of rows at a time, each chunk's source pages dropped after it."""
+    if not is_mapped(column):
+        taken = column if rows is None else column[rows]
+        return taken + shift if shift else taken
+    count = len(column) if rows is None else len(rows)
+    chunks = (
+        column[slice(lo, lo + REORDERED_ROWS) if rows is None else rows[lo : lo + REORDERED_ROWS]] + shift
+        for lo in range(0, count, REORDERED_ROWS)
+    )
+    return mapped_array(_dropping(chunks, column), column.dtype)
+
+
+def _dropping(chunks: Iterator[np.ndarray], source: np.ndarray) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        yield chunk
+        release_pages(source)
+
+
 def _joined(arrays: list[np.ndarray], on_disk: bool = False) -> np.ndarray:
     if len(arrays) == 1:
         return arrays[0]
-    return mapped_array(arrays, arrays[0].dtype) if on_disk else np.concatenate(arrays)
+    mappable = on_disk and arrays[0].dtype != object  # text fields stay references on the heap
+    return mapped_array(arrays, arrays[0].dtype) if mappable else np.concatenate(arrays)
 
 
 def _is_identity(order: np.ndarray) -> bool:
