@@ -145,18 +145,26 @@ TAKEN_ROWS = 1 << 16  # rows of a mapped ragged column copied at a time
 def _take_ragged(flat: np.ndarray, index: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The `rows` of a ragged column and their index; a mapped column's rows go to a new map, a
     chunk of rows at a time (a trace's hashes are never all in memory)."""
-    if not is_mapped(flat):
+    if not is_mapped(flat) and not is_mapped(index):
         lengths = np.diff(index)[rows]
         return ragged_rows(flat, index, rows)[0], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    new_index = row_starts(take_rows(index, rows + 1) - take_rows(index, rows))
+    new_index = row_starts(mapped_array(_released_after(_lengths(index, rows), index), np.int64))
     chunks = (ragged_rows(flat, index, rows[i : i + TAKEN_ROWS])[0] for i in range(0, len(rows), TAKEN_ROWS))
-    return mapped_array(_released_after(chunks, flat), flat.dtype), new_index
+    return mapped_array(_released_after(chunks, flat, index), flat.dtype), new_index
 
 
-def _released_after(chunks: Iterator[np.ndarray], flat: np.ndarray) -> Iterator[np.ndarray]:
+def _lengths(index: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:
+    """The lengths of `rows` of a ragged column, a chunk of rows at a time."""
+    for i in range(0, len(rows), TAKEN_ROWS):
+        taken = rows[i : i + TAKEN_ROWS]
+        yield index[taken + 1] - index[taken]
+
+
+def _released_after(chunks: Iterator[np.ndarray], *sources: np.ndarray) -> Iterator[np.ndarray]:
     for chunk in chunks:
         yield chunk
-        release_pages(flat)
+        for source in sources:
+            release_pages(source)
 
 
 class SessionLabels:

@@ -199,16 +199,20 @@ def burstgpt_lines(path: Path, rows: int) -> Path:
 
 IMPORT_ROWS = (250_000, 1_500_000)
 GROWTH_MB = 15  # of the peak from the smaller file to the larger: 12 bytes a row at most
+EXPORT_GROWTH_MB = 45  # 36 bytes a row at most
 
 
 @pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.timeout(300)
-def test_import_peak_does_not_grow_with_rows(tmp_path: Path) -> None:
-    """Per-request columns go to temporary files as they are parsed and are written a frame at a
-    time: six times the rows may not add more than a few bytes a row to the peak (holding the
-    columns in memory, as imports once did, adds ~45 bytes a row: 60 MB here)."""
-    peaks = []
+def test_import_and_export_peaks_do_not_grow_with_rows(tmp_path: Path) -> None:
+    """Imports: per-request columns go to temporary files as they are parsed and are written a
+    frame at a time: six times the rows may not add more than a few bytes a row to the peak
+    (holding the columns in memory, as imports once did, adds ~45 bytes a row: 60 MB here).
+    Exports: numeric columns are mapped and read a chunk of requests at a time, failed requests
+    left out the same way; what grows is the text columns' references (16 bytes a row here;
+    holding the columns and whole-trace arrays in memory, as exports once did, added ~115)."""
+    peaks, export_peaks = [], []
     for rows in IMPORT_ROWS:
         source = burstgpt_lines(tmp_path / f"{rows}.csv", rows)
         back = tmp_path / f"{rows}.rpt"
@@ -216,4 +220,8 @@ def test_import_peak_does_not_grow_with_rows(tmp_path: Path) -> None:
         assert f"imported {rows} requests" in stdout
         peaks.append(peak)
         source.unlink()
+        stdout, peak = run_limited("export", str(back), "-f", "burstgpt", "-o", str(source))
+        assert "requests that failed at the source" in stdout  # the filtered path
+        export_peaks.append(peak)
     assert peaks[1] - peaks[0] < GROWTH_MB, f"peaks {peaks} MB at {IMPORT_ROWS} rows"
+    assert export_peaks[1] - export_peaks[0] < EXPORT_GROWTH_MB, f"export peaks {export_peaks} MB"
