@@ -77,11 +77,12 @@ def _peak_concurrency(offsets: np.ndarray, e2e_ns: np.ndarray) -> int | None:
     known = e2e_ns >= 0
     if not known.any():
         return None
-    starts, ends = offsets[known], offsets[known] + e2e_ns[known]
-    times = np.concatenate([ends, starts])
-    steps = np.concatenate([np.full(len(ends), -1), np.full(len(starts), 1)])
-    order = np.argsort(times, kind="stable")  # at equal times an end comes first: it was listed first
-    return int(np.cumsum(steps[order]).max())
+    starts = offsets[known]  # in arrival order
+    ends = np.sort(starts + e2e_ns[known])
+    # The count peaks at some arrival: the requests that arrived up to it (itself included) less
+    # those that ended by then (an end at the same time comes first).
+    ended = np.searchsorted(ends, starts, side="right")
+    return int((np.arange(1, len(starts) + 1) - ended).max())
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
