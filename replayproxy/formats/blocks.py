@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from replayproxy.errors import BadInputFile, BadOption
+from replayproxy.formats.exporting import row_chunks
 from replayproxy.trace import Columns, release_pages
 from replayproxy.trace.reuse import value_ranges
 
@@ -43,7 +44,6 @@ def input_tokens_of(cols: Columns, rows: slice = slice(None)) -> np.ndarray:
 
 
 BLOCKS_PER_CHUNK = 1 << 18  # target blocks re-blocked at a time: memory stays bounded whatever the size
-SCAN_ROWS = 1 << 16  # rows whose block counts are looked at at once while finding the chunks
 
 
 def _block_counts(cols: Columns, rows: slice, block_tokens: int) -> np.ndarray:
@@ -53,10 +53,7 @@ def _block_counts(cols: Columns, rows: slice, block_tokens: int) -> np.ndarray:
 
 def _total_blocks(cols: Columns, block_tokens: int) -> int:
     """Target blocks of the whole trace, counted a window of rows at a time."""
-    total = 0
-    for lo in range(0, len(cols), SCAN_ROWS):
-        total += int(_block_counts(cols, slice(lo, lo + SCAN_ROWS), block_tokens).sum())
-    return total
+    return sum(int(_block_counts(cols, rows, block_tokens).sum()) for rows in row_chunks(len(cols)))
 
 
 def _chunk_bounds(cols: Columns, block_tokens: int, blocks_per_chunk: int, total: int) -> Iterator[slice]:
@@ -64,10 +61,10 @@ def _chunk_bounds(cols: Columns, block_tokens: int, blocks_per_chunk: int, total
     `blocks_per_chunk` (counted from the start of the trace, below `total`), found a window of
     rows at a time, so no per-row array of the whole trace is held."""
     n, start, base, mark = len(cols), 0, 0, blocks_per_chunk
-    for lo in range(0, n, SCAN_ROWS):
-        ends = base + np.cumsum(_block_counts(cols, slice(lo, lo + SCAN_ROWS), block_tokens))
+    for rows in row_chunks(n):
+        ends = base + np.cumsum(_block_counts(cols, rows, block_tokens))
         while mark < total and mark <= int(ends[-1]):
-            stop = lo + int(np.searchsorted(ends, mark)) + 1
+            stop = rows.start + int(np.searchsorted(ends, mark)) + 1
             if stop > start:
                 yield slice(start, stop)
                 start = stop
