@@ -61,7 +61,7 @@ def request_columns(cols: Columns, rows: slice, texts: dict[int, str]) -> dict[s
     chunk_index = cols.chunk_index[rows.start : rows.stop + 1]
     derived: dict[str, Any] = {
         "arrival_s": (cols.offset_ns[rows].astype(np.int64) - first) / 1e9,
-        "message_count": np.fromiter((len(r) for r in cols.roles[rows]), dtype=np.int64),
+        "message_count": cols.message_counts(rows),
         "sampling": _sampling_texts(cols.sampling[rows], texts),
         "prefix_blocks": np.diff(prefix_index),
         "chunk_count": np.where(cols.ttft_ns[rows] >= 0, np.diff(chunk_index) + 1, 0),

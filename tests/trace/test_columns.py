@@ -60,7 +60,7 @@ def test_column_dtypes_follow_field_kinds(tmp_path: Path) -> None:
     assert columns.offset_ns.dtype == np.int64 and columns.input_tokens.dtype == np.int64
     assert columns.stream.dtype == np.bool_ and columns.session.dtype == np.uint64
     assert columns.session[0] == 2**64 - 1 and columns.prefix_hashes.dtype == np.uint64
-    assert columns.model.dtype == object and columns.message_count.tolist() == [0]
+    assert columns.model.dtype == object and columns.message_counts(slice(None)).tolist() == [0]
     with pytest.raises(AttributeError):
         _ = columns.no_such_field
 
