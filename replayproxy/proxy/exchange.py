@@ -228,6 +228,7 @@ class Exchange:
         self.target = heads.rebase(self.target, self.ctx.upstream.prefix)  # may refuse it: nothing done yet
         self.endpoint = endpoint_of(method, path)
         fields = self.fields = http1.field_values(self.headers)
+        heads.check_host(self.headers, fields, self.version)  # may refuse it: nothing done yet
         length = fields.get(b"content-length")
         self.req_length = int(length) if length is not None else None
         self.req_chunked = http1.is_chunked(fields)
@@ -379,7 +380,7 @@ class Exchange:
             if self.cap is not None:
                 self.cap.status = self.status
             self.close_after = not self.request_done or not self.client_keep_alive
-            self.client.write(http1.error_response(self.status, close=self.close_after, version=self.version))
+            self.client.write(http1.error_response(self.status, close=self.close_after))
         self._finish(reusable=False)
 
     def upstream_lost(self) -> None:
@@ -485,7 +486,7 @@ class Exchange:
         if not self.client_keep_alive or self.ctx.draining or not self.request_done:
             self.close_after = True
         connection = b"close" if self.close_after else b"keep-alive" if self.version == b"1.0" else b""
-        head = heads.response_head(self.version, status, self.reason, headers, fields, framing, connection)
+        head = heads.response_head(status, self.reason, headers, fields, framing, connection)
         self.out.append(head)
         self.head_waiting = True
         self._to(State.STREAMING)
@@ -504,7 +505,7 @@ class Exchange:
         self.close_after = True
         if self.cap is not None:
             self.cap.status = 101
-        self.out.append(heads.switching_head(self.version, self.reason, self.resp_headers))
+        self.out.append(heads.switching_head(self.reason, self.resp_headers))
         self._to(State.TUNNEL)
         self.client.upgrade_answered(self, switched=True)
 

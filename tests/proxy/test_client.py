@@ -172,6 +172,40 @@ def test_a_percent_encoded_dot_segment_under_a_prefix_is_a_400_and_never_sent() 
     assert m.pool.lent == []
 
 
+@pytest.mark.parametrize(
+    "request_",
+    [
+        b"GET /v1/models HTTP/1.1\r\n\r\n",  # HTTP/1.1 without Host
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n",  # two Host fields
+        b"GET /v1/models HTTP/1.0\r\nHost: x\r\nHOST: x\r\n\r\n",
+    ],
+)
+def test_a_request_without_exactly_one_host_is_a_400_and_never_sent(request_: bytes) -> None:
+    """RFC 9112 §3.2."""
+    for pieces in two_piece_splits(request_):
+        m = play(pieces, [OK])
+        assert m.link.sent.startswith(b"HTTP/1.1 400 Bad Request\r\n") and m.link.closed
+        assert m.pool.lent == []
+
+
+def test_an_http10_client_gets_the_proxys_own_version_and_a_body_it_can_frame() -> None:
+    """RFC 9110 §6.2: a server answers with the highest minor version it conforms to (HTTP/1.1),
+    as nginx does; an HTTP/1.0 client cannot read the chunked coding, so the close ends the body."""
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    for request in (b"GET /v1/models HTTP/1.0\r\n\r\n", b"GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n"):
+        for pieces in two_piece_splits(chunked):
+            m = play([request], pieces)
+            assert bytes(m.link.sent) == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello"
+            assert m.link.closed
+        m = play([request.replace(b"\r\n\r\n", b"\r\nConnection: keep-alive\r\n\r\n")], [OK])
+        kept = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
+        assert bytes(m.link.sent) == kept
+        assert not m.link.closed
+        m = play([request], [])
+        m.upstream.lose()  # a fresh connection that closed unanswered: the proxy's own 502
+        assert m.link.sent.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+
+
 def test_a_close_delimited_body_stays_close_delimited() -> None:
     response = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end"
     for pieces in two_piece_splits(response):
