@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replayproxy.proxy import http1
 from replayproxy.proxy.exchange import TRANSITIONS, State
 from tests.proxy.helpers import CaptureSink
 from tests.proxy.machine import Machine, ScriptedLink, machine, splits, two_piece_splits
@@ -372,3 +373,75 @@ def test_the_first_body_piece_goes_out_before_the_rest_of_its_read_is_parsed() -
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(chunks[0])
     assert rest == chunks[1] + chunks[2]
     assert last == chunks[3] + b"0\r\n\r\n"
+
+
+# ------------------------------------------------------------------ the stream's end: one write, judged upstream
+
+SSE_OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+LAST = b"data: [DONE]\n\n"
+STREAM_POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+
+class WriteLog(ScriptedLink):
+    """A client link that keeps each write apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self.writes.append(data)
+
+
+def streamed(reads: list[bytes], **options: object) -> tuple[Machine, WriteLog, CaptureSink]:
+    link, sink = WriteLog(), CaptureSink()
+    m = machine(observer=sink, link=link, **options)  # type: ignore[arg-type]
+    m.side.feed(STREAM_POST)
+    m.upstream.answer(reads)
+    return m, link, sink
+
+
+def test_the_last_event_and_the_chunked_terminator_go_out_in_one_write() -> None:
+    for request in (
+        STREAM_POST,
+        STREAM_POST.replace(b"Content-Length", b"Connection: close\r\nContent-Length"),
+    ):
+        link, sink = WriteLog(), CaptureSink()
+        m = machine(observer=sink, link=link)
+        m.side.feed(request)
+        m.upstream.answer([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+        assert LAST not in link.sent  # held: the body's end is one read away
+        m.upstream.answer([b"0\r\n\r\n"])
+        assert link.writes[-1] == http1.chunk(LAST) + b"0\r\n\r\n"
+        assert sink.captures[0].error == "" and m.forwarder.hot.client_cancels == 0
+
+
+def test_a_last_event_whose_end_does_not_follow_goes_out_at_the_next_tick() -> None:
+    m, link, _ = streamed([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+    m.tick()
+    assert link.writes[-1] == http1.chunk(LAST) and not link.closed
+    m.upstream.answer([b"0\r\n\r\n"])
+    assert link.writes[-1] == b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("tick", [True, False])
+def test_a_client_that_closes_after_the_last_event_was_forwarded_completed_its_stream(tick: bool) -> None:
+    """Completion is what the upstream sent and the proxy forwarded, not whether the client stayed."""
+    m, link, sink = streamed([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+    if tick:
+        m.tick()  # the last event is out, the body's end is not
+    m.side.lost()
+    [capture] = sink.captures
+    if tick:
+        assert capture.error == "" and m.forwarder.hot.client_cancels == 0
+    else:  # the client left before the last event reached it: a cancel
+        assert capture.error == "client_cancel" and m.forwarder.hot.client_cancels == 1
+    assert m.upstream.closed and m.pool.released == []  # its body's end unread: never reused
+
+
+def test_a_client_that_closes_mid_stream_cancelled() -> None:
+    m, _, sink = streamed([SSE_OK + http1.chunk(EVENT)])
+    m.side.lost()
+    assert sink.captures[0].error == "client_cancel" and m.upstream.closed
