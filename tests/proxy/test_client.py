@@ -375,7 +375,7 @@ def test_the_first_body_piece_goes_out_before_the_rest_of_its_read_is_parsed() -
     assert last == chunks[3] + b"0\r\n\r\n"
 
 
-# ------------------------------------------------------------------ the stream's end: one write, judged upstream
+# ------------------------------------------------------------------ a stream's end: one write, judged upstrea
 
 SSE_OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
