@@ -539,8 +539,12 @@ class Exchange:
             # directly where `find` and `endswith` parse theirs from a tuple, and `in` on bytes first
             # tries its operand as an int, raising and clearing a TypeError inside.
             if strip is not None and not (
-                strip.idle and piece[-2:] == b"\n\n" and not piece.partition(b'"usage"')[1]
-            ):  # whole usage-free events skip feed, which would return them as they are
+                strip.idle
+                and piece[-2:] == b"\n\n"
+                and not piece.partition(b'"usage"')[1]
+                and not piece.partition(b'_reason":"')[1]
+                and not piece.partition(b'_reason": "')[1]
+            ):  # whole events with no usage and no finish (usage.plain) skip feed: it would return them
                 piece = strip.feed(piece)
                 if not piece:
                     return
