@@ -120,7 +120,6 @@ class UsageStripper:
 
 # Members every chunk of a stream carries (or may, like the usage event's own): never moved.
 _IDENTITY = frozenset({"id", "object", "created", "model", "choices", "usage"})
-_SPACE = re.compile(r"[ \t\r\n]*")
 _JSON = json.JSONDecoder()
 
 
@@ -143,19 +142,26 @@ def _merged(finish: bytes, usage_data: bytes) -> bytes:
 def _members(data: bytes) -> dict[str, bytes]:
     """Top-level members of a JSON object's text, each as written (`"key":value`), by key."""
     text = data.decode()
-    at = _SPACE.match(text, 1 if text[:1] == "{" else text.index("{") + 1).end()
+    at = _skip(text, text.index("{") + 1)
     members: dict[str, bytes] = {}
     while text[at] != "}":
         key, colon = _JSON.raw_decode(text, at)
-        colon = _SPACE.match(text, colon).end()
+        colon = _skip(text, colon)
         if text[colon] != ":":
             raise ValueError("no colon after a key")
-        _, end = _JSON.raw_decode(text, _SPACE.match(text, colon + 1).end())
+        _, end = _JSON.raw_decode(text, _skip(text, colon + 1))
         members[key] = text[at:end].encode()
-        at = _SPACE.match(text, end).end()
+        at = _skip(text, end)
         if text[at] == ",":
-            at = _SPACE.match(text, at + 1).end()
+            at = _skip(text, at + 1)
     return members
+
+
+def _skip(text: str, at: int) -> int:
+    """The index of the first non-space character at or after `at` (JSON's four spaces)."""
+    while text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def plain(chunk: bytes) -> bool:
