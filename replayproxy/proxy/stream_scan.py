@@ -87,11 +87,10 @@ class StreamScan:
                     content_ns.append(piece_ns[at])
                     if self._reply is not None:
                         _collect_event(self._reply, data, classifier)
-                else:
-                    if info.kind == ERROR:
-                        self.bad = True
-                    if data.find(b'"timings"') >= 0:  # a non-content event: a few per stream
-                        self._timings(data)
+                elif info.kind == ERROR:
+                    self.bad = True
+                if (info.kind != CONTENT or info.finish_reason) and data.find(b'"timings"') >= 0:
+                    self._timings(data)  # a few events per stream: the finish chunk, usage, [DONE]
                 if info.usage is not None:
                     self.usage = info.usage
             at += 1
