@@ -38,6 +38,9 @@ ENDPOINT_PATHS: dict[Endpoint, str] = {
 # A source's request class where it publishes one (Qwen-Bailian's `type`); "" = not recorded. A
 # closed set, so that no text a file puts in that field can reach a trace.
 RequestType = Literal["", "text", "search", "image", "file", "other"]
+# Where the token counts came from: the response's OpenAI `usage`, or llama.cpp's `timings` (its
+# stream's finish chunk carries them unasked); "" = neither (output counted from chunks, or unknown).
+UsageSource = Literal["", "usage", "timings"]
 REQUEST_TYPES: tuple[RequestType, ...] = get_args(RequestType)
 
 
@@ -152,6 +155,7 @@ class RequestShape(NamedTuple):
     parent_id: Hash64 = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
     request_type: RequestType = ""  # the source's request class (imports only)
+    usage_source: UsageSource = ""  # what input/output/cached_tokens were read from
 
     @property
     def message_count(self) -> int:

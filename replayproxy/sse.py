@@ -336,5 +336,15 @@ def parse_usage(value: object) -> Usage | None:
     return Usage(_count(value.get("prompt_tokens")), _count(value.get("completion_tokens")), _count(cached))
 
 
+def parse_timings(value: object) -> Usage | None:
+    """llama.cpp's `timings` as counts: it evaluated `prompt_n` prompt tokens and reused `cache_n`
+    from its cache (its `usage.prompt_tokens` is their sum), and generated `predicted_n`."""
+    if not isinstance(value, dict):
+        return None
+    evaluated, cached = _count(value.get("prompt_n")), _count(value.get("cache_n"))
+    prompt = evaluated + cached if evaluated >= 0 and cached >= 0 else -1
+    return Usage(prompt, _count(value.get("predicted_n")), cached)
+
+
 def _count(value: object) -> int:
     return value if type(value) is int and value >= 0 else -1  # bool is not int here

@@ -26,6 +26,7 @@ from replayproxy.shape import ENDPOINT_PATHS, Endpoint, ErrorClass
 
 _RETRY_KEEP_BYTES = 1 << 20  # request bytes kept to resend once if a reused connection was stale
 _INJECTABLE = ("chat", "completions")
+_TERMINAL = b"[DONE]\n\n"  # the end of an OpenAI-style stream's last event
 
 
 class State(enum.Enum):
@@ -139,7 +140,7 @@ class Exchange:
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
         "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
         "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
-        "strip", "out", "head_waiting", "trailer_fields",
+        "strip", "out", "head_waiting", "trailer_fields", "terminal",
     )  # fmt: skip
 
     def __init__(self, ctx: Context, client: ClientEnd) -> None:
@@ -185,6 +186,7 @@ class Exchange:
         self.out: list[bytes] = []  # bytes for the client, written after each upstream read
         self.head_waiting = False  # the response head is in `out`: the first body piece sends it at once
         self.trailer_fields: http1.Headers = []
+        self.terminal = False  # the upstream sent the stream's last event (`data: [DONE]`)
 
     # ------------------------------------------------------------------ states and timers
 
@@ -207,6 +209,8 @@ class Exchange:
             if self.deadline < now:
                 self.client.close()  # like nginx's client_header_timeout: no answer, the connection goes
         elif state is not State.QUEUED and state is not State.DONE:  # a queued one must not answer early
+            if self.terminal:  # the body's end did not follow the last event within a tick: send it alone
+                self.flush_client()
             idle = state in _RESPONDING and self.read_tick + self.ctx.limits.idle_ticks < now
             if idle or 0 <= self.deadline < now or 0 <= self.end_tick < now:
                 self.upstream_failed("timeout")
@@ -228,6 +232,7 @@ class Exchange:
         self.target = heads.rebase(self.target, self.ctx.upstream.prefix)  # may refuse it: nothing done yet
         self.endpoint = endpoint_of(method, path)
         fields = self.fields = http1.field_values(self.headers)
+        heads.check_host(self.headers, fields, self.version)  # may refuse it: nothing done yet
         length = fields.get(b"content-length")
         self.req_length = int(length) if length is not None else None
         self.req_chunked = http1.is_chunked(fields)
@@ -336,6 +341,11 @@ class Exchange:
         """The client closed its connection: stop the upstream at once so the engine frees the slot."""
         if self.state is State.DONE:
             return
+        if self.terminal and not self.out:  # the whole stream was forwarded: complete, whatever came after
+            self._drop_upstream()  # the body's end is still unread upstream: not reusable
+            self.close_after = True
+            self._finish(reusable=False)
+            return
         if self.state is not State.TUNNEL:  # a tunnel ends by either side closing
             if self.cap is not None:
                 self.cap.error = "client_cancel"
@@ -379,7 +389,7 @@ class Exchange:
             if self.cap is not None:
                 self.cap.status = self.status
             self.close_after = not self.request_done or not self.client_keep_alive
-            self.client.write(http1.error_response(self.status, close=self.close_after, version=self.version))
+            self.client.write(http1.error_response(self.status, close=self.close_after))
         self._finish(reusable=False)
 
     def upstream_lost(self) -> None:
@@ -427,7 +437,10 @@ class Exchange:
             self.upstream_failed("bad_stream")
             return
         out = self.out
-        if out:  # one write per read (the first body piece went on its own): what the parse produced
+        if out and not (self.terminal and self.state is _STREAMING and self.chunked_out):
+            # One write per read (the first body piece went on its own): what the parse produced. The
+            # stream's last event waits for the body's end (the next read, or a tick): one write, so
+            # a client that closes on reading `[DONE]` cannot close before the chunked terminator.
             self.send(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
 
@@ -485,7 +498,7 @@ class Exchange:
         if not self.client_keep_alive or self.ctx.draining or not self.request_done:
             self.close_after = True
         connection = b"close" if self.close_after else b"keep-alive" if self.version == b"1.0" else b""
-        head = heads.response_head(self.version, status, self.reason, headers, fields, framing, connection)
+        head = heads.response_head(status, self.reason, headers, fields, framing, connection)
         self.out.append(head)
         self.head_waiting = True
         self._to(State.STREAMING)
@@ -504,7 +517,7 @@ class Exchange:
         self.close_after = True
         if self.cap is not None:
             self.cap.status = 101
-        self.out.append(heads.switching_head(self.version, self.reason, self.resp_headers))
+        self.out.append(heads.switching_head(self.reason, self.resp_headers))
         self._to(State.TUNNEL)
         self.client.upgrade_answered(self, switched=True)
 
@@ -512,6 +525,7 @@ class Exchange:
         if self.state is not _STREAMING:
             self.reusable = False  # bytes after the response: do not reuse the connection
             return
+        self.terminal = piece[-8:] == _TERMINAL  # a slice, not endswith: no method call per read
         cap = self.cap
         if cap is not None:  # inlined: this runs for every read of observed streams
             cap.response_bytes += len(piece)
@@ -525,8 +539,12 @@ class Exchange:
             # directly where `find` and `endswith` parse theirs from a tuple, and `in` on bytes first
             # tries its operand as an int, raising and clearing a TypeError inside.
             if strip is not None and not (
-                strip.idle and piece[-2:] == b"\n\n" and not piece.partition(b'"usage"')[1]
-            ):  # whole usage-free events skip feed, which would return them as they are
+                strip.idle
+                and piece[-2:] == b"\n\n"
+                and not piece.partition(b'"usage"')[1]
+                and not piece.partition(b'_reason":"')[1]
+                and not piece.partition(b'_reason": "')[1]
+            ):  # whole events with no usage and no finish (usage.plain) skip feed: it would return them
                 piece = strip.feed(piece)
                 if not piece:
                     return

@@ -1,7 +1,8 @@
 """From a capture to a `RequestShape`: runs in the recorder process, never on the forwarding path.
 
-Token counts come from the upstream's `usage`; without it, a stream's content chunks are counted
-and the count is marked estimated. Timings are the proxy's own view: TTFT is request arrival to
+Token counts come from the upstream's `usage`, else from llama.cpp's `timings` (which it sends
+unasked), and `usage_source` says which; without either, a stream's content chunks are counted and
+the count is marked estimated. Timings are the proxy's own view: TTFT is request arrival to
 the first chunk carrying generated content (DESIGN.md, measurement contract), E2E is arrival to
 the end of the body or to the client's cancel. Chat turns are linked to the reply they continue
 (proxy.links) when a `SessionLinker` is given.
@@ -17,8 +18,8 @@ from replayproxy.proxy.links import Conversation, Reply, SessionLinker, chat_id,
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
-from replayproxy.shape import UNKNOWN, ErrorClass, RequestShape, keep_sampling, role_letters
-from replayproxy.sse import Usage, parse_usage
+from replayproxy.shape import UNKNOWN, ErrorClass, RequestShape, UsageSource, keep_sampling, role_letters
+from replayproxy.sse import Usage, parse_timings, parse_usage
 
 
 def build_shape(
@@ -124,7 +125,7 @@ def _link_fields(
 
 def _stream_fields(cap: Capture, error: ErrorClass, reply: Reply | None) -> dict[str, Any]:
     scan = StreamScan(cap.pieces, cap.piece_ns, reply)
-    fields = _usage_fields(scan.usage)
+    fields = _usage_fields(scan.usage, scan.timings)
     if scan.content_ns:
         fields["ttft_ns"] = scan.content_ns[0] - cap.arrival_ns
         fields["chunk_gaps_us"] = scan.gaps_us()
@@ -145,17 +146,20 @@ def _body_fields(cap: Capture, reply: Reply | None) -> dict[str, Any]:
         return fields
     body = _json_object(cap.pieces)
     if body is not None:
-        fields.update(_usage_fields(parse_usage(body.get("usage"))))
+        fields.update(_usage_fields(parse_usage(body.get("usage")), parse_timings(body.get("timings"))))
         if reply is not None:
             reply.chunk(body)
     return fields
 
 
-def _usage_fields(usage: Usage | None) -> dict[str, Any]:
-    if usage is None:
+def _usage_fields(usage: Usage | None, timings: Usage | None) -> dict[str, Any]:
+    source: UsageSource = "usage" if usage is not None else "timings"
+    counts = usage if usage is not None else timings
+    if counts is None:
         return {}
     return {
-        "input_tokens": usage.prompt_tokens,
-        "output_tokens": usage.completion_tokens,
-        "cached_tokens": usage.cached_tokens,
+        "input_tokens": counts.prompt_tokens,
+        "output_tokens": counts.completion_tokens,
+        "cached_tokens": counts.cached_tokens,
+        "usage_source": source,
     }

@@ -16,7 +16,7 @@ _DROP_REQUEST = frozenset({b"expect"})
 
 
 class BadTarget(ValueError):
-    """A request target the proxy refuses (400) rather than forward."""
+    """A request target (or Host) the proxy refuses (400) rather than forward."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,16 @@ class Upstream:
 
     prefix: bytes  # path of the upstream URL without its trailing slash, e.g. b"/api/v1" or b""
     host: bytes  # Host for requests that had none (HTTP/1.0)
+
+
+def check_host(headers: http1.Headers, values: dict[bytes, bytes], version: bytes) -> None:
+    """RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with more than one Host
+    field, gets 400 (HTTP/1.0 predates Host: the upstream's own is sent for it)."""
+    if b"host" not in values:
+        if version == b"1.1":
+            raise BadTarget("no Host")
+    elif sum(1 for name, _ in headers if len(name) == 4 and name.lower() == b"host") > 1:
+        raise BadTarget("more than one Host")
 
 
 def origin_form(target: bytes) -> bytes:
@@ -98,7 +108,6 @@ def request_head(
 
 
 def response_head(
-    version: bytes,
     status: int,
     reason: bytes,
     headers: http1.Headers,
@@ -106,15 +115,18 @@ def response_head(
     framing: http1.Headers,
     connection: bytes,
 ) -> bytes:
-    """The head sent to the client; `connection` is b"close", b"keep-alive" (HTTP/1.0) or b""."""
+    """The head sent to the client; `connection` is b"close", b"keep-alive" (HTTP/1.0) or b"".
+    The status line carries the proxy's own version, HTTP/1.1, whatever the client's minor version
+    (RFC 9110 §6.2: the highest minor version the server conforms to; nginx answers HTTP/1.0
+    clients the same way); framing stays what an HTTP/1.0 client reads (no chunked coding)."""
     extra = [(b"Connection", connection)] if connection else []
-    start = b"HTTP/%b %d %b" % (version, status, reason)
+    start = b"HTTP/1.1 %d %b" % (status, reason)
     return http1.serialize(start, http1.end_to_end(headers, framing, values=values), extra)
 
 
-def switching_head(version: bytes, reason: bytes, headers: http1.Headers) -> bytes:
+def switching_head(reason: bytes, headers: http1.Headers) -> bytes:
     """A 101 passes on with its Upgrade and Connection fields: they are the switch itself."""
-    return http1.serialize(b"HTTP/%b 101 %b" % (version, reason), headers)
+    return http1.serialize(b"HTTP/1.1 101 %b" % reason, headers)
 
 
 def is_event_stream(values: dict[bytes, bytes]) -> bool:

@@ -87,14 +87,14 @@ def chunk(piece: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(piece), piece)
 
 
-def error_response(status: int, *, close: bool, version: bytes = b"1.1") -> bytes:
+def error_response(status: int, *, close: bool) -> bytes:
     """A small plain-text answer the proxy itself gives (502, 504, 400, ...), like nginx's pages."""
     phrase = HTTPStatus(status).phrase.encode()
     body = b"%d %b\n" % (status, phrase)
     extra: Headers = [(b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", b"%d" % len(body))]
     if close:
         extra.append((b"Connection", b"close"))
-    return serialize(b"HTTP/%b %d %b" % (version, status, phrase), [], extra) + body
+    return serialize(b"HTTP/1.1 %d %b" % (status, phrase), [], extra) + body
 
 
 def status_has_no_body(status: int, method: bytes) -> bool:

@@ -17,7 +17,15 @@ from operator import floordiv, sub
 import orjson
 
 from replayproxy.proxy.links import Reply
-from replayproxy.sse import CONTENT, ERROR, SSEDecoder, StreamClassifier, Usage, fitting_envelope
+from replayproxy.sse import (
+    CONTENT,
+    ERROR,
+    SSEDecoder,
+    StreamClassifier,
+    Usage,
+    fitting_envelope,
+    parse_timings,
+)
 
 _Envelope = tuple[bytes, bytes]  # (bytes before the token, bytes after it) of a whole `data:` event
 _SEP = b"\0"  # joins tokens for the bulk test
@@ -25,17 +33,19 @@ _CONTENT_KEY = b'"content":"'  # an envelope around the reply's text (not reason
 
 
 class StreamScan:
-    """The result: content times in read order, the last usage seen, and whether an error event came.
+    """The result: content times in read order, the last usage and the last llama.cpp `timings`
+    seen (counts an engine reports unasked), and whether an error event came.
     Given a `Reply`, the content is also collected into it: a whole run of reads as one slice of
     their joined bytes, other content events parsed (chat turn links need the reply's text)."""
 
-    __slots__ = ("content_ns", "usage", "bad", "_reply")
+    __slots__ = ("content_ns", "usage", "timings", "bad", "_reply")
 
     def __init__(self, pieces: list[bytes], piece_ns: list[int], reply: Reply | None = None) -> None:
         if len(pieces) != len(piece_ns):
             raise ValueError(f"{len(pieces)} reads but {len(piece_ns)} read times")
         self.content_ns: list[int] = []
         self.usage: Usage | None = None
+        self.timings: Usage | None = None
         self.bad = False
         self._reply = reply
         self._scan(pieces, piece_ns)
@@ -79,9 +89,19 @@ class StreamScan:
                         _collect_event(self._reply, data, classifier)
                 elif info.kind == ERROR:
                     self.bad = True
+                if (info.kind != CONTENT or info.finish_reason) and data.find(b'"timings"') >= 0:
+                    self._timings(data)  # a few events per stream: the finish chunk, usage, [DONE]
                 if info.usage is not None:
                     self.usage = info.usage
             at += 1
+
+    def _timings(self, data: bytes) -> None:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(obj, dict):
+            self.timings = parse_timings(obj.get("timings")) or self.timings
 
 
 def _collect_run(reply: Reply, run: list[bytes], envelope: _Envelope) -> None:

@@ -2,17 +2,19 @@
 
 Streaming engines report token counts only when asked (`stream_options.include_usage`). For a
 recorded streaming request that did not set `stream_options`, the proxy splices that option into
-the body (every other byte unchanged) and removes the extra `choices: []` usage event from what
-the client receives, so the client's byte stream is what it would have been without the proxy.
-Requests that already carry `stream_options` are never touched (continuous usage would change
-every chunk). Some engines (vLLM) move fields such as `system_fingerprint` into the usage event
-when usage is asked for; a usage event carrying such a field (beyond a chunk's identity: id,
-object, created, model) that the stream's first event lacks is passed on without its `usage`
-member instead of dropped, so the client loses nothing it gets direct.
+the body (every other byte unchanged) and removes the `choices: []` usage event it caused from
+what the client receives, so the client's byte stream is what it would have been without the
+proxy. Requests that already carry `stream_options` are never touched (continuous usage would
+change every chunk). Asking for usage can move fields: llama.cpp moves its `timings` out of the
+finish chunk into the usage event. So the finish event is held back until the next event: when
+that is the usage event, the members it carries that the finish event lacks (beyond a chunk's
+identity) are put back at the end of the finish event, where the engine writes them unasked, and
+the usage event is dropped whole. An event the client did not ask for never reaches it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -39,42 +41,33 @@ def inject(body: bytes) -> tuple[bytes | None, Any]:
 
 
 class UsageStripper:
-    """Passes an SSE body through, minus usage-only events; holds back only an incomplete event."""
+    """Passes an SSE body through, minus the usage event; holds back only an incomplete event and
+    a finish event (until the next event shows whether fields moved out of it)."""
 
-    __slots__ = ("idle", "_decoder", "_held", "_held_at", "_cr_end", "_envelope")
+    __slots__ = ("idle", "_decoder", "_held", "_held_at", "_cr_end", "_finish")
 
     def __init__(self) -> None:
-        self.idle = False  # True: nothing held or pending, `feed` would return usage-free events as they are
-        self._envelope: frozenset[str] | None = None  # top-level keys of the first event, once seen
+        self.idle = False  # True: nothing held or pending, `feed` returns `plain` events as they are
         self._decoder: SSEDecoder | None = None  # only while an event is incomplete or may be usage
         self._held = b""
         self._held_at = 0  # stream offset of _held[0]
         self._cr_end: bool | None = None  # last event ended on CR: True if it was kept, False if dropped
+        self._finish = b""  # a whole finish event, held back
 
     def feed(self, piece: bytes) -> bytes:
-        if self._envelope is None and not self._held and self._decoder is None:  # at an event's start
-            end = piece.find(b"\n")
-            if piece.startswith(b"data:") and end > 0:
-                self._envelope = _keys(piece[5:end])
-        if not self._held and piece.endswith(b"\n\n") and _usage_free(piece):
-            # Whole events and no usage (nearly every chunk): pass on untouched, restart decoding after them.
+        if not self._held and not self._finish and piece.endswith(b"\n\n") and plain(piece):
+            # Whole events, no usage, no finish (nearly every chunk): pass on untouched.
             if self._cr_end is not None and piece[:1] == b"\n":
                 piece = piece if self._cr_end else piece[1:]
             self._decoder, self._cr_end = None, None
             self.idle = True
             return piece
+        out: list[bytes] = []
         lines = data_lines(piece) if self._decoder is None and self._cr_end is None else None
         if lines is not None:  # one-line events only (the usage event and [DONE]): no decoder needed
-            kept: list[bytes] = []
             for line in lines:
-                new = self._without_usage(line[6:])
-                if new is None:
-                    kept.append(line)
-                    if self._envelope is None:
-                        self._envelope = _keys(line[6:])
-                elif new:
-                    kept.append(b"data: " + new)
-            return piece if kept == lines else b"".join(line + b"\n\n" for line in kept)
+                self._pass(line + b"\n\n", line[6:], out)
+            return b"".join(out)
         self.idle = False
         if self._decoder is None:
             self._decoder, self._held_at = SSEDecoder(), 0
@@ -83,59 +76,103 @@ class UsageStripper:
         if not events:
             self._held = held
             return b""
-        out: list[bytes] = []
         cut = 0
         for event in events:
             end = event.end - self._held_at
             raw = held[cut:end]
             cut = end
-            new = self._without_usage(event.data)
-            drop = new is not None
-            if not drop and self._envelope is None:
-                self._envelope = _keys(event.data)
             if self._cr_end is not None and raw[:1] == b"\n":  # the LF of the previous event's CRLF
                 if self._cr_end:
-                    out.append(b"\n")
+                    if self._finish:
+                        self._finish += b"\n"
+                    else:
+                        out.append(b"\n")
                 raw = raw[1:]
-            self._cr_end = (not drop) if raw.endswith(b"\r") else None
-            if not drop:
-                out.append(raw)
-            elif new:
-                out.append(b"data: " + new + b"\n\n")
+            kept = self._pass(raw, event.data, out)
+            self._cr_end = kept if raw.endswith(b"\r") else None
         self._held = held[cut:]
         self._held_at += cut
         return b"".join(out)
 
     def flush(self) -> bytes:
-        """Bytes of an unterminated last event, passed on unchanged at the end of the body."""
-        rest, self._held = self._held, b""
+        """A held finish event and the bytes of an unterminated last event, unchanged, at the body's end."""
+        rest, self._finish, self._held = self._finish + self._held, b"", b""
         return rest
 
-    def _without_usage(self, data: bytes) -> bytes | None:
-        """None for an event to keep as it is; for a usage-only event (the one injection adds) b"" to
-        drop it, or its data without `usage` when it carries a field the first event did not."""
+    def _pass(self, raw: bytes, data: bytes, out: list[bytes]) -> bool:
+        """Hand one whole event on to `out` (or hold it, a finish event); False: it was dropped."""
+        finish = self._finish
         if _usage_free(data) or classify(data).kind != USAGE:
-            return None
-        if self._envelope is None:
-            return b""
-        obj = orjson.loads(data)  # classify parsed it: it is an object; once per stream
-        if not obj.keys() - self._envelope - _IDENTITY:
-            return b""
-        del obj["usage"]
-        return orjson.dumps(obj)
+            if finish:
+                out.append(finish)
+            if _finishes(data):  # the usage event may follow with fields moved out of it
+                self._finish = raw
+                self.idle = False
+            else:
+                self._finish = b""
+                out.append(raw)
+            return True
+        if finish:
+            self._finish = b""
+            out.append(_merged(finish, data))
+        return False
 
 
-# Fields every chunk of a stream repeats (or may, like the usage event's own): never a reason to keep it.
+# Members every chunk of a stream carries (or may, like the usage event's own): never moved.
 _IDENTITY = frozenset({"id", "object", "created", "model", "choices", "usage"})
+_JSON = json.JSONDecoder()
 
 
-def _keys(data: bytes) -> frozenset[str] | None:
-    """Top-level keys of one event's data (the stream's first: what its chunks carry), if an object."""
+def _merged(finish: bytes, usage_data: bytes) -> bytes:
+    """The finish event with the usage event's members it lacks appended (llama.cpp's `timings`),
+    each as the engine wrote it; the finish event as it is when there are none or either is odd."""
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return frozenset(obj) if isinstance(obj, dict) else None
+        moved = _members(usage_data)
+        end = finish.rfind(b"}")
+        line = finish.find(b"data:")
+        have = _members(finish[line + 5 : end + 1].strip())
+    except (ValueError, IndexError):  # not one-line JSON objects: nothing can be put back safely
+        return finish
+    extra = [text for key, text in moved.items() if key not in _IDENTITY and key not in have]
+    if not extra:
+        return finish
+    return finish[:end] + b"," + b",".join(extra) + finish[end:]
+
+
+def _members(data: bytes) -> dict[str, bytes]:
+    """Top-level members of a JSON object's text, each as written (`"key":value`), by key."""
+    text = data.decode()
+    at = _skip(text, text.index("{") + 1)
+    members: dict[str, bytes] = {}
+    while text[at] != "}":
+        key, colon = _JSON.raw_decode(text, at)
+        colon = _skip(text, colon)
+        if text[colon] != ":":
+            raise ValueError("no colon after a key")
+        _, end = _JSON.raw_decode(text, _skip(text, colon + 1))
+        members[key] = text[at:end].encode()
+        at = _skip(text, end)
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+    return members
+
+
+def _skip(text: str, at: int) -> int:
+    """The index of the first non-space character at or after `at` (JSON's four spaces)."""
+    while text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def plain(chunk: bytes) -> bool:
+    """No event in `chunk` is a usage event or a finish event: the stripper passes it on untouched."""
+    return _usage_free(chunk) and not _finishes(chunk)
+
+
+def _finishes(chunk: bytes) -> bool:
+    """A finish reason that is a string (written without or with a space) is in `chunk`. Two
+    substring searches: `partition` takes its argument directly where `find` parses it from a tuple."""
+    return bool(chunk.partition(b'_reason":"')[1] or chunk.partition(b'_reason": "')[1])
 
 
 def _usage_free(chunk: bytes) -> bool:

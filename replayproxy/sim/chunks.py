@@ -1,5 +1,10 @@
-"""Response bytes in vLLM's OpenAI wire format: SSE events for streams, one JSON body otherwise.
+"""Response bytes in an engine's OpenAI wire format: SSE events for streams, one JSON body otherwise.
 
+vLLM's by default; a `dialect` gives another engine's differences a proxy must keep byte for byte
+(docs/sim.md, "Dialects"): SGLang and TGI put `"usage":null` in every chunk, OpenAI only once usage
+is asked for; TGI and OpenAI carry a `system_fingerprint`; TensorRT-LLM leaves null members out;
+llama.cpp writes `timings` at the end of its finish chunk, moved into the usage event when usage
+is asked for (chat), and always puts usage in the finish chunk of a completion, with no usage event.
 The per-request constant parts of a stream chunk are serialized once, so a content chunk costs one
 `orjson.dumps` of its text plus a byte join; this keeps the sim far from being the bottleneck.
 """
@@ -44,6 +49,8 @@ class Formatter:
         reasoning_tokens: int,
         continuous_usage: bool,
         token_ids: bool = False,
+        dialect: str = "vllm",
+        include_usage: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.rid = rid
@@ -54,9 +61,18 @@ class Formatter:
         self.reasoning_tokens = reasoning_tokens if endpoint == CHAT else 0
         self.continuous_usage = continuous_usage
         self.token_ids = token_ids  # vLLM's `return_token_ids`: ids beside the text in every choice
+        self.dialect = dialect
+        self.include_usage = include_usage
         obj = "chat.completion.chunk" if endpoint == CHAT else "text_completion"
         head = {"id": rid, "object": obj, "created": created, "model": model}
         self._head = b"data: " + orjson.dumps(head)[:-1] + b',"choices":['
+        self._logprobs = b"" if dialect in ("trtllm", "llamacpp") else b',"logprobs":null'
+        fingerprint = _FINGERPRINTS.get(dialect)
+        self._after = b',"system_fingerprint":' + orjson.dumps(fingerprint) if fingerprint else b""
+        null_usage = dialect in ("sglang", "tgi") or (dialect == "openai" and include_usage)
+        self._null_usage = b',"usage":null' if null_usage else b""
+        # llama.cpp's completions report usage in the finish chunk, asked or not, and send no usage event
+        self._usage_in_finish = dialect == "llamacpp" and endpoint != CHAT
 
     def usage(self, completion_tokens: int) -> dict[str, Any]:
         return {
@@ -66,15 +82,34 @@ class Formatter:
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         }
 
-    def _event(self, choice: bytes, completion_tokens: int | None) -> bytes:
-        tail = b"]}\n\n"
+    def _event(self, choice: bytes, completion_tokens: int | None, timings: int | None = None) -> bytes:
+        """One chunk; `completion_tokens` puts a usage in it, `timings` llama.cpp's (generated tokens)."""
+        tail = b"]" + self._after
         if completion_tokens is not None:
-            tail = b'],"usage":' + orjson.dumps(self.usage(completion_tokens)) + b"}\n\n"
-        return self._head + choice + tail
+            tail += b',"usage":' + orjson.dumps(self.usage(completion_tokens))
+        else:
+            tail += self._null_usage
+        if timings is not None:
+            tail += b',"timings":' + orjson.dumps(self._timings(timings))
+        return self._head + choice + tail + b"}\n\n"
+
+    def _timings(self, completion_tokens: int) -> dict[str, Any]:
+        """llama.cpp's counts: prompt tokens evaluated, reused from its cache, and generated."""
+        return {
+            "cache_n": self.cached_tokens,
+            "prompt_n": self.prompt_tokens - self.cached_tokens,
+            "prompt_ms": 1.5,
+            "predicted_n": completion_tokens,
+            "predicted_ms": 2.25,
+        }
 
     def role(self) -> bytes:
-        """Chat's first chunk, as vLLM and OpenAI send it: the role and empty content."""
-        choice = b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
+        """Chat's first chunk, as vLLM and OpenAI send it: the role and empty content (null: llama.cpp)."""
+        content = b"null" if self.dialect == "llamacpp" else b'""'
+        choice = b'{"index":0,"delta":{"role":"assistant","content":%b}%b,"finish_reason":null}' % (
+            content,
+            self._logprobs,
+        )
         return self._event(choice, 0 if self.continuous_usage else None)
 
     def content(self, plan: OutputPlan, start: int, end: int) -> bytes:
@@ -89,19 +124,24 @@ class Formatter:
             else:
                 key = b'"reasoning_content":' if start < self.reasoning_tokens else b'"content":'
                 delta = key + text
-            choice = b'{"index":0,"delta":{' + delta + b'},"logprobs":null,"finish_reason":' + finish
+            choice = b'{"index":0,"delta":{' + delta + b"}" + self._logprobs + b',"finish_reason":' + finish
             choice += b',"stop_reason":' + stop if last else b""
         else:
-            choice = b'{"index":0,"text":' + text + b',"logprobs":null,"finish_reason":' + finish
+            choice = b'{"index":0,"text":' + text + self._logprobs + b',"finish_reason":' + finish
             choice += b',"stop_reason":' + stop
         if self.token_ids:
             choice += b',"token_ids":' + orjson.dumps(plan.ids[start:end])
         choice += b"}"
-        return self._event(choice, end if self.continuous_usage else None)
+        usage = end if self.continuous_usage or (last and self._usage_in_finish) else None
+        moved = self.include_usage and not self._usage_in_finish  # to the usage event
+        timings = end if last and self.dialect == "llamacpp" and not moved else None
+        return self._event(choice, usage, timings)
 
     def usage_event(self, completion_tokens: int) -> bytes:
-        """The final `choices: []` chunk that `stream_options.include_usage` asks for."""
-        return self._event(b"", completion_tokens)
+        """The final `choices: []` chunk that `stream_options.include_usage` asks for (b"": none)."""
+        if self._usage_in_finish:
+            return b""
+        return self._event(b"", completion_tokens, completion_tokens if self.dialect == "llamacpp" else None)
 
     def body(self, plan: OutputPlan) -> bytes:
         """The whole non-streaming answer."""
@@ -122,16 +162,22 @@ class Formatter:
         if self.token_ids:
             choice["token_ids"] = list(plan.ids)
         obj = "chat.completion" if self.endpoint == CHAT else "text_completion"
-        return orjson.dumps(
-            {
-                "id": self.rid,
-                "object": obj,
-                "created": self.created,
-                "model": self.model,
-                "choices": [choice],
-                "usage": self.usage(plan.length),
-            }
-        )
+        answer = {
+            "id": self.rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(plan.length),
+        }
+        if self.dialect == "llamacpp":
+            answer["timings"] = self._timings(plan.length)
+        elif self.dialect in _FINGERPRINTS:
+            answer["system_fingerprint"] = _FINGERPRINTS[self.dialect]
+        return orjson.dumps(answer)
+
+
+_FINGERPRINTS = {"tgi": "3.0.1-native", "openai": "fp_sim"}
 
 
 def _tool_call(rid: str, name: str, arguments: str) -> dict[str, Any]:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+# Engines whose OpenAI-compatible answers differ in bytes a proxy must keep (chunks/Formatter).
+DIALECTS = ("vllm", "sglang", "llamacpp", "tgi", "trtllm", "openai")
+
 
 def _opt(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
@@ -56,6 +59,7 @@ class SimConfig:
     ignore_stop: bool = _opt(False, "ignore the requests' `stop` strings (a stop-handling bug)")
     ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
     batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
+    dialect: str = _opt("vllm", "wire format of answers: " + ", ".join(DIALECTS) + " (docs/sim.md)")
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -89,6 +93,8 @@ class SimConfig:
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {self.dialect!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be within [0, 65535], got {self.port}")
         if self.max_model_len > self.num_gpu_blocks * self.block_size:

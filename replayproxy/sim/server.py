@@ -182,7 +182,8 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
         record.stream, record.prompt_tokens = req.stream, len(prompt_ids)
         reasoning = _reasoning_tokens(config, endpoint, plan)
         events = (endpoint == api.CHAT) + chunk_count(plan.length, config.tokens_per_chunk, reasoning)
-        faults = sim.faults.draw(events + req.include_usage + 1 if req.stream else 1)
+        usage_event = req.include_usage and not (config.dialect == "llamacpp" and endpoint != api.CHAT)
+        faults = sim.faults.draw(events + usage_event + 1 if req.stream else 1)
         record.fault = faults.name
         if faults.error is not None:
             return await _send_error(request, record, faults.error)
@@ -273,6 +274,8 @@ class _Answer:
             _reasoning_tokens(config, self.req.endpoint, self.plan),
             self.req.continuous_usage,
             self.req.return_token_ids,
+            config.dialect,
+            self.req.include_usage,
         )
 
     async def _whole(self, seq: Seq) -> None:
@@ -308,8 +311,9 @@ class _Answer:
                 events.append((fmt.content(self.plan, start, end), "R" if start < reasoning else "c"))
                 sent = end
             if done:
-                if self.req.include_usage:
-                    events.append((fmt.usage_event(generated), "u"))
+                usage = fmt.usage_event(generated) if self.req.include_usage else b""
+                if usage:
+                    events.append((usage, "u"))
                 events.append((DONE, "d"))
             if events:
                 await self._write(events)

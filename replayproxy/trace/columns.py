@@ -101,6 +101,7 @@ class Columns:
     parent_id: np.ndarray = field(init=False)
     tool_chars: np.ndarray = field(init=False)
     request_type: np.ndarray = field(init=False)
+    usage_source: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         for name in SCALAR_FIELDS:

@@ -126,6 +126,8 @@ def test_no_secret_reaches_traces_logs_or_metrics(tmp_path: Path) -> None:
     cols = trace.load(sorted(trace_dir.glob("*.rpt")))
     assert replies and int((cols.turn > 0).sum()) >= 1  # linked turns were recorded, by hashes only
     assert set(cols.request_type.tolist()) == {""}  # the proxy records no request class
+    assert set(cols.usage_source.tolist()) <= {"", "usage", "timings"}  # a closed set: never response text
+    assert "usage" in set(cols.usage_source.tolist())
     generated = [text for text in seen_text if '"choices"' in text]
     assert len(generated) >= 6
     completions = [

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replayproxy.proxy import http1
 from replayproxy.proxy.exchange import TRANSITIONS, State
 from tests.proxy.helpers import CaptureSink
 from tests.proxy.machine import Machine, ScriptedLink, machine, splits, two_piece_splits
@@ -172,6 +173,40 @@ def test_a_percent_encoded_dot_segment_under_a_prefix_is_a_400_and_never_sent() 
     assert m.pool.lent == []
 
 
+@pytest.mark.parametrize(
+    "request_",
+    [
+        b"GET /v1/models HTTP/1.1\r\n\r\n",  # HTTP/1.1 without Host
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n",  # two Host fields
+        b"GET /v1/models HTTP/1.0\r\nHost: x\r\nHOST: x\r\n\r\n",
+    ],
+)
+def test_a_request_without_exactly_one_host_is_a_400_and_never_sent(request_: bytes) -> None:
+    """RFC 9112 §3.2."""
+    for pieces in two_piece_splits(request_):
+        m = play(pieces, [OK])
+        assert m.link.sent.startswith(b"HTTP/1.1 400 Bad Request\r\n") and m.link.closed
+        assert m.pool.lent == []
+
+
+def test_an_http10_client_gets_the_proxys_own_version_and_a_body_it_can_frame() -> None:
+    """RFC 9110 §6.2: a server answers with the highest minor version it conforms to (HTTP/1.1),
+    as nginx does; an HTTP/1.0 client cannot read the chunked coding, so the close ends the body."""
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    for request in (b"GET /v1/models HTTP/1.0\r\n\r\n", b"GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n"):
+        for pieces in two_piece_splits(chunked):
+            m = play([request], pieces)
+            assert bytes(m.link.sent) == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello"
+            assert m.link.closed
+        m = play([request.replace(b"\r\n\r\n", b"\r\nConnection: keep-alive\r\n\r\n")], [OK])
+        kept = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
+        assert bytes(m.link.sent) == kept
+        assert not m.link.closed
+        m = play([request], [])
+        m.upstream.lose()  # a fresh connection that closed unanswered: the proxy's own 502
+        assert m.link.sent.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+
+
 def test_a_close_delimited_body_stays_close_delimited() -> None:
     response = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end"
     for pieces in two_piece_splits(response):
@@ -290,17 +325,24 @@ def test_every_state_is_in_the_table_and_done_is_final() -> None:
 VLLM_ENVELOPE = b'"id":"c","object":"chat.completion.chunk","created":1,"model":"m"'
 
 
-def test_a_usage_event_carrying_a_field_the_stream_lacks_keeps_that_field() -> None:
+def test_fields_the_usage_event_took_go_back_to_the_finish_event_and_the_event_goes_whole() -> None:
+    """llama.cpp moves `timings` from its finish chunk to the usage event when usage is asked for."""
     body = orjson.dumps({"model": "m", "stream": True, "messages": []})
     request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (
         len(body),
         body,
     )
+    token = b'data: {%b,"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n' % VLLM_ENVELOPE
+    finish = b'data: {%b,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]' % VLLM_ENVELOPE
+    timings = b'"timings":{"prompt_n":1,"cache_n":3}'
     events = (
-        b'data: {%b,"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n' % VLLM_ENVELOPE
-        + b'data: {%b,"system_fingerprint":"fp","choices":[],"usage":{"prompt_tokens":1}}\n\n' % VLLM_ENVELOPE
+        token
+        + finish
+        + b"}\n\n"
+        + b'data: {%b,"choices":[],"usage":{"prompt_tokens":4},%b}\n\n' % (VLLM_ENVELOPE, timings)
         + b"data: [DONE]\n\n"
     )
+    direct = token + finish + b"," + timings + b"}\n\n" + b"data: [DONE]\n\n"
     response = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (
         len(events),
         events,
@@ -308,8 +350,7 @@ def test_a_usage_event_carrying_a_field_the_stream_lacks_keeps_that_field() -> N
     for pieces in two_piece_splits(response):
         m = play([request], pieces, observer=CaptureSink())
         assert b"include_usage" in m.upstream.sent
-        sent = bytes(m.link.sent)
-        assert b'"system_fingerprint":"fp"' in sent and b'"usage"' not in sent and b'"content":"hi"' in sent
+        assert Decoded(bytes(m.link.sent), response=True).body == direct
 
 
 class WritesKept(ScriptedLink):
@@ -338,3 +379,63 @@ def test_the_first_body_piece_goes_out_before_the_rest_of_its_read_is_parsed() -
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(chunks[0])
     assert rest == chunks[1] + chunks[2]
     assert last == chunks[3] + b"0\r\n\r\n"
+
+
+# ------------------------------------------------------------------ a stream's end: one write, judged upstrea
+
+SSE_OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+LAST = b"data: [DONE]\n\n"
+STREAM_POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+
+def streamed(reads: list[bytes], **options: object) -> tuple[Machine, WritesKept, CaptureSink]:
+    link, sink = WritesKept(), CaptureSink()
+    m = machine(observer=sink, link=link, **options)  # type: ignore[arg-type]
+    m.side.feed(STREAM_POST)
+    m.upstream.answer(reads)
+    return m, link, sink
+
+
+def test_the_last_event_and_the_chunked_terminator_go_out_in_one_write() -> None:
+    for request in (
+        STREAM_POST,
+        STREAM_POST.replace(b"Content-Length", b"Connection: close\r\nContent-Length"),
+    ):
+        link, sink = WritesKept(), CaptureSink()
+        m = machine(observer=sink, link=link)
+        m.side.feed(request)
+        m.upstream.answer([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+        assert LAST not in link.sent  # held: the body's end is one read away
+        m.upstream.answer([b"0\r\n\r\n"])
+        assert link.writes[-1] == http1.chunk(LAST) + b"0\r\n\r\n"
+        assert sink.captures[0].error == "" and m.forwarder.hot.client_cancels == 0
+
+
+def test_a_last_event_whose_end_does_not_follow_goes_out_at_the_next_tick() -> None:
+    m, link, _ = streamed([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+    m.tick()
+    assert link.writes[-1] == http1.chunk(LAST) and not link.closed
+    m.upstream.answer([b"0\r\n\r\n"])
+    assert link.writes[-1] == b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("tick", [True, False])
+def test_a_client_that_closes_after_the_last_event_was_forwarded_completed_its_stream(tick: bool) -> None:
+    """Completion is what the upstream sent and the proxy forwarded, not whether the client stayed."""
+    m, link, sink = streamed([SSE_OK + http1.chunk(EVENT), http1.chunk(LAST)])
+    if tick:
+        m.tick()  # the last event is out, the body's end is not
+    m.side.lost()
+    [capture] = sink.captures
+    if tick:
+        assert capture.error == "" and m.forwarder.hot.client_cancels == 0
+    else:  # the client left before the last event reached it: a cancel
+        assert capture.error == "client_cancel" and m.forwarder.hot.client_cancels == 1
+    assert m.upstream.closed and m.pool.released == []  # its body's end unread: never reused
+
+
+def test_a_client_that_closes_mid_stream_cancelled() -> None:
+    m, _, sink = streamed([SSE_OK + http1.chunk(EVENT)])
+    m.side.lost()
+    assert sink.captures[0].error == "client_cancel" and m.upstream.closed

@@ -122,6 +122,29 @@ def test_stream_without_usage_is_estimated_and_error_events_mark_bad_stream() ->
     assert shape.error == "bad_stream"
 
 
+# llama.cpp's finish chunk without usage asked for: `timings` carry the exact counts.
+LLAMA_TIMINGS = {"cache_n": 10, "prompt_n": 1, "prompt_ms": 3.2, "predicted_n": 2, "predicted_ms": 0.7}
+
+
+def test_a_stream_without_usage_takes_exact_counts_from_llamacpp_timings() -> None:
+    finish = event(
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "timings": LLAMA_TIMINGS}
+    )
+    pieces = [(5, delta(content="a")), (6, delta(content="b")), (7, finish), (8, b"data: [DONE]\n\n")]
+    shape = build_shape(capture("chat", CHAT, pieces, event_stream=True), PromptHasher(KEY), 0)
+    assert (shape.input_tokens, shape.output_tokens, shape.cached_tokens) == (11, 2, 10)
+    assert (shape.usage_source, shape.output_estimated) == ("timings", False)
+    usage = event(
+        {"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2}, "timings": LLAMA_TIMINGS}
+    )
+    pieces[2:3] = [(7, delta()), (7, usage)]  # usage asked for: it wins
+    shape = build_shape(capture("chat", CHAT, pieces, event_stream=True), PromptHasher(KEY), 0)
+    assert (shape.input_tokens, shape.output_tokens, shape.usage_source) == (11, 2, "usage")
+    pieces[2:4] = []
+    shape = build_shape(capture("chat", CHAT, pieces, event_stream=True), PromptHasher(KEY), 0)
+    assert (shape.output_tokens, shape.usage_source, shape.output_estimated) == (2, "", True)
+
+
 def test_non_stream_completion_and_embeddings() -> None:
     body = {"model": "m", "prompt": "Once upon a time " * 8, "max_tokens": 7, "seed": 3}
     answer = orjson.dumps(

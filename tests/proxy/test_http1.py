@@ -88,8 +88,8 @@ def test_the_proxys_own_error_answer_is_a_complete_small_response() -> None:
     head, body = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n") and b"Connection: close" in head
     assert body == b"502 Bad Gateway\n" and f"Content-Length: {len(body)}".encode() in head
-    assert b"Connection" not in error_response(504, close=False, version=b"1.0")
-    assert error_response(504, close=False, version=b"1.0").startswith(b"HTTP/1.0 504 Gateway Timeout")
+    assert b"Connection" not in error_response(504, close=False)
+    assert error_response(504, close=False).startswith(b"HTTP/1.1 504 Gateway Timeout")
 
 
 @pytest.mark.parametrize(

@@ -154,25 +154,53 @@ def test_unobserved_requests_are_not_rewritten() -> None:
 
 FP_TOKEN = b'data: {"id":"c","system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
 FP_USAGE = b'data: {"id":"c","system_fingerprint":"fp","choices":[],"usage":{"prompt_tokens":4}}\n\n'
+# llama.cpp (build 11434), as it streams a chat: the finish chunk carries `timings` unless usage is
+# asked for; then they move to the usage event, after its `usage`.
+LLAMA_HEAD = b'{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,"id":"c","model":"m",'
+LLAMA_TAIL = b'"system_fingerprint":"b1","object":"chat.completion.chunk"'
+TIMINGS = b'"timings":{"cache_n":10,"prompt_n":1,"prompt_ms":3.272,"prompt_per_second":305.6234718826406}'
+LLAMA_FINISH = b"data: " + LLAMA_HEAD + LLAMA_TAIL + b"}\n\n"
+LLAMA_USAGE = (
+    b'data: {"choices":[],"created":1,"id":"c","model":"m","system_fingerprint":"b1",'
+    b'"object":"chat.completion.chunk","usage":{"completion_tokens":3,"prompt_tokens":11},'
+    + TIMINGS
+    + b"}\n\n"
+)
+LLAMA_DIRECT_FINISH = b"data: " + LLAMA_HEAD + LLAMA_TAIL + b"," + TIMINGS + b"}\n\n"
 
 
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
 @pytest.mark.parametrize(
     ("stream", "expected"),
     [
         # OpenAI: every chunk carries system_fingerprint, so the usage event adds nothing: dropped.
         (FP_TOKEN + FP_USAGE + DONE, FP_TOKEN + DONE),
-        # vLLM: only the usage event carries it: kept, without its usage.
-        (
-            TOKEN + FP_USAGE + DONE,
-            TOKEN + b'data: {"id":"c","system_fingerprint":"fp","choices":[]}\n\n' + DONE,
-        ),
-        # A chunk's identity (id here) missing from the first event is no reason to keep it.
+        # No finish event to put a field back into: the usage event goes whole, never half-stripped.
+        (TOKEN + FP_USAGE + DONE, TOKEN + DONE),
+        # A chunk's identity (id here) missing from the finish event is no reason to keep anything.
         (ROLE + TOKEN + USAGE.replace(b"{", b'{"id":"c",', 1) + DONE, ROLE + TOKEN + DONE),
+        # llama.cpp: the timings go back to the end of the finish event, where it writes them unasked.
+        (ROLE + TOKEN + LLAMA_FINISH + LLAMA_USAGE + DONE, ROLE + TOKEN + LLAMA_DIRECT_FINISH + DONE),
+        # A finish event followed by anything else passes on as it came.
+        (ROLE + LLAMA_FINISH + TOKEN + DONE, ROLE + LLAMA_FINISH + TOKEN + DONE),
+        (ROLE + LLAMA_FINISH, ROLE + LLAMA_FINISH),
     ],
 )
-def test_a_usage_event_is_kept_only_for_a_field_the_stream_did_not_carry(
-    stream: bytes, expected: bytes
+def test_the_usage_event_goes_whole_and_fields_it_took_go_back_to_the_finish_event(
+    stream: bytes, expected: bytes, newline: bytes
 ) -> None:
+    stream, expected = stream.replace(b"\n", newline), expected.replace(b"\n", newline)
     for i in range(len(stream) + 1):
-        stripper = UsageStripper()
-        assert stripper.feed(stream[:i]) + stripper.feed(stream[i:]) + stripper.flush() == expected, i
+        for j in range(i, len(stream) + 1, 11):
+            stripper = UsageStripper()
+            out = stripper.feed(stream[:i]) + stripper.feed(stream[i:j]) + stripper.feed(stream[j:])
+            assert out + stripper.flush() == expected, (i, j)
+
+
+def test_a_finish_event_is_held_only_until_the_next_event_arrives() -> None:
+    stripper = UsageStripper()
+    assert stripper.feed(ROLE) == ROLE and stripper.idle
+    assert stripper.feed(LLAMA_FINISH) == b"" and not stripper.idle
+    assert stripper.feed(LLAMA_USAGE + DONE) == LLAMA_DIRECT_FINISH + DONE
+    spaced = b'data: {"choices": [{"index": 0, "finish_reason": "stop", "delta": {}}]}\n\n'
+    assert stripper.feed(spaced) == b"" and stripper.feed(DONE) == spaced + DONE

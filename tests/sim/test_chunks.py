@@ -84,3 +84,39 @@ def test_whole_bodies_split_reasoning_from_content() -> None:
     assert body["choices"][0]["message"]["reasoning_content"] == " a"
     assert body["choices"][0]["message"]["content"] == " b"
     assert body["usage"]["completion_tokens"] == 3
+
+
+def _dialect(dialect: str, include_usage: bool, endpoint: str = CHAT) -> Formatter:
+    return Formatter(endpoint, "c-1", 5, "m", 10, 4, 0, False, dialect=dialect, include_usage=include_usage)
+
+
+def test_llamacpp_moves_timings_from_the_finish_chunk_to_the_usage_event_when_usage_is_asked() -> None:
+    timings = {"cache_n": 4, "prompt_n": 6, "prompt_ms": 1.5, "predicted_n": 3, "predicted_ms": 2.25}
+    unasked, asked = _dialect("llamacpp", False), _dialect("llamacpp", True)
+    assert _event(unasked.role())["choices"][0]["delta"] == {"role": "assistant", "content": None}  # type: ignore[index]
+    finish = unasked.content(PLAN, 1, 3)
+    assert finish.endswith(b',"timings":' + orjson.dumps(timings) + b"}\n\n") and b"logprobs" not in finish
+    assert b"timings" not in asked.content(PLAN, 1, 3)
+    usage = _event(asked.usage_event(3))
+    assert usage["choices"] == [] and usage["timings"] == timings and usage["usage"]["prompt_tokens"] == 10  # type: ignore[index]
+    # a completion carries usage and timings in its finish chunk, asked or not, and no usage event
+    for fmt in (_dialect("llamacpp", False, COMPLETION), _dialect("llamacpp", True, COMPLETION)):
+        last = _event(fmt.content(PLAN, 1, 3))
+        assert last["usage"]["completion_tokens"] == 3 and last["timings"] == timings  # type: ignore[index]
+        assert fmt.usage_event(3) == b""
+    assert orjson.loads(unasked.body(PLAN))["timings"] == timings
+
+
+def test_null_usage_and_fingerprints_by_dialect() -> None:
+    for dialect, asked, null_usage, fingerprint in [
+        ("vllm", True, False, None),
+        ("sglang", False, True, None),
+        ("tgi", False, True, "3.0.1-native"),
+        ("openai", False, False, "fp_sim"),
+        ("openai", True, True, "fp_sim"),
+        ("trtllm", True, False, None),
+    ]:
+        chunk = _event(_dialect(dialect, asked).content(PLAN, 0, 1))
+        assert ("usage" in chunk and chunk["usage"] is None) is null_usage, dialect
+        assert chunk.get("system_fingerprint") == fingerprint, dialect
+        assert ("logprobs" in chunk["choices"][0]) is (dialect != "trtllm"), dialect  # type: ignore[index]

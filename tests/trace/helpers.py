@@ -54,6 +54,7 @@ shapes = st.builds(
     parent_id=U64,
     tool_chars=I64,
     request_type=st.sampled_from(["", "text", "search"]),
+    usage_source=st.sampled_from(["", "usage", "timings"]),
 )
 
 

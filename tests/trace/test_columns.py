@@ -209,6 +209,7 @@ def test_version_2_golden_file_keeps_loading_with_its_turn_links() -> None:
     assert header.version == 2 and header.fields == v2_fields
     assert header == replace(golden_header(2), created_wall_ns=header.created_wall_ns, fields=v2_fields)
     assert set(loaded.request_type.tolist()) == {""}  # a field added later reads as its default
+    assert set(loaded.usage_source.tolist()) == {""}
     assert [exact(s) for s in shapes_of(GOLDEN_V2)] == [exact(s) for s in golden_shapes(2)]
     assert loaded.think_ns.tolist()[-2:] == [-1, 600_000_000] and loaded.tool_chars.tolist()[-1] == 321
     assert loaded.parent_id[-1] == loaded.chat_id[-2] == 0x1111222233334444
