@@ -33,6 +33,9 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "replayproxy.replay.command", "reissue a trace against a target engine with its timing"
     ),
+    "compare": Command(
+        "replayproxy.compare_command", "replay a trace against candidates, runs interleaved, then report"
+    ),
     "report": Command("replayproxy.report.command", "compare replay and output-check results side by side"),
     "check": Command(
         "replayproxy.check.command", "send the same prompts to every candidate and compare the answers"

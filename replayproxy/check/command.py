@@ -96,7 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--quiet", action="store_true", help="no progress lines")
 
 
-def _labelled(values: list[str], what: str) -> dict[str, str]:
+def labelled(values: list[str], what: str) -> dict[str, str]:
+    """`LABEL=VALUE` options (e.g. `--target A=URL`) in order, each label once."""
     pairs: dict[str, str] = {}
     for value in values:
         label, sep, rest = value.partition("=")
@@ -118,8 +119,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
-    urls = _labelled(args.target, "--target")
-    forced = _labelled(args.flavor, "--flavor")
+    urls = labelled(args.target, "--target")
+    forced = labelled(args.flavor, "--flavor")
     for label, name in forced.items():
         flavors.get(name)
         if label not in urls:

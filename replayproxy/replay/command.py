@@ -8,7 +8,7 @@ import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from replayproxy import clock, config
@@ -236,7 +236,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    summaries = _run_loop(options, progress.resolve(options.progress, options.quiet, sys.stderr))
+    summaries = run_loop(replay(options, progress.resolve(options.progress, options.quiet, sys.stderr)))
     for facts in summaries:
         print(summary.render(facts, options.max_concurrency))
     for repetition, facts in enumerate(summaries, 1):
@@ -248,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_loop(options: ReplayOptions, progress_mode: str) -> list[dict[str, Any]]:
+def run_loop(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` on uvloop where there is one; SIGTERM ends it as Ctrl-C does."""
     try:
         import uvloop
     except ImportError:  # not on every platform
@@ -258,7 +259,7 @@ def _run_loop(options: ReplayOptions, progress_mode: str) -> list[dict[str, Any]
     terminated: list[bool] = []
     with asyncio.Runner(loop_factory=factory) as runner:
         try:
-            return runner.run(_stopped_by_sigterm(replay(options, progress_mode), terminated))
+            return runner.run(_stopped_by_sigterm(work, terminated))
         except asyncio.CancelledError:
             if terminated:  # ended like Ctrl-C: the results so far were written
                 raise KeyboardInterrupt from None
@@ -289,6 +290,16 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
     requests still in flight recorded as `client_cancel`, and no further repetition starts.
     """
+    plan = await open_candidate(options)
+    try:
+        return [await measure(options, plan, i, progress_mode) for i in range(1, options.repeat + 1)]
+    finally:
+        plan.close()
+
+
+async def open_candidate(options: ReplayOptions) -> RunPlan:
+    """Everything before the first measured run of one target: the plan, the contract, the warm-up.
+    The caller closes the plan (`compare` holds one per candidate while it interleaves their runs)."""
     if options.workers > 1:
         workers.start_forkserver()
     plan = await prepare_run(options)
@@ -299,15 +310,20 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
         )
         if options.warmup:
             plan.warmup = await procedure.warm_up(options, plan)
-        summaries = []
-        for repetition in range(1, options.repeat + 1):
-            plan.repetition = repetition
-            plan.pre_run.update(await procedure.reset_target(options, plan))
-            output = procedure.output_for(options.output, repetition, options.repeat)
-            summaries.append(await _measure(dataclasses.replace(options, output=output), plan, progress_mode))
-        return summaries
-    finally:
+    except BaseException:
         plan.close()
+        raise
+    return plan
+
+
+async def measure(
+    options: ReplayOptions, plan: RunPlan, repetition: int, progress_mode: str
+) -> dict[str, Any]:
+    """Measured run `repetition` of `options.repeat`: the cache reset, then the run into its own file."""
+    plan.repetition = repetition
+    plan.pre_run.update(await procedure.reset_target(options, plan))
+    output = procedure.output_for(options.output, repetition, options.repeat)
+    return await _measure(dataclasses.replace(options, output=output), plan, progress_mode)
 
 
 async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:

@@ -5,12 +5,15 @@ measuring, and to repeat the measured run so that run-to-run noise can be told a
 difference. `--warmup N|Ss` sends the trace's first N requests (or its first S seconds) at their
 own timing before the measured run and keeps only their counts; `--repeat K` runs the measured
 replay K times, each after the flavor's cache reset, each into its own result file of one label.
+Several candidates (`replayproxy compare`) run their repetitions interleaved (`interleaved`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,20 @@ class Warmup:
         assert self.seconds is not None
         limit_ns = (int(scheduled_ns[0]) if len(scheduled_ns) else 0) + self.seconds * 1e9
         return int(np.searchsorted(scheduled_ns, limit_ns, side="left"))
+
+
+def interleaved(labels: Sequence[str], repeat: int, seed: int | None = None) -> list[tuple[str, int]]:
+    """The order of the measured runs of several candidates: round i runs repetition i of each, so a
+    drift of the machine over time falls on every candidate alike (A, B, A, B, ...); with a seed,
+    each round's order is shuffled, so no candidate always runs first after the other's load."""
+    rng = random.Random(seed)
+    order: list[tuple[str, int]] = []
+    for repetition in range(1, repeat + 1):
+        round_ = list(labels)
+        if seed is not None:
+            rng.shuffle(round_)
+        order.extend((label, repetition) for label in round_)
+    return order
 
 
 def output_for(output: str, repetition: int, repetitions: int) -> str:

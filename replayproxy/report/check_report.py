@@ -65,10 +65,6 @@ def check_documents(paths: Sequence[str], gate: Sequence[GateRule] = (), spec: s
     return docs
 
 
-def gate_failed(docs: Sequence[CheckDoc]) -> bool:
-    return any((gate := doc.get("gate")) is not None and gate["failures"] for doc in docs)
-
-
 def render_checks(docs: Sequence[CheckDoc], as_json: bool, markdown: bool) -> str:
     if as_json:
         return render_json({"checks": list(docs)})

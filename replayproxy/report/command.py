@@ -12,13 +12,17 @@ from pathlib import Path
 from replayproxy.errors import BadOption, user_file
 from replayproxy.report import check_report
 from replayproxy.report.baseline import baseline_run
+from replayproxy.report.check_types import CheckDoc
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.regression_gate import evaluate, parse_gate
+from replayproxy.report.regression_gate import Outcome, evaluate, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import render_markdown, render_text
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
+
+INCONCLUSIVE_EXIT = 3  # a replay gate's interval straddles its limit: neither passed nor failed
+INCONCLUSIVE = "gate inconclusive, run more repetitions"
 
 EXAMPLES = (
     "replayproxy report vllm.rpr sglang.rpr --baseline traces/ --slo 'ttft<=500ms,tpot<=50ms'",
@@ -59,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gate",
         metavar="SPEC",
         help="regression gate, e.g. 'goodput>=0.95*BASE,ttft:p95<=1.10*BASE' (replay results) or "
-        "'match>=0.95,json_valid>=99%%' (check results): exit 1 when a candidate breaks it (default: none)",
+        "'match>=0.95,json_valid>=99%%' (check results): exit 1 when a candidate breaks it, 3 when a replay "
+        "rule's interval straddles its limit (inconclusive: run more repetitions) (default: none)",
     )
     parser.add_argument(
         "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         if args.html or args.baseline:
             raise BadOption("--html and --baseline need replay results (.rpr); only check results given")
         _write(args, check_report.render_checks(checks, args.json, args.markdown))
-        return 1 if check_report.gate_failed(checks) else 0
+        return _check_gate_line(checks)
     runs = load_runs(replay_paths)
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(
@@ -117,14 +122,36 @@ def run(args: argparse.Namespace) -> int:
         if checks:
             text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
     _write(args, text)
+    code = 0
     if gate_clauses:
         labels = [c.label for c in doc["verdict"]["candidates"]]
-        failures = evaluate(doc, gate_clauses, args.gate_base or (labels[0] if labels else ""))
-        if failures:
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
-            return 1
-    return 1 if check_report.gate_failed(checks) else 0
+        base = args.gate_base or (labels[0] if labels else "")
+        code = _gate_line(evaluate(runs, gate_clauses, base, slos, resamples=args.resamples, seed=args.seed))
+    return _check_gate_line(checks) or code
+
+
+def _check_gate_line(checks: list[CheckDoc]) -> int:
+    """One line on stderr when an output-check gate fails (exit 1), as for a replay gate."""
+    failures = [f for doc in checks if (gate := doc.get("gate")) is not None for f in gate["failures"]]
+    if not failures:
+        return 0
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    print(f"replayproxy report: gate failed: {failures[0]}{more}", file=sys.stderr)
+    return 1
+
+
+def _gate_line(outcomes: list[Outcome]) -> int:
+    """One line on stderr for a gate that is not passed; the exit status: 1 failed, 3 inconclusive."""
+    for judgement, said, code in (
+        ("fail", "gate failed", 1),
+        ("inconclusive", INCONCLUSIVE, INCONCLUSIVE_EXIT),
+    ):
+        lines = [o.line for o in outcomes if o.judgement == judgement]
+        if lines:
+            more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+            print(f"replayproxy report: {said}: {lines[0]}{more}", file=sys.stderr)
+            return code
+    return 0
 
 
 def _write(args: argparse.Namespace, text: str) -> None:

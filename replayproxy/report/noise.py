@@ -14,8 +14,9 @@ x_(J), J = ceil(n U), U ~ Beta(r, n - r + 1) (the order-statistic bootstrap; see
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -53,17 +54,49 @@ def _run_draws(k: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, k, size=(resamples, k))
 
 
-def goodput_draws(runs: Sequence[RunCount], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap draws of the pooled goodput rate (good requests per second) of one candidate."""
+def _drawn_good(
+    runs: Sequence[RunCount], resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each draw's resampled runs (indices, shape (resamples, k)) and their resampled good counts."""
     good = np.array([r.good for r in runs], dtype=np.int64)
     total = np.array([r.total for r in runs], dtype=np.int64)
-    duration = np.array([r.duration_s for r in runs], dtype=np.float64)
     chosen = _run_draws(len(runs), resamples, rng)
     share = np.where(total > 0, good / np.maximum(total, 1), 0.0)
-    drawn_good = rng.binomial(total[chosen], share[chosen])
+    return chosen, rng.binomial(total[chosen], share[chosen])
+
+
+def goodput_draws(runs: Sequence[RunCount], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of the pooled goodput rate (good requests per second) of one candidate."""
+    chosen, drawn_good = _drawn_good(runs, resamples, rng)
+    duration = np.array([r.duration_s for r in runs], dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         rates: np.ndarray = drawn_good.sum(axis=1) / duration[chosen].sum(axis=1)
     return rates
+
+
+def share_draws(runs: Sequence[RunCount], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of the pooled share good / total (e.g. the SLO attainment, the error rate)."""
+    chosen, drawn_good = _drawn_good(runs, resamples, rng)
+    total = np.array([r.total for r in runs], dtype=np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares: np.ndarray = drawn_good.sum(axis=1) / total[chosen].sum(axis=1)
+    return shares
+
+
+def mean_draws(runs: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of the mean over runs of each run's mean; a run's resampled mean is drawn from
+    its normal approximation (mean, sd / sqrt(n)), which a request-level bootstrap converges to."""
+    per_run = np.empty((len(runs), resamples))
+    for i, v in enumerate(runs):
+        finite = v[np.isfinite(v)]
+        if not len(finite):
+            per_run[i] = np.nan
+            continue
+        sd = float(finite.std(ddof=1)) if len(finite) > 1 else 0.0
+        per_run[i] = finite.mean() + rng.standard_normal(resamples) * sd / math.sqrt(len(finite))
+    chosen = _run_draws(len(runs), resamples, rng)
+    means: np.ndarray = per_run[chosen, np.arange(resamples)[:, None]].mean(axis=1)
+    return means
 
 
 def quantile_draws(
@@ -137,3 +170,17 @@ def clear(difference: Interval, null: float, spreads: Sequence[float | None]) ->
     if difference.low <= null <= difference.high:
         return False
     return all(s is None or abs(difference.estimate - null) > s for s in spreads)
+
+
+Judgement = Literal["pass", "fail", "inconclusive"]
+
+
+def judge(figure: Interval, holds: Callable[[float], bool]) -> Judgement:
+    """A limit against an interval: kept when the whole interval keeps it, crossed when the whole
+    interval breaks it, and otherwise not decided by these runs (more repetitions narrow it)."""
+    if not (math.isfinite(figure.low) and math.isfinite(figure.high)):
+        return "inconclusive"
+    kept = holds(figure.low), holds(figure.high)
+    if all(kept):
+        return "pass"
+    return "fail" if not any(kept) else "inconclusive"

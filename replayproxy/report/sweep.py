@@ -18,10 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayproxy.errors import BadOption
+from replayproxy.report import noise
 from replayproxy.report.goodput import Goodput, Slo, goodput, pooled_values
 from replayproxy.report.measures import concurrency
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import Summary, summarize
+from replayproxy.report.verdict import LAG_WARN_MS
 
 GROWTH_SHARE = 0.5  # of the load increase that must show up as achieved throughput
 P95_JUMP_MIN_MS = 50.0
@@ -49,6 +51,7 @@ class Step:
     concurrency_limit: int = 0  # closed loop: requests in flight at most; 0: open loop
     slo_crossed: tuple[str, ...] = ()  # SLO clauses the step's p95 (or percentile check) broke
     duration_s: float = math.nan  # first send -> last end
+    lag_p99_ms: float = math.nan  # schedule lag p99: above LAG_WARN_MS the client limited the run
 
     @property
     def served_requests_per_s(self) -> float:
@@ -101,6 +104,7 @@ def step_of(run: Run, slos: tuple[Slo, ...] = ()) -> Step:
         concurrency_limit=int(cap) if isinstance(cap, int) and cap > 0 else 0,
         slo_crossed=_crossed(run, slos, g),
         duration_s=m.duration_s,
+        lag_p99_ms=summarize(m.lag_ms).p99,
     )
 
 
@@ -204,6 +208,29 @@ def meets(step: Step, max_error_rate: float, attainment: float) -> bool:
         return True
     g = step.goodput
     return g.percentiles_met and (not g.per_request or g.fraction >= attainment)
+
+
+def client_bound(step: Step) -> bool:
+    """The replayer sent late (schedule lag p99 over the verdict's threshold): what the step shows
+    is the client's limit as much as the engine's, so it is evidence about neither."""
+    return step.lag_p99_ms > LAG_WARN_MS
+
+
+def fails_beyond_noise(step: Step, max_error_rate: float, attainment: float) -> bool:
+    """The step fails `meets` and its interval says so too (report.noise, as the gate and the
+    verdict judge): errors or a percentile SLO over the limit, or the interval of the share meeting
+    the per-request SLOs wholly below `attainment`. One run whose interval reaches the limit is not
+    enough to rule a configuration out."""
+    if meets(step, max_error_rate, attainment):
+        return False
+    g = step.goodput
+    if step.error_rate >= max_error_rate or g is None or not g.percentiles_met or not g.per_request:
+        return True
+    draws = noise.share_draws(
+        [noise.RunCount(g.good, g.total, step.duration_s)], 1000, np.random.default_rng(0)
+    )
+    share = noise.interval(g.fraction, draws)
+    return noise.judge(share, lambda x: x >= attainment) == "fail"
 
 
 def auto_search(

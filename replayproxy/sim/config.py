@@ -60,6 +60,9 @@ class SimConfig:
     ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
     batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
     dialect: str = _opt("vllm", "wire format of answers: " + ", ".join(DIALECTS) + " (docs/sim.md)")
+    run_noise: float = _opt(
+        0.0, "run-to-run noise: each prefix-cache reset scales step costs by a seeded draw in [1-x, 1+x]"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -95,6 +98,8 @@ class SimConfig:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         if self.dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {self.dialect!r}")
+        if not 0.0 <= self.run_noise < 1.0:
+            raise ValueError(f"run_noise must be within [0, 1), got {self.run_noise}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be within [0, 65535], got {self.port}")
         if self.max_model_len > self.num_gpu_blocks * self.block_size:

@@ -13,6 +13,7 @@ KV emits one token.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from replayproxy.sim.kv import BlockPool, block_hashes
 
 # A late step may borrow this much from the next one, so timer overshoot does not accumulate.
 _CATCH_UP_NS = 2_000_000
+_RUN_NOISE_SALT = 0x5EED_0F_2E  # the run-noise draws differ from the seed's other draws
 
 
 class Seq:
@@ -107,10 +109,15 @@ class Engine:
         self._observer = observer
         self._wake = asyncio.Event()
         self._deadline_ns = 0
-        ms = 1_000_000 / config.speed
-        self._base_ns = config.step_base_ms * ms
-        self._prefill_ns = config.per_prefill_token_ms * ms
-        self._decode_ns = config.per_decode_seq_ms * ms
+        self._run_noise = random.Random(config.seed ^ _RUN_NOISE_SALT)
+        self._set_costs(1.0)
+
+    def _set_costs(self, factor: float) -> None:
+        """Step costs in ns, the configured ones scaled by `factor` (one run's machine state)."""
+        ms = 1_000_000 / self.config.speed * factor
+        self._base_ns = self.config.step_base_ms * ms
+        self._prefill_ns = self.config.per_prefill_token_ms * ms
+        self._decode_ns = self.config.per_decode_seq_ms * ms
 
     @property
     def busy(self) -> bool:
@@ -145,6 +152,10 @@ class Engine:
             self.waiting.remove(seq)
 
     def reset_prefix_cache(self) -> int:
+        """Forget cached prefixes; with `run_noise` the next run also gets a machine state of its own
+        (clocks, neighbours, thermals), as repetitions of one real engine differ between runs."""
+        if self.config.run_noise:
+            self._set_costs(1.0 + self.config.run_noise * (2.0 * self._run_noise.random() - 1.0))
         return self.pool.reset_cache()
 
     async def run(self) -> None:

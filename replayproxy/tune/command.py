@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             _final_runs(best, engines, tuner, root, settings.repeat) if args.final and len(best) > 1 else []
         )
     sys.stdout.write(table(outcomes, facts))
-    sys.stdout.write(best_vs_best(best, settings.repeat, settings.precision))
+    sys.stdout.write(best_vs_best(best, settings.repeat, settings.precision, outcomes))
     summary = {
         "trace": {"requests": facts.requests, "rate": facts.rate, "span_s": facts.span_s},
         "slo": settings.slo_spec,

@@ -10,8 +10,8 @@ from replayproxy.tune.store import Outcome
 
 def table(outcomes: list[Outcome], facts: TraceFacts) -> str:
     """One row per configuration: its answer (highest rate under the SLO), the figures there, its fate."""
-    header = ("engine", "configuration", "status", "max req/s under SLO", "TTFT p95 ms", "TPOT p95 ms",
-              "errors", "start s")  # fmt: skip
+    header = ("engine", "configuration", "status", "max offered req/s under SLO", "achieved req/s",
+              "TTFT p95 ms", "TPOT p95 ms", "errors", "start s")  # fmt: skip
     rows = [header]
     for o in outcomes:
         rows.append(
@@ -20,6 +20,7 @@ def table(outcomes: list[Outcome], facts: TraceFacts) -> str:
                 o.config,
                 _status(o),
                 _rate(o, facts),
+                _number(o.at_best("requests_per_s"), "{:.3g}"),
                 _number(o.at_best("ttft_p95_ms")),
                 _number(o.at_best("tpot_p95_ms")),
                 _percent(o.at_best("error_rate")),
@@ -36,14 +37,16 @@ def table(outcomes: list[Outcome], facts: TraceFacts) -> str:
     return "\n".join(["", *lines, *tail, ""]) + "\n"
 
 
-def best_vs_best(best: dict[str, Outcome], repeat: int, precision: float) -> str:
-    """Each engine's best configuration, ranked, with the margin of the winner."""
+def best_vs_best(best: dict[str, Outcome], repeat: int, precision: float, outcomes: list[Outcome]) -> str:
+    """Each engine's best configuration, ranked, with the margin of the winner, and a summary sentence
+    per engine against its baseline (first) configuration, so one engine gets its answer too."""
     if not best:
         return "no configuration met the SLO at any rate tried\n"
     ranked = sorted(best.values(), key=lambda o: o.best_rate or 0.0, reverse=True)
     lines = ["", "best configuration per engine:"]
     for o in ranked:
         lines.append(f"  {o.engine}: {o.config} -> {o.best_rate:.3g} req/s under the SLO ({_bracket(o)})")
+    lines += [f"summary: {_summary(o, outcomes)}" for o in ranked]
     if len(ranked) > 1:
         first, second = ranked[0], ranked[1]
         ratio = (first.best_rate or 0.0) / (second.best_rate or math.nan)
@@ -55,6 +58,18 @@ def best_vs_best(best: dict[str, Outcome], repeat: int, precision: float) -> str
         if ratio < 1 + precision:
             lines.append("  within the search precision: no clear difference between the best configurations")
     return "\n".join(lines) + "\n"
+
+
+def _summary(best: Outcome, outcomes: list[Outcome]) -> str:
+    """'the best sim configuration is X: Y req/s under the SLO, Z x the baseline configuration'."""
+    said = f"the best {best.engine} configuration is {best.config}: {best.best_rate:.3g} req/s under the SLO"
+    baseline = next(o for o in outcomes if o.engine == best.engine)
+    if baseline is best:
+        return f"{said}, the baseline configuration itself"
+    if not baseline.best_rate:
+        return f"{said}; the baseline configuration ({baseline.config}) met it at no rate tried"
+    ratio = (best.best_rate or 0.0) / baseline.best_rate
+    return f"{said}, {ratio:.2f}x the baseline configuration ({baseline.config})"
 
 
 def _last_line(log_tail: str) -> str:

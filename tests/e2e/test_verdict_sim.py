@@ -76,3 +76,48 @@ def test_a_prefix_cache_wins_on_a_prefix_heavy_trace(
         assert margin["estimate"] > 1.5 and margin["ci95_low"] > 1.0
         assert "prefix-cache-on sustains" in opening and "goodput at this SLO, 95% CI [" in opening
     assert "run-to-run noise unknown" in opening  # one run each
+
+
+def _gate(paths: list[Path], base: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(
+        ["report", *map(str, paths), "--slo", GATE_SLO, "--gate", "goodput>=0.95*BASE", "--gate-base", base]
+    )
+    return code, capsys.readouterr().err.strip()
+
+
+GATE_SLO = "ttft<=300ms"
+
+
+def test_the_gate_reads_run_to_run_noise_like_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a run-to-run noise of +-40 % between repetitions, an A/A pair of three runs each does not
+    fail the gate (measured: runs 10-14.5 req/s each, B/A 0.99x, CI [0.75, 1.28]: inconclusive);
+    turning the prefix cache off on a prefix-heavy trace does, with the interval in its one line."""
+    trace = traces.write_synthetic(
+        tmp_path / "prefix.rpt",
+        requests=40,
+        rate_rps=14.0,
+        prefix_groups=2,
+        prefix_len_tokens=3000,
+        input_len="uniform:3100,3300",
+        output_len="uniform:8,16",
+    )
+    noisy = ("--max-model-len", "8192", "--run-noise", "0.4", "--seed", "3")
+    with sim(*noisy) as server:
+        for label in ("A", "B"):
+            _replay(trace, server.url, tmp_path / f"{label}.rpr", label, "--repeat", "3", "--warmup", "5")
+    aa = sorted(tmp_path.glob("[AB]-run*.rpr"))
+    assert len(aa) == 6
+    code, err = _gate(aa, "A", capsys)
+    assert code in (0, 3), err  # passed, or straddling: never a false regression
+    if code == 3:
+        assert err.startswith("replayproxy report: gate inconclusive, run more repetitions: B goodput>=")
+    with sim(*noisy, "--no-prefix-cache") as server:
+        _replay(trace, server.url, tmp_path / "off.rpr", "off", "--repeat", "3", "--warmup", "5")
+    off = sorted(tmp_path.glob("off-run*.rpr"))
+    code, err = _gate([*aa[:3], *off], "A", capsys)
+    assert code == 1, err
+    assert err.startswith("replayproxy report: gate failed: off goodput>=0.95*BASE: ")
+    assert "95% CI [" in err and "] is below 0.95 (3 runs each)" in err and "\n" not in err

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from replayproxy.cli import main
 from replayproxy.report.check_report import check_documents, parse_check_gate, render_checks, split_inputs
 from replayproxy.results import ResultWriter, RunHeader
 from tests.report.check_helpers import both, row, write_check
@@ -126,6 +127,15 @@ def test_gate(tmp_path: Path) -> None:
         parse_check_gate("ttft<=1")
     with pytest.raises(ValueError, match="check metrics take a plain threshold"):
         parse_check_gate("match>=0.9*BASE")
+
+
+def test_a_failing_gate_says_so_in_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_check(tmp_path / "c.rpc", both(output_hash="z", similarity_ppm=0))
+    assert main(["report", str(path), "--gate", "match>=0.95,determinism>=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["replayproxy report: gate failed: match>=0.95: B 0"]
 
 
 def test_split_inputs(tmp_path: Path) -> None:

@@ -118,6 +118,9 @@ def test_tune_finds_the_best_configuration_stops_every_engine_and_resumes(tmp_pa
     # Best vs best: the two engines compared at one common rate, through the report.
     assert set(summary["best"]) == {"sim", "small"}
     assert "verdict: sim sustains" in done.stdout
+    assert "max offered req/s under SLO  achieved req/s" in done.stdout
+    assert "summary: the best sim configuration is max_num_seqs=" in done.stdout  # one per engine
+    assert "summary: the best small configuration is " in done.stdout
     assert len(summary["final"]) == 2 and "sim[max_num_seqs=16" in done.stdout.split("verdict")[-1]
 
     # A rerun with the same directory measures nothing again and starts no engine.
