@@ -130,7 +130,7 @@ def _differences(production: Run, runs: list[Run]) -> list[FidelityDifferenceDoc
         {
             "name": "proxy hop",
             "size": "production is timed at the proxy (its forwarding included), the replay at the "
-            "replayer; not measured in these files (benchmarks/replay_vs_production.py measures it)",
+            "replayer; its size is not in these files",
             "value": None,
             "effect": "",
         },

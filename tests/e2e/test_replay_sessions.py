@@ -185,3 +185,16 @@ def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     assert main(["report", str(tmp_path / "live.rpr"), "--json"]) == 0
     cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
     assert abs(cache["engine_over_implied"] - 1) <= 0.01, cache
+    assert main(["report", str(tmp_path / "live.rpr"), "--baseline", str(trace), "--json"]) == 0
+    [fidelity] = json.loads(capsys.readouterr().out)["fidelity"]  # the replay of production's own trace
+    assert [(f["figure"], f["quantile"]) for f in fidelity["figures"]] == [
+        ("TTFT", 50), ("TTFT", 95), ("TPOT", 50), ("TPOT", 95), ("E2E", 50), ("E2E", 95)
+    ]  # fmt: skip
+    e2e = fidelity["figures"][4]  # production answered in 60 ms; the sim at --speed 0.5 is slower
+    assert e2e["production_ms"] == RECORDED_E2E_MS and e2e["replay_ms"] > RECORDED_E2E_MS
+    assert e2e["difference"] > 0 and not fidelity["reproduces"]
+    calls = next(d for d in fidelity["differences"] if d["name"] == "extra calls to the target")
+    assert calls["value"] == 0 and calls["effect"] == ""
+    assert main(["report", str(tmp_path / "live.rpr"), "--baseline", str(trace)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("Fidelity: ") > text.index("Verdict") and "known differences:" in text
