@@ -1,10 +1,13 @@
 """Before the clock: find the target's tokenizer, measure what exact prompts need, and check the result.
 
-The tokenizer is the local one given with `--tokenizer`, else the engine's tokenize endpoint
-(replay.tokenizer); without either, prompts fall back to calibrated words and the run records
-that its lengths are approximate. Token-id prompts are checked against the target too: ids come
-from the measured alphabet (so they are in the vocabulary), and a target that refuses them gets
-text prompts instead, said in one line. Everything found goes into the result header.
+The tokenizer is the local one given with `--tokenizer`, else a local copy of the served one found
+from the engine's answers (replay.tokenizer_discovery) that counts as the engine's tokenize
+endpoint does on a few probes, else that endpoint itself (replay.tokenizer), whose calls during
+the run (live replies) are counted as load production did not send; without either, prompts fall
+back to calibrated words and the run records that its lengths are approximate. Token-id prompts
+are checked against the target too: ids come from the measured alphabet (so they are in the
+vocabulary), and a target that refuses them gets text prompts instead, said in one line.
+Everything found goes into the result header.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import numpy as np
 import orjson
 
 from replayproxy import trace
-from replayproxy.replay import exact, flavors, synth
+from replayproxy.replay import exact, flavors, synth, tokenizer_discovery
 from replayproxy.replay.calibrate import Prober
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, engine_tokenizer
@@ -54,6 +57,68 @@ async def find_tokenizer(
 
         return LocalTokenizer(path, chat_template or None), ""
     return await engine_tokenizer(flavor.name, session, url, model, headers)
+
+
+class Chosen(NamedTuple):
+    tokenizer: Tokenizer | None
+    path: str  # the local tokenizer's path, given or found; "" for the engine's endpoint
+    note: str  # where it came from, or why there is none
+
+
+PROBES = (
+    Chat(({"role": "user", "content": "hello"},)),
+    Chat((
+        {"role": "system", "content": "You answer in one line."},
+        {"role": "user", "content": "Hello, wörld! 12 + 30 = 42? ünïcode — “quotes”"},
+        {"role": "assistant", "content": " spaced\n\tout\n\n answer "},
+        {"role": "user", "content": "again, please"},
+    )),
+)  # fmt: skip
+TEXT_PROBES = ("Hello, wörld! 12 + 30 = 42?", " the quick brown fox\n")
+
+
+async def same_ids(local: Tokenizer, engine: Tokenizer) -> bool:
+    """Whether `local` encodes the probes to the ids the engine's endpoint gives (one batch of calls)."""
+    for special in (True, False):
+        if await local.encode_text(TEXT_PROBES, special) != await engine.encode_text(TEXT_PROBES, special):
+            return False
+    return await local.encode_chat(PROBES) == await engine.encode_chat(PROBES)
+
+
+async def choose_tokenizer(
+    path: str,
+    chat_template: str,
+    flavor: flavors.Flavor,
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    headers: Mapping[str, str],
+    models: Any,
+) -> Chosen:
+    """The run's tokenizer: `path`, else the served one found on this host (when it agrees with the
+    engine's endpoint), else the endpoint; all before the clock."""
+    if path:
+        tokenizer, why = await find_tokenizer(path, chat_template, flavor, session, url, model, headers)
+        return Chosen(tokenizer, path, "--tokenizer")
+    engine, why = await engine_tokenizer(flavor.name, session, url, model, headers)
+    found = await tokenizer_discovery.discover(session, url, models, headers)
+    if found is None:
+        return Chosen(engine, "", why or "the engine's tokenize endpoint (no local copy of it found)")
+    from replayproxy.replay.hf_tokenizer import LocalTokenizer
+
+    try:
+        local = LocalTokenizer(found.path, chat_template or None)
+        agrees = engine is None or await same_ids(local, engine)
+    except TokenizerError as e:
+        _log.warning("the served tokenizer %s (%s) cannot be used here: %s", found.path, found.source, e)
+        return Chosen(engine, "", why or f"the engine's tokenize endpoint ({found.source}: {e})")
+    if not agrees:
+        _log.warning(
+            "the tokenizer at %s (%s) counts otherwise than the engine; using its tokenize endpoint",
+            found.path, found.source,
+        )  # fmt: skip
+        return Chosen(engine, "", f"the engine's tokenize endpoint ({found.source} counts otherwise)")
+    return Chosen(local, found.path, f"found: {found.source}")
 
 
 async def measure(

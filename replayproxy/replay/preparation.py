@@ -184,13 +184,16 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         record: dict[str, Any] = {}
         model = _probe_model(requested, plan_options)
         prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
-        tokenizer, why = await exactness.find_tokenizer(
-            options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers
-        )
+        chosen = await exactness.choose_tokenizer(
+            options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers,
+            info.models,
+        )  # fmt: skip
+        tokenizer = chosen.tokenizer
         book: exact.Book | None = None
-        exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": why}
+        exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": chosen.note}
         if tokenizer is not None:
             book, exact_record = await exactness.measure(tokenizer, cols, rows)
+            exact_record["tokenizer_source"] = chosen.note
         if len(rows) and np.any(cols.endpoint[rows] == "completions"):
             flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
             exact_record.update(ids_record)
@@ -204,7 +207,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         approximate = [p for p in first if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
-        live, exact_record["replies"] = _live_replies(options, mode, book, flavor, target, model)
+        live, exact_record["replies"] = _live_replies(options, mode, book, chosen.path, flavor, target, model)
     # closed loop: the planner rewrites each later turn from the turns before it (replay.continuations)
     plan_options = replace(plan_options, closed_loop=mode == "closed", live_replies=live is not None)
     planned = plan.schedule(cols, rows, speed)
@@ -286,17 +289,19 @@ def _live_replies(
     options: ReplayOptions,
     mode: turns.Mode,
     book: exact.Book | None,
+    tokenizer_path: str,
     flavor: flavors.Flavor,
     target: Target,
     model: str,
 ) -> tuple[replies.Setup | None, str]:
-    """Live replies in closed loop with an exact tokenizer (else each later turn as planned, and why)."""
+    """Live replies in closed loop with an exact tokenizer (else each later turn as planned, and why);
+    the senders load the local tokenizer at `tokenizer_path`, or call the engine's endpoint ("")."""
     if mode != "closed":
         return None, "planned: open loop sends every turn at its recorded time"
     if options.replies != "live":
         return None, "planned: --replies planned"
     return replies.setup_for(
-        book, options.tokenizer, options.chat_template, flavor, target.url, model, options.headers
+        book, tokenizer_path, options.chat_template, flavor, target.url, model, options.headers
     )
 
 

@@ -28,7 +28,7 @@ from replayproxy.replay import continuations, exact, exactness, flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
-from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError
+from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, calls_made
 
 _log = logging.getLogger("replayproxy.replay")
 MODES = ("live", "planned")
@@ -83,7 +83,7 @@ class Setup:
     """What a sender process needs to build live turns (picklable, for worker processes)."""
 
     words: tuple[str, ...]  # the measured alphabet: one token each
-    tokenizer_path: str  # --tokenizer; "" for the engine's tokenize endpoint
+    tokenizer_path: str  # --tokenizer or the served one found on this host; "" for the engine's endpoint
     chat_template: str
     flavor: str
     url: str
@@ -100,6 +100,7 @@ class Counts:
     planned: dict[str, int] = field(default_factory=dict)  # why a turn kept its planned body
     reply_tokens: int = 0  # generated tokens of the replies threaded, where the target gave their ids
     as_generated: int = 0  # ...of which the next prompt holds the same ids (before the first change)
+    target_calls: int = 0  # tokenize calls to the target during the run (no local tokenizer)
 
     def keep(self, why: str) -> None:
         if why not in self.planned:
@@ -114,6 +115,7 @@ class Counts:
             "planned": dict(self.planned),
             "reply_tokens": self.reply_tokens,
             "reply_tokens_as_generated": self.as_generated,
+            "target_calls": self.target_calls,
         }
 
     def round_trip(self, generated: Sequence[int] | None, sent: Sequence[int]) -> None:
@@ -140,10 +142,16 @@ class Threader:
         self.setup = setup
         self.tokenizer = tokenizer
         self.counts = Counts()
+        self._calls_before = calls_made(tokenizer)  # the endpoint's probe, made before the clock
         self._target = target
         self._headers = {"Accept": "text/event-stream", **(headers or {})}
         self._continued = Counter(continued or {})  # trace index -> later turns still to build on it
         self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
+
+    def record(self) -> dict[str, Any]:
+        """The counts, with the tokenize calls the run made to the target (an engine tokenizer's)."""
+        self.counts.target_calls = calls_made(self.tokenizer) - self._calls_before
+        return self.counts.record()
 
     async def wire_after(self, previous: RequestTimeline, turn: Prepared, wire: bytes) -> bytes | None:
         """The request bytes of `turn` (planned as `wire`) after its previous turn ended (None: as

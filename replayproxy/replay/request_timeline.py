@@ -149,7 +149,8 @@ class RequestTimeline:
             self.error, self.message = "bad_stream", "response body is not JSON"
             return
         self.usage = sse.parse_usage(answer.get("usage")) if isinstance(answer, dict) else None
-        self.first_at = self.last_at = self.end_at
+        # TTFT of a whole body: its first byte, as the proxy takes it (docs/report.md)
+        self.first_at, self.last_at = self.reads[0][0], self.end_at
         self.content_chunks = 1
 
     def result(self, run_start_ns: int, worker: int = 0) -> ReplayResult:

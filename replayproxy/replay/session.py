@@ -106,7 +106,7 @@ async def run_local(
             pool.close()
             restore_memory()
             if threader is not None:
-                outcome.live_replies = threader.counts.record()
+                outcome.live_replies = threader.record()
     return outcome
 
 

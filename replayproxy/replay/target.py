@@ -28,7 +28,7 @@ class TargetInfo:
     default_model: str  # the first served model, for requests without a recorded model
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
+async def get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
     try:
         async with session.get(url, headers=headers) as resp:
             if resp.status != 200:
@@ -60,7 +60,7 @@ async def describe(
         )
     version = ""
     for path in flavor.version_paths:
-        answer = await _get_json(session, f"{url}{path}", headers)
+        answer = await get_json(session, f"{url}{path}", headers)
         if isinstance(answer, dict):
             found = answer.get("version") or answer.get("build_info")
             if found:

@@ -70,10 +70,12 @@ class _Endpoint:
     session: aiohttp.ClientSession
     url: str
     headers: Mapping[str, str]
+    calls: int = 0  # requests made: during a run, load the engine carries beside the replayed traffic
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         import aiohttp
 
+        self.calls += 1
         try:
             async with self.session.post(
                 f"{self.url}{path}",
@@ -106,6 +108,12 @@ async def _gather(calls: Sequence[Any]) -> list[list[int]]:
         if isinstance(answer, BaseException):
             raise answer
     return answers  # type: ignore[return-value]
+
+
+def calls_made(tokenizer: Tokenizer) -> int:
+    """HTTP requests `tokenizer` made to the engine (0 for a local one)."""
+    endpoint = getattr(tokenizer, "_endpoint", None)
+    return endpoint.calls if isinstance(endpoint, _Endpoint) else 0
 
 
 def _ids(value: Any, where: str) -> list[int]:

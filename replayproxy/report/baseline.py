@@ -49,6 +49,7 @@ def baseline_run(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         session=cols.session,
         after=previous_turns(cols.session),
         think_ns=cols.think_ns,
+        cached_tokens=cols.cached_tokens,
     )
     upstreams = sorted({h.upstream for h in cols.headers if h.upstream})
     paths_list = [str(paths)] if isinstance(paths, str | os.PathLike) else [str(p) for p in paths]

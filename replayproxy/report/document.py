@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from replayproxy.report import breakdown, cache, contracts, gpu, telemetry, verdict
+from replayproxy.report import breakdown, cache, contracts, fidelity, gpu, telemetry, verdict
 from replayproxy.report.compare import Comparison, comparable, compare
 from replayproxy.report.decision_types import ComparisonDoc, MetricComparisonDoc, QuantileComparisonDoc
 from replayproxy.report.document_types import (
@@ -58,6 +58,7 @@ def build_document(
     sweeps = [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)]
     doc: Document = {
         "verdict": verdict.build(runs, baseline, slos, slo_spec, sweeps, resamples=resamples, seed=seed),
+        "fidelity": fidelity.fidelity_doc(runs, baseline, resamples=resamples, seed=seed),
         "schema": SCHEMA,
         "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
         "runs": [run_doc(r, slos) for r in columns],

@@ -293,10 +293,45 @@ class SweepDoc(TypedDict):
     max_error_rate: float
 
 
+class FidelityFigureDoc(TypedDict):
+    """One figure of a replay against production's own trace; differences relative to production."""
+
+    figure: str  # TTFT, TPOT, E2E
+    quantile: int
+    production_ms: float | None
+    replay_ms: float | None  # mean over the replays of each one's quantile
+    difference: float | None  # (replay - production) / production
+    low: float | None  # its 95 % interval (repetitions, then requests)
+    high: float | None
+    replay_spread: float | None  # range between the replays, relative to production; None with one
+    within_noise: bool
+
+
+class FidelityDifferenceDoc(TypedDict):
+    """A known difference between the replay and production's recording, with its measured size."""
+
+    name: str
+    size: str
+    value: float | None
+    effect: str  # "heavier" / "lighter": which way it pushes the replay's figures; "" negligible
+
+
+class FidelityDoc(TypedDict):
+    """How faithfully one candidate's replays of a trace reproduced production (report.fidelity)."""
+
+    candidate: str
+    runs: int
+    figures: list[FidelityFigureDoc]
+    differences: list[FidelityDifferenceDoc]
+    reproduces: bool
+    statement: list[str]
+
+
 class Document(TypedDict):
     """The whole report, in the order `--json` writes it (schema in docs/report.md)."""
 
     verdict: VerdictDoc
+    fidelity: list[FidelityDoc]  # replays of the baseline's own trace against it; [] otherwise
     schema: str
     slo: SloSection | None
     runs: list[RunDoc]

@@ -45,6 +45,42 @@ def verdict_section(doc: Document) -> list[Table]:
     return [Table("Verdict", [], [], list(doc["verdict"]["lines"]), "verdict")]
 
 
+def fidelity_section(doc: Document) -> list[Table]:
+    """Replays of production's own trace: how faithful they were, right after the verdict."""
+    tables = []
+    for f in doc["fidelity"]:
+        rows = [
+            [
+                f"{g['figure']} p{g['quantile']} ms",
+                fmt(g["production_ms"]),
+                fmt(g["replay_ms"]),
+                _signed(g["difference"]),
+                f"[{_signed(g['low'])}, {_signed(g['high'])}]",
+                "yes" if g["within_noise"] else "no",
+            ]
+            for g in f["figures"]
+        ]
+        notes = [*f["statement"], "known differences:"]
+        notes += [
+            f"  {d['name']}: {d['size']}" + (f" ({d['effect']})" if d["effect"] else "")
+            for d in f["differences"]
+        ]
+        header = [
+            "figure",
+            "production",
+            f"replay ({f['runs']} run{'s' if f['runs'] > 1 else ''})",
+            "difference",
+            "95% interval",
+            "within noise",
+        ]
+        tables.append(Table(f"Fidelity: {f['candidate']} vs production", header, rows, notes, "fidelity"))
+    return tables
+
+
+def _signed(value: float | None) -> str:
+    return MISSING if value is None else f"{value:+.1%}"
+
+
 def latency_section(doc: Document) -> list[Table]:
     runs = doc["runs"]
     rows = []
@@ -356,6 +392,7 @@ def warnings_section(doc: Document) -> list[Table]:
 
 SECTIONS: list[Callable[[Document], list[Table]]] = [
     verdict_section,
+    fidelity_section,
     contract_section,
     latency_section,
     throughput_section,

@@ -122,6 +122,7 @@ class Metrics(Collector):
         self.ttft = Buckets(TTFT_BUCKETS)
         self.itl = Buckets(ITL_BUCKETS)
         self.e2e = Buckets(E2E_BUCKETS)
+        self.tokenize_calls = 0  # POST /tokenize answered: a replayer's calls beside the traffic it sends
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
@@ -197,3 +198,8 @@ class Metrics(Collector):
         yield self.itl.family("vllm:time_per_output_token_seconds", itl_doc, self.model)
         yield self.itl.family("vllm:inter_token_latency_seconds", itl_doc, self.model)
         yield self.e2e.family("vllm:e2e_request_latency_seconds", "End-to-end request latency.", self.model)
+        # vLLM's API server counts requests per route; the sim counts /tokenize's
+        labels = ["handler", "method", "status"]
+        http = CounterMetricFamily("http_requests", "Requests by handler.", labels=labels)
+        http.add_metric(["/tokenize", "POST", "2xx"], self.tokenize_calls)
+        yield http

@@ -14,6 +14,7 @@ import struct
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import orjson
 from aiohttp import web
@@ -125,11 +126,19 @@ async def _models(request: web.Request) -> web.Response:
         "object": "model",
         "created": wall_s(),
         "owned_by": "replayproxy-sim",
-        "root": config.model,
+        "root": _root(config),
         "parent": None,
         "max_model_len": config.max_model_len,
     }
     return web.Response(body=orjson.dumps({"object": "list", "data": [card]}), content_type=JSON)
+
+
+def _root(config: SimConfig) -> str:
+    """vLLM's `root`: the model path it serves; the sim's is the directory of its --tokenizer."""
+    if not config.tokenizer:
+        return config.model
+    path = Path(config.tokenizer)
+    return str((path if path.is_dir() else path.parent).resolve())
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -153,6 +162,7 @@ async def _reset_prefix_cache(request: web.Request) -> web.Response:
 async def _tokenize(request: web.Request) -> web.Response:
     """vLLM's `POST /tokenize` answer: count, max_model_len and the token ids."""
     sim = request.app[SIM]
+    sim.metrics.tokenize_calls += 1
     try:
         ids = api.tokenize(await request.read(), sim.config.model, sim.prompts)
     except api.ApiError as e:

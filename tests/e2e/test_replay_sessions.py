@@ -4,6 +4,9 @@ session's turns apart with the recorded think times; open loop keeps today's sch
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +120,37 @@ def test_limit_and_sampling_keep_whole_sessions(tmp_path: Path) -> None:
     assert np.array_equal(np.sort(sampled.column("index")), np.sort(again.column("index")))  # seeded
 
 
+def tokenize_calls(url: str) -> int:
+    """The sim's count of the POST /tokenize it answered (vLLM's http_requests_total)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    found = re.search(r'http_requests_total\{handler="/tokenize"[^}]*\} (\S+)', text)
+    assert found, "the sim exports no /tokenize count"
+    return int(float(found.group(1)))
+
+
+def test_without_a_local_tokenizer_the_run_counts_its_calls_to_the_engine(
+    tmp_path: Path, bpe_tokenizer: Path
+) -> None:
+    """The sim serves a tokenizer file no local lookup finds: each live turn is sized by one call to
+    its /tokenize during the run, and the result says how many the run made (the sim's own count)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    shutil.copy(bpe_tokenizer, served / "bpe.json")
+    shutil.copy(bpe_tokenizer.parent / "tokenizer_config.json", served / "tokenizer_config.json")
+    sessions, turns_per = 2, 3
+    trace = traces.write(tmp_path / "live.rpt", session_shapes(sessions, turns_per, THINK_MS, 12))
+    with sim("--tokenizer", str(served / "bpe.json"), "--speed", "0.5") as server:
+        before = tokenize_calls(server.url)
+        run = replay(trace, server.url, tmp_path / "live.rpr", "--no-calibrate")
+        after = tokenize_calls(server.url)
+    prompts = run.header.pre_run["prompts"]
+    assert prompts["tokenizer"] == "vllm /tokenize" and "no local copy" in prompts["tokenizer_source"]
+    [live] = run.extras["live_replies"]
+    assert live["built"] == sessions * (turns_per - 1) == live["target_calls"]
+    assert before == 0 and after > live["target_calls"]  # the rest: measuring prompts before the clock
+
+
 def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     tmp_path: Path, bpe_tokenizer: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -126,13 +160,18 @@ def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     trace = traces.write(tmp_path / "live.rpt", session_shapes(sessions, turns_per, THINK_MS, reply))
     with sim("--tokenizer", str(bpe_tokenizer), "--speed", "0.5") as server:
         run = replay(trace, server.url, tmp_path / "live.rpr", "--no-calibrate")
-    assert run.header.pre_run["prompts"]["replies"].startswith("live")
+        calls = tokenize_calls(server.url)
+    prompts = run.header.pre_run["prompts"]
+    assert prompts["replies"].startswith("live") and prompts["tokenizer"] == "tokenizer.json"
+    assert prompts["tokenizer_source"] == "found: /v1/models root"  # the sim names its model directory
     [live] = run.extras["live_replies"]  # counts only; the sim's replies re-tokenize to their own ids
     assert live["built"] == sessions * (turns_per - 1) and live["short"] == 0 and not live["planned"]
     assert live["reply_tokens_as_generated"] == live["reply_tokens"] == sessions * (turns_per - 1) * reply
+    assert live["target_calls"] == 0  # the replies were sized with the local copy of the tokenizer
+    assert calls <= 7  # the probes comparing it with the engine's endpoint, before the clock
     assert {k: type(v) for k, v in live.items()} == {  # no text of any reply is kept
         "type": str, "built": int, "short": int, "planned": dict, "reply_tokens": int,
-        "reply_tokens_as_generated": int,
+        "reply_tokens_as_generated": int, "target_calls": int,
     }  # fmt: skip
     summary = run.footer["summary"]
     assert summary["errors"] == 0 and summary["input_exact"] == 1.0 and summary["output_exact"] == 1.0
@@ -146,3 +185,16 @@ def test_live_replies_reach_the_cache_as_production_did_on_a_slower_engine(
     assert main(["report", str(tmp_path / "live.rpr"), "--json"]) == 0
     cache = json.loads(capsys.readouterr().out)["runs"][0]["prefix_cache"]
     assert abs(cache["engine_over_implied"] - 1) <= 0.01, cache
+    assert main(["report", str(tmp_path / "live.rpr"), "--baseline", str(trace), "--json"]) == 0
+    [fidelity] = json.loads(capsys.readouterr().out)["fidelity"]  # the replay of production's own trace
+    assert [(f["figure"], f["quantile"]) for f in fidelity["figures"]] == [
+        ("TTFT", 50), ("TTFT", 95), ("TPOT", 50), ("TPOT", 95), ("E2E", 50), ("E2E", 95)
+    ]  # fmt: skip
+    e2e = fidelity["figures"][4]  # production answered in 60 ms; the sim at --speed 0.5 is slower
+    assert e2e["production_ms"] == RECORDED_E2E_MS and e2e["replay_ms"] > RECORDED_E2E_MS
+    assert e2e["difference"] > 0 and not fidelity["reproduces"]
+    calls = next(d for d in fidelity["differences"] if d["name"] == "extra calls to the target")
+    assert calls["value"] == 0 and calls["effect"] == ""
+    assert main(["report", str(tmp_path / "live.rpr"), "--baseline", str(trace)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("Fidelity: ") > text.index("Verdict") and "known differences:" in text
