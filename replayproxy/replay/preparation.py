@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from replayproxy import trace
@@ -28,6 +27,7 @@ from replayproxy.replay import (
     flavors,
     models,
     plan,
+    probe_http,
     replies,
     schedule,
     synth,
@@ -162,8 +162,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
     target = Target.parse(options.target)
-    timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with probe_http.session(max(60.0, options.timeout)) as session:
         guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
         info = await describe(session, target.url, guess, options.headers)
         flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess

@@ -56,6 +56,13 @@ class SimConfig:
     ignore_stop: bool = _opt(False, "ignore the requests' `stop` strings (a stop-handling bug)")
     ignore_response_format: bool = _opt(False, "answer free text even when `response_format` asks for JSON")
     batch_variance: bool = _opt(False, "greedy answers change when other requests share the batch")
+    close_after_stream: bool = _opt(
+        False, "close the connection after each streamed response although it says keep-alive (llama.cpp)"
+    )
+    http_threads: int = _opt(
+        0, "connections served at once; beyond them idle keep-alive ones are closed (llama.cpp); 0: no limit"
+    )
+    keepalive_timeout: float = _opt(75.0, "close a keep-alive connection idle this many seconds")
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -83,9 +90,12 @@ class SimConfig:
             "first_byte_delay",
             "stall_seconds",
             "chat_template_extra_tokens",
+            "http_threads",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.keepalive_timeout > 0:
+            raise ValueError(f"keepalive_timeout must be > 0, got {self.keepalive_timeout}")
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
