@@ -139,6 +139,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
     add(
+        "--allow-approximate",
+        action="store_const",
+        const=True,
+        help="go on with calibrated (approximate) prompt lengths when exact ones cannot be built; "
+        "the result and the report then say the candidate is not like for like",
+    )
+    add(
         "--include-failed",
         action="store_const",
         const=True,

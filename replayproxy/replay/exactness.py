@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from replayproxy import trace
+from replayproxy.errors import BadOption
 from replayproxy.replay import exact, flavors, synth
 from replayproxy.replay.calibrate import Prober
 from replayproxy.replay.plan import Prepared
@@ -54,6 +55,18 @@ async def find_tokenizer(
 
         return LocalTokenizer(path, chat_template or None), ""
     return await engine_tokenizer(flavor.name, session, url, model, headers)
+
+
+def require_exact(record: Mapping[str, Any], allowed: bool) -> None:
+    """Stop when prompts cannot be exact, naming the cause and the fix, unless approximate is allowed."""
+    if allowed:
+        _log.warning("prompt lengths are approximate (%s): --allow-approximate", record.get("reason"))
+        return
+    raise BadOption(
+        f"exact prompts cannot be built ({record.get('reason') or 'no tokenizer'}): give the target's "
+        "tokenizer with --tokenizer (tokenizer.json, its directory or a .gguf), or pass "
+        "--allow-approximate to replay with calibrated, approximate lengths"
+    )
 
 
 async def measure(

@@ -190,6 +190,8 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": why}
         if tokenizer is not None:
             book, exact_record = await exactness.measure(tokenizer, cols, rows)
+        if book is None:
+            exactness.require_exact(exact_record, options.allow_approximate)
         if len(rows) and np.any(cols.endpoint[rows] == "completions"):
             flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
             exact_record.update(ids_record)
