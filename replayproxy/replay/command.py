@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from replayproxy import clock, config
-from replayproxy.errors import RunAborted
+from replayproxy.errors import BadOption, RunAborted
 from replayproxy.replay import (
     contract,
     procedure,
@@ -304,6 +304,10 @@ async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[di
         plan.contract = await contract.collect(
             url, plan.info.models, options.headers, options.engine_args, options.note
         )
+        if options.metrics_url and (
+            problem := await asyncio.to_thread(telemetry.metrics_problem, options.metrics_url)
+        ):
+            raise BadOption(f"--scrape-metrics: {problem} (or leave --scrape-metrics out)")
         if options.warmup:
             plan.warmup = await procedure.warm_up(options, plan)
         summaries = []

@@ -226,4 +226,5 @@ def _requests(files: list[ResultFile]) -> Requests:
         session=optional("session"),
         after=optional("after"),
         think_ns=optional("think_ns"),
+        cached_tokens=optional("cached_tokens"),
     )
