@@ -16,7 +16,7 @@ from replayproxy.report.runs import Run
 
 # Fields whose difference makes a comparison not like for like, by where they are found.
 LIKE_FOR_LIKE_CONFIG = ("cache_dtype", "kv_cache_dtype", "dtype", "quantization")
-RESET_ACTIONS = ("reset_prefix_cache", "flush_cache", "erase_slots")
+RESET_ACTIONS = ("reset_prefix_cache", "flush_cache")
 
 
 def contract_of(run: Run) -> ContractDoc:
