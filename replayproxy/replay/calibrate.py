@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from replayproxy.errors import UserError
-from replayproxy.replay import flavors, synth
+from replayproxy.replay import flavors, probe_http, synth
 from replayproxy.replay.plan import Prepared
 
 _log = logging.getLogger("replayproxy.replay")
@@ -66,10 +66,9 @@ class Prober:
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json", **self.headers}
         try:
-            async with self.session.post(
-                f"{self.url}{path}", data=orjson.dumps(body), headers=headers
-            ) as resp:
-                return resp.status, await resp.read()
+            return await probe_http.request(
+                self.session, "POST", f"{self.url}{path}", headers, orjson.dumps(body)
+            )
         except (aiohttp.ClientError, TimeoutError) as e:
             return 599, f"{type(e).__name__}: {e}".encode()
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from replayproxy import clock, config
-from replayproxy.errors import RunAborted
+from replayproxy.errors import BadOption, RunAborted
 from replayproxy.replay import (
     contract,
     procedure,
@@ -138,6 +138,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the engine's tokenize endpoint)",
     )
     add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
+    add(
+        "--allow-approximate",
+        action="store_const",
+        const=True,
+        help="go on with calibrated (approximate) prompt lengths when exact ones cannot be built; "
+        "the result and the report then say the candidate is not like for like",
+    )
     add(
         "--include-failed",
         action="store_const",
@@ -308,6 +315,10 @@ async def open_candidate(options: ReplayOptions) -> RunPlan:
         plan.contract = await contract.collect(
             url, plan.info.models, options.headers, options.engine_args, options.note
         )
+        if options.metrics_url and (
+            problem := await asyncio.to_thread(telemetry.metrics_problem, options.metrics_url)
+        ):
+            raise BadOption(f"--scrape-metrics: {problem} (or leave --scrape-metrics out)")
         if options.warmup:
             plan.warmup = await procedure.warm_up(options, plan)
     except BaseException:

@@ -6,12 +6,20 @@ send is one `transport.write` of bytes prepared before the run, and each `data_r
 clock first, then runs the llhttp parser (httptools), whose callbacks hand body bytes to the
 request's receiver with that read's time. Connections are opened and warmed before the clock
 starts; the pool hands out idle ones (LIFO) and says when a send had to open a new one.
+
+Servers close connections they advertised as keep-alive: llama.cpp's after every streamed response,
+and any of them after its idle timeout. A request is only written on a connection that is still
+open as far as the kernel knows (nothing readable on an idle socket: no FIN, no stray bytes), and
+the pool learns from the first streamed responses whether the server keeps such connections; if it
+does not, they are closed on our side and a fresh one is opened in the background in their place,
+so that sends keep finding an open connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -23,8 +31,11 @@ import httptools
 
 from replayproxy.errors import BadOption, TargetUnreachable
 from replayproxy.shape import ErrorClass
+from replayproxy.tasks import spawn
 
 Clock = Callable[[], int]
+STREAM_GRACE_S = 0.01  # a connection waits this long after a streamed response while the pool learns
+STREAMS_TO_TRUST = 3  # ...whether the server closes such connections; kept this many times: it does not
 
 
 class Receiver(Protocol):
@@ -93,12 +104,20 @@ class Connection(asyncio.Protocol):
         self.parser: httptools.HttpResponseParser | None = None
         self.closed = False
         self.idle_since = 0
+        self.streamed = False  # the request in flight (or the last one) asked for a stream
+        self.on_probation = False  # after a streamed response, while the pool learns the server's habit
         self._read_at = 0
+        self._poll: select.poll | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            # TLS may read records (session tickets) on an idle socket, so the check is for plain TCP
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
 
     def data_received(self, data: bytes) -> None:
         self._read_at = self.clock()  # before any parsing: this read's events get this time
@@ -115,6 +134,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.on_probation:  # the server closed it right after a stream: it always will
+            self.pool.learn_stream_close(closes=True)
+            spawn(self.pool.replace(), name="replay-reconnect")
         self.pool.discard(self)
         if self.receiver is not None:
             reason = type(exc).__name__ if exc else "connection closed by the server"
@@ -137,17 +159,27 @@ class Connection(asyncio.Protocol):
             return
         keep = parser.should_keep_alive()
         receiver.on_complete(self._read_at)
-        if keep and not self.closed:
-            self.pool.release(self)
-        else:
+        if not keep or self.closed:
             self.close()
+        elif self.streamed:
+            self.pool.after_stream(self)
+        else:
+            self.pool.release(self)
 
     # ------------------------------------------------------------------ used by the runner
 
-    def send(self, receiver: Receiver, wire: bytes) -> int:
+    def usable(self) -> bool:
+        """Still open for a new request: not closing, and (plain TCP) nothing to read while idle,
+        which would be the server's FIN or bytes nobody asked for. One poll(2) with no wait."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return False
+        return self._poll is None or not self._poll.poll(0)
+
+    def send(self, receiver: Receiver, wire: bytes, streamed: bool = False) -> int:
         """Write a whole request; returns the clock reading taken after the bytes were written."""
         assert self.transport is not None and self.receiver is None
         self.receiver = receiver
+        self.streamed = streamed
         self.parser = httptools.HttpResponseParser(self)
         self.transport.write(wire)
         return self.clock()
@@ -158,6 +190,7 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self.on_probation = False  # our own close teaches nothing about the server
         self.pool.discard(self)
         if self.transport is not None:
             self.transport.abort()
@@ -206,6 +239,9 @@ class Pool:
         self.connect_timeout_s = connect_timeout_s
         self.idle: deque[Connection] = deque()
         self.opened = 0
+        self.closes_after_stream: bool | None = None  # learned from the first streamed responses
+        self._streams_kept = 0
+        self._closed = False
         self._ssl = ssl.create_default_context() if target.tls else None
         self._probe = target.request_bytes("GET", "/v1/models", headers=headers)
 
@@ -242,7 +278,10 @@ class Pool:
         for connection in stale[:limit]:
             with contextlib.suppress(ValueError):
                 self.idle.remove(connection)
-        await asyncio.gather(*(self._warm(c) for c in stale[:limit]), return_exceptions=True)
+        alive = [c for c in stale[:limit] if c.usable()]
+        for connection in set(stale[:limit]) - set(alive):
+            connection.close()
+        await asyncio.gather(*(self._warm(c) for c in alive), return_exceptions=True)
 
     async def _warm(self, connection: Connection) -> None:
         probe = _Probe()
@@ -253,11 +292,50 @@ class Pool:
             await probe.done
 
     def acquire(self) -> Connection | None:
+        """An idle connection the server has not closed (none: the caller opens one; nothing was
+        written on a closed one, so no request is lost or sent twice)."""
         while self.idle:
             connection = self.idle.pop()
-            if not connection.closed:
+            if connection.usable():
                 return connection
+            connection.close()
         return None
+
+    def after_stream(self, connection: Connection) -> None:
+        """A connection that just ended a streamed response: handed out again, closed (the server
+        does it anyway), or, while unknown, kept aside for STREAM_GRACE_S to see if the server does."""
+        if self.closes_after_stream:
+            connection.close()
+            spawn(self.replace(), name="replay-reconnect")
+        elif self.closes_after_stream is False:
+            self.release(connection)
+        else:
+            connection.on_probation = True
+            asyncio.get_running_loop().call_later(STREAM_GRACE_S, self._end_probation, connection)
+
+    async def replace(self) -> None:
+        """Open one connection in the place of one the server closes after each stream."""
+        with contextlib.suppress(OSError):  # TimeoutError included; a send then opens its own
+            connection = await self.open()
+            if self._closed:
+                connection.close()
+            else:
+                self.release(connection)
+
+    def _end_probation(self, connection: Connection) -> None:
+        connection.on_probation = False
+        if connection.closed:
+            return
+        self.learn_stream_close(closes=False)
+        self.after_stream(connection)
+
+    def learn_stream_close(self, closes: bool) -> None:
+        if closes:
+            self.closes_after_stream = True
+        elif self.closes_after_stream is None:
+            self._streams_kept += 1
+            if self._streams_kept >= STREAMS_TO_TRUST:
+                self.closes_after_stream = False
 
     def release(self, connection: Connection) -> None:
         connection.idle_since = self.clock()
@@ -268,5 +346,6 @@ class Pool:
             self.idle.remove(connection)
 
     def close(self) -> None:
+        self._closed = True
         while self.idle:
             self.idle.pop().close()

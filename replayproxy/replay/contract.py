@@ -3,7 +3,8 @@
 Two runs compare like for like only when they ran the same model with the same precision and
 KV-cache dtype; a report warns otherwise. What the engine publishes about its configuration is
 kept as it is: vLLM's CacheConfig as the labels of the `vllm:cache_config_info` gauge on /metrics,
-SGLang's server arguments on `GET /get_server_info` (a subset: the settings that change results).
+SGLang's server arguments on `GET /get_server_info` (a subset: the settings that change results),
+llama.cpp's `/props`, `/slots` and `/v1/models` meta, TGI's `/info`.
 GPU facts come from `nvidia-smi` on the replayer's host, when it has one. Nothing here fails a run:
 what cannot be read is left out.
 """
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import PurePath
 from typing import Any
 
 import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
+
+from replayproxy.replay import probe_http
 
 CONFIG_INFO = ("vllm:cache_config_info",)
 SGLANG_INFO_PATHS = ("/get_server_info", "/server_info")
@@ -25,6 +29,12 @@ SGLANG_KEYS = (
     "model_path", "dtype", "kv_cache_dtype", "quantization", "context_length", "mem_fraction_static",
     "disable_radix_cache", "tp_size", "dp_size", "chunked_prefill_size", "page_size", "max_running_requests",
 )  # fmt: skip
+TGI_KEYS = (
+    "model_id", "model_dtype", "model_device_type", "max_concurrent_requests", "max_input_tokens",
+    "max_total_tokens", "max_batch_total_tokens", "max_batch_prefill_tokens", "version",
+)  # fmt: skip
+LLAMACPP_META = ("n_ctx_train", "n_params", "n_vocab", "ftype")
+LLAMACPP_METRICS_OFF = "off (start llama-server with --metrics)"
 NVIDIA_SMI_QUERY = "name,memory.total,driver_version"
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
@@ -47,30 +57,103 @@ def config_info(metrics_text: str) -> dict[str, str]:
     return {}
 
 
-async def engine_config(
-    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
-) -> dict[str, Any]:
-    """What the engine says about its configuration (empty when it says nothing)."""
+async def _get(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
     try:
-        async with session.get(f"{url}/metrics", headers=headers) as resp:
-            if resp.status == 200:
-                found = config_info(await resp.text())
-                if found:
-                    return {"source": "vllm:cache_config_info", **found}
-    except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError):
-        pass
+        return await probe_http.request(session, "GET", url, headers)
+    except (aiohttp.ClientError, TimeoutError):
+        return 0, b""
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
+    status, raw = await _get(session, url, headers)
+    if status != 200:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _vllm(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    status, raw = await _get(session, f"{url}/metrics", headers)
+    if status != 200:
+        return {}
+    try:
+        found = config_info(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return {"source": "vllm:cache_config_info", **found} if found else {}
+
+
+async def _sglang(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
     for path in SGLANG_INFO_PATHS:
-        try:
-            async with session.get(f"{url}{path}", headers=headers) as resp:
-                if resp.status != 200:
-                    continue
-                answer = orjson.loads(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
-            continue
+        answer = await _get_json(session, f"{url}{path}", headers)
         if isinstance(answer, dict):
             kept = {k: answer[k] for k in SGLANG_KEYS if k in answer}
             if kept:
                 return {"source": path, **kept}
+    return {}
+
+
+async def _llamacpp(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """llama-server's /props (model file, weight type, slots), /slots (context per slot) and whether
+    /metrics answers (it needs --metrics; else 501)."""
+    props = await _get_json(session, f"{url}/props", headers)
+    if not isinstance(props, dict) or "total_slots" not in props:
+        return {}
+    found: dict[str, Any] = {"source": "/props"}
+    if isinstance(props.get("model_path"), str):
+        found["model_file"] = PurePath(props["model_path"]).name  # the file, not the server's layout
+    for key in ("model_ftype", "total_slots"):
+        if key in props:
+            found[key] = props[key]
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
+        found["n_ctx_per_slot"] = settings["n_ctx"]
+    slots = await _get_json(session, f"{url}/slots", headers)
+    if isinstance(slots, list):
+        contexts = sorted(
+            {s["n_ctx"] for s in slots if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)}
+        )
+        if contexts:
+            found["n_ctx_per_slot"] = contexts[0] if len(contexts) == 1 else contexts
+    else:
+        found["slots_endpoint"] = "off (start llama-server with --slots)"
+    status, _ = await _get(session, f"{url}/metrics", headers)
+    found["metrics"] = "on" if status == 200 else LLAMACPP_METRICS_OFF
+    return found
+
+
+async def _tgi(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    answer = await _get_json(session, f"{url}/info", headers)
+    if not isinstance(answer, dict) or "model_id" not in answer:
+        return {}
+    return {"source": "/info", **{k: answer[k] for k in TGI_KEYS if k in answer}}
+
+
+def _models_meta(models: Any) -> dict[str, Any]:
+    """llama.cpp's `meta` on its /v1/models card: training context, parameters, vocabulary, weight type."""
+    data = models.get("data") if isinstance(models, dict) else None
+    card = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    meta = card.get("meta")
+    return {k: meta[k] for k in LLAMACPP_META if k in meta} if isinstance(meta, dict) else {}
+
+
+Reader = Callable[[aiohttp.ClientSession, str, Mapping[str, str]], Awaitable[dict[str, Any]]]
+READERS: tuple[Reader, ...] = (_vllm, _sglang, _llamacpp, _tgi)
+
+
+async def engine_config(
+    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str], models: Any = None
+) -> dict[str, Any]:
+    """What the engine says about its configuration (empty when it says nothing), from the first of
+    the engines' documented endpoints that answers."""
+    for reader in READERS:
+        found = await reader(session, url, headers)
+        if found:
+            if found["source"] == "/props":
+                found.update({k: v for k, v in _models_meta(models).items() if k not in found})
+            return found
     return {}
 
 
@@ -103,10 +186,12 @@ async def collect(
     url: str, models: Any, headers: Mapping[str, str], engine_args: str, note: str
 ) -> dict[str, Any]:
     """The run's contract beyond the engine version and /v1/models (both already in the header)."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30.0)) as session:
-        config = await engine_config(session, url, headers)
+    async with probe_http.session(30.0) as session:
+        config = await engine_config(session, url, headers, models)
     return {
-        "max_model_len": max_model_len(models),
+        "max_model_len": max_model_len(models)
+        or config.get("n_ctx_per_slot")
+        or config.get("max_total_tokens"),
         "engine_config": config,
         "gpus": gpus(),
         "engine_args": engine_args,

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from replayproxy import trace
+from replayproxy.errors import BadOption
 from replayproxy.replay import exact, flavors, synth, tokenizer_discovery
 from replayproxy.replay.calibrate import Prober
 from replayproxy.replay.plan import Prepared
@@ -119,6 +120,18 @@ async def choose_tokenizer(
         )  # fmt: skip
         return Chosen(engine, "", f"the engine's tokenize endpoint ({found.source} counts otherwise)")
     return Chosen(local, found.path, f"found: {found.source}")
+
+
+def require_exact(record: Mapping[str, Any], allowed: bool) -> None:
+    """Stop when prompts cannot be exact, naming the cause and the fix, unless approximate is allowed."""
+    if allowed:
+        _log.warning("prompt lengths are approximate (%s): --allow-approximate", record.get("reason"))
+        return
+    raise BadOption(
+        f"exact prompts cannot be built ({record.get('reason') or 'no tokenizer'}): give the target's "
+        "tokenizer with --tokenizer (tokenizer.json, its directory or a .gguf), or pass "
+        "--allow-approximate to replay with calibrated, approximate lengths"
+    )
 
 
 async def measure(

@@ -43,6 +43,7 @@ class ReplayOptions:
     calibrate: bool = True
     tokenizer: str = ""  # local tokenizer.json (or its directory) for exact prompts; "" = the engine's
     chat_template: str = ""  # Jinja chat template file for the local tokenizer ("" = its own)
+    allow_approximate: bool = False  # go on with calibrated prompts when exact ones cannot be built
     include_failed: bool = False  # replay requests that failed when recorded (left out by default)
     max_error_rate: float = 0.5  # above this share of failed requests the run exits 1
     api_key: str = ""  # sent as a bearer token; never recorded

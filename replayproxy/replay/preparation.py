@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from replayproxy import trace
@@ -28,6 +27,7 @@ from replayproxy.replay import (
     flavors,
     models,
     plan,
+    probe_http,
     replies,
     schedule,
     synth,
@@ -162,8 +162,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
     target = Target.parse(options.target)
-    timeout = aiohttp.ClientTimeout(total=max(60.0, options.timeout))
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with probe_http.session(max(60.0, options.timeout)) as session:
         guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
         info = await describe(session, target.url, guess, options.headers)
         flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
@@ -194,6 +193,8 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         if tokenizer is not None:
             book, exact_record = await exactness.measure(tokenizer, cols, rows)
             exact_record["tokenizer_source"] = chosen.note
+        if book is None:
+            exactness.require_exact(exact_record, options.allow_approximate)
         if len(rows) and np.any(cols.endpoint[rows] == "completions"):
             flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
             exact_record.update(ids_record)

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from replayproxy import clock
 from replayproxy.errors import BadOption
-from replayproxy.replay import session, telemetry
+from replayproxy.replay import probe_http, session, telemetry
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan
@@ -106,7 +105,7 @@ async def reset_target(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
     """The flavor's pre-run actions (e.g. the prefix-cache reset) right before one measured run."""
     skip = set() if options.reset_prefix_cache else {a.name for a in plan.flavor.pre_run}
     url = Target.parse(options.target).url
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as http:
+    async with probe_http.session(60.0) as http:
         outcome: dict[str, Any] = dict(await pre_run(http, url, plan.flavor, skip, options.headers))
     # the engine's block size and prefix-cache counters at the start, beside the reset's outcome
     outcome["prefix_cache"] = await asyncio.to_thread(telemetry.scrape_cache_state, options.cache_metrics_url)

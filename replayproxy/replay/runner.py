@@ -307,7 +307,7 @@ class Runner:
     def _send(self, timeline: RequestTimeline, connection: Connection, wire: bytes) -> None:
         timeline.connection = connection
         timeline.wire = wire
-        sent = connection.send(timeline, wire)
+        sent = connection.send(timeline, wire, timeline.prepared.stream)
         timeline.sent(sent)
         self._active_ns = sent
         if self._stall_from:  # after the write: a stall that was reported ends here

@@ -15,6 +15,7 @@ import aiohttp
 import orjson
 
 from replayproxy.errors import TargetRefused, TargetUnreachable
+from replayproxy.replay import probe_http
 from replayproxy.replay.flavors import Flavor
 from replayproxy.replay.models import served_models
 
@@ -30,10 +31,8 @@ class TargetInfo:
 
 async def get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
     try:
-        async with session.get(url, headers=headers) as resp:
-            if resp.status != 200:
-                return None
-            return orjson.loads(await resp.read())
+        status, raw = await probe_http.request(session, "GET", url, headers)
+        return orjson.loads(raw) if status == 200 else None
     except (aiohttp.ClientError, orjson.JSONDecodeError, TimeoutError):
         return None
 
@@ -43,9 +42,7 @@ async def describe(
 ) -> TargetInfo:
     """/v1/models and the engine version; a target that answers neither is refused (wrong URL)."""
     try:
-        async with session.get(f"{url}/v1/models", headers=headers) as resp:
-            status = resp.status
-            raw = await resp.read()
+        status, raw = await probe_http.request(session, "GET", f"{url}/v1/models", headers)
     except (aiohttp.ClientError, TimeoutError) as e:
         raise TargetUnreachable(f"cannot reach target {url}: {e}") from e
     models = None
@@ -80,9 +77,8 @@ async def pre_run(
             outcome[action.name] = "skipped"
             continue
         try:
-            async with session.request(action.method, f"{url}{action.path}", headers=headers) as resp:
-                await resp.read()
-                outcome[action.name] = "ok" if resp.status < 300 else f"failed: HTTP {resp.status}"
+            status, _ = await probe_http.request(session, action.method, f"{url}{action.path}", headers)
+            outcome[action.name] = "ok" if status < 300 else f"failed: HTTP {status}"
         except (aiohttp.ClientError, TimeoutError) as e:
             outcome[action.name] = f"failed: {type(e).__name__}"
         if outcome[action.name] != "ok":

@@ -27,8 +27,7 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
                         "llamacpp:requests_processing")),
     "waiting": ("sum", ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
                         "llamacpp:requests_deferred")),
-    "kv_usage": ("max", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-                         "llamacpp:kv_cache_usage_ratio")),
+    "kv_usage": ("max", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
     "prefix_hit_rate": ("max", ("sglang:cache_hit_rate",)),
 }  # fmt: skip
 COUNTERS: dict[str, tuple[str, ...]] = {
@@ -37,7 +36,12 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
     "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens", "llamacpp:prompt_tokens"),
     "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens", "llamacpp:tokens_predicted"),
+    "cached_prompt_tokens": ("llamacpp:prompt_tokens_cached",),
 }
+# llama.cpp (build 11434) has no KV-usage gauge; its prompt counter excludes the cached tokens, so
+# its prefix-cache hits are `cached` of `cached + prompt` tokens, at token granularity.
+LLAMACPP_BLOCK_SIZE = 1
+METRICS_OFF_HINT = {501: "llama-server serves /metrics only when started with --metrics"}
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
     "itl_s": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
@@ -90,6 +94,10 @@ def parse_exposition(text: str) -> Snapshot:
                 snapshot.histograms[canonical] = histogram
                 snapshot.found[canonical] = name
                 break
+    cached = snapshot.values.get("cached_prompt_tokens")
+    if cached is not None and "prefix_hits" not in snapshot.values:
+        snapshot.values["prefix_hits"] = cached
+        snapshot.values["prefix_queries"] = cached + snapshot.values.get("prompt_tokens", 0.0)
     return snapshot
 
 
@@ -208,6 +216,8 @@ def cache_state(text: str) -> dict[str, Any]:
             if size.isdigit():
                 state["block_size"] = int(size)
     snapshot = parse_exposition(text)
+    if "cached_prompt_tokens" in snapshot.values:
+        state.setdefault("block_size", LLAMACPP_BLOCK_SIZE)
     for name in ("prefix_hits", "prefix_queries"):
         if name in snapshot.values:
             state[name] = snapshot.values[name]
@@ -221,3 +231,16 @@ def scrape_cache_state(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
             return cache_state(response.read().decode("utf-8", "replace"))
     except (OSError, urllib.error.URLError, ValueError) as e:
         return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def metrics_problem(url: str, timeout_s: float = 5.0) -> str:
+    """Why `url` gives no metrics ("" when it does), with the fix where the engine is known."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 — the user's target
+            response.read()
+        return ""
+    except urllib.error.HTTPError as e:
+        hint = METRICS_OFF_HINT.get(e.code)
+        return f"{url} answered HTTP {e.code}" + (f": {hint}" if hint else "")
+    except (OSError, ValueError) as e:
+        return f"{url}: {type(e).__name__}: {e}"[:200]

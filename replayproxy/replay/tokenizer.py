@@ -75,15 +75,14 @@ class _Endpoint:
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         import aiohttp
 
+        from replayproxy.replay import probe_http
+
         self.calls += 1
+        headers = {"Content-Type": "application/json", **self.headers}
         try:
-            async with self.session.post(
-                f"{self.url}{path}",
-                data=orjson.dumps(body),
-                headers={"Content-Type": "application/json", **self.headers},
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
+            status, raw = await probe_http.request(
+                self.session, "POST", f"{self.url}{path}", headers, orjson.dumps(body)
+            )
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TokenizerError(f"POST {path}: {type(e).__name__}: {e}") from e
         if status != 200:

@@ -45,6 +45,10 @@ def prefix_cache_doc(run: Run) -> PrefixCacheDoc | None:
     engine = None
     if "prefix_hits" in before and "prefix_hits" in after:
         engine = int(after["prefix_hits"] - before["prefix_hits"])
+    cached = (
+        req.cached_tokens[run.measures.ok] if len(req.cached_tokens) == len(req) else np.zeros(0, np.int64)
+    )
+    reporting = cached[cached >= 0]
     queries = None
     if "prefix_queries" in before and "prefix_queries" in after:
         queries = int(after["prefix_queries"] - before["prefix_queries"])
@@ -55,6 +59,8 @@ def prefix_cache_doc(run: Run) -> PrefixCacheDoc | None:
         "engine_query_tokens": queries,
         "engine_over_implied": engine / implied if implied and engine is not None else None,
         "trace_shared_tokens": int(np.maximum(shared[ok], 0).sum()) if len(ok) else None,
+        "reply_cached_tokens": int(reporting.sum()) if len(reporting) else None,
+        "replies_reporting_cached": len(reporting),
     }
 
 

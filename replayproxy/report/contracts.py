@@ -4,7 +4,9 @@ A comparison means "this engine or config is better on our traffic" only when th
 the same model, the same weight precision / quantization and the same KV-cache dtype. The result
 headers carry what the replayer learned (engine version, /v1/models, the engine's published
 configuration, GPUs) and what the user said (--engine-args, --note); differences in the
-like-for-like fields become warnings.
+like-for-like fields become warnings. A value one side does not know is shown as unknown and is
+never a difference: a warning names only values known on both sides. A candidate replayed with
+approximate prompt lengths is not like for like with any other.
 """
 
 from __future__ import annotations
@@ -33,7 +35,19 @@ def contract_of(run: Run) -> ContractDoc:
         "warmup": header.warmup if header is not None else {},
         "runs": run.repetitions,
         "cache_reset": cache_reset(run),
+        "prompt_lengths": prompt_lengths(run),
     }
+
+
+def prompt_lengths(run: Run) -> str:
+    """ "exact" when every run's prompts were built through the target's tokenizer, else
+    "approximate: <why>" (replayed with --allow-approximate)."""
+    for header in run.headers:
+        prompts = header.pre_run.get("prompts")
+        if isinstance(prompts, dict) and prompts.get("lengths") == "approximate":
+            reason = prompts.get("reason")
+            return f"approximate: {reason}" if reason else "approximate"
+    return "exact"
 
 
 def cache_reset(run: Run) -> str:
@@ -50,16 +64,25 @@ def differences(contracts: list[ContractDoc]) -> list[str]:
     """'not a like-for-like comparison' warnings: model, precision, KV dtype, context length."""
     if len(contracts) < 2:
         return []
-    out = []
+    out = [
+        f"not a like-for-like comparison: {c['label']} was replayed with approximate prompt lengths "
+        f"({c['prompt_lengths'].removeprefix('approximate').lstrip(': ') or 'no tokenizer'})"
+        for c in contracts
+        if c["prompt_lengths"].startswith("approximate")
+    ]
     first = contracts[0]
     for other in contracts[1:]:
         for what, a, b in _fields(first, other):
-            if a != b:
+            if _known(a) and _known(b) and a != b:
                 out.append(
                     f"not a like-for-like comparison: {first['label']} and {other['label']} differ in "
-                    f"{what} ({a or '?'} vs {b or '?'})"
+                    f"{what} ({a} vs {b})"
                 )
     return out
+
+
+def _known(value: object) -> bool:
+    return value not in (None, "", "?")
 
 
 def _fields(a: ContractDoc, b: ContractDoc) -> list[tuple[str, object, object]]:

@@ -103,6 +103,7 @@ class ContractDoc(TypedDict):
     warmup: dict[str, object]  # the warm-up the replayer sent, e.g. {"requests": 8}
     runs: int
     cache_reset: str  # "ok", "skipped", "failed: ...", or "no reset action"
+    prompt_lengths: str  # "exact", or "approximate: why" when any run's prompts were not exact
 
 
 @dataclass(frozen=True, slots=True)

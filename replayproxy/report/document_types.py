@@ -167,6 +167,8 @@ class PrefixCacheDoc(TypedDict):
     engine_query_tokens: int | None
     engine_over_implied: float | None
     trace_shared_tokens: int | None
+    reply_cached_tokens: int | None  # summed over the replies that reported them (usage)
+    replies_reporting_cached: int  # how many successful replies did
 
 
 class ThinkFigures(TypedDict):

@@ -20,6 +20,7 @@ CONTRACT_ROWS: tuple[tuple[str, Callable[[ContractDoc], object]], ...] = (
     ("warm-up requests", lambda c: fmt(c["warmup"].get("requests")) if c["warmup"] else "none"),
     ("runs", lambda c: fmt(c["runs"])),
     ("cache reset", lambda c: c["cache_reset"]),
+    ("prompt lengths", lambda c: c["prompt_lengths"]),
 )
 
 
@@ -29,6 +30,12 @@ CONTRACT_CONFIG = (
     "disable_radix_cache", "gpu_memory_utilization", "mem_fraction_static", "num_gpu_blocks",
     "kv_cache_memory_bytes", "context_length", "tp_size", "dp_size", "page_size", "chunked_prefill_size",
     "max_running_requests",
+    # llama.cpp: /props, /slots, /v1/models meta
+    "model_file", "model_ftype", "total_slots", "n_ctx_per_slot", "n_ctx_train", "n_params", "metrics",
+    "slots_endpoint",
+    # TGI: /info
+    "model_id", "model_dtype", "max_input_tokens", "max_total_tokens", "max_concurrent_requests",
+    "max_batch_total_tokens",
 )  # fmt: skip
 
 

@@ -48,9 +48,8 @@ class Requests:
     session: np.ndarray = field(default_factory=_unknown)  # uint64 session id, 0 = none
     after: np.ndarray = field(default_factory=_unknown)  # trace index of the turn it followed, -1 none
     think_ns: np.ndarray = field(default_factory=_unknown)  # think time it should have had, -1 unknown
-    cached_tokens: np.ndarray = field(
-        default_factory=_unknown
-    )  # prompt tokens the engine had cached, -1 unknown
+    # prompt tokens the engine's reply said it served from its cache (usage), -1 unknown
+    cached_tokens: np.ndarray = field(default_factory=_unknown)
 
     def __len__(self) -> int:
         return len(self.index)

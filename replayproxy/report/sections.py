@@ -365,6 +365,8 @@ CACHE_ROWS: tuple[tuple[str, Callable[[PrefixCacheDoc], int | None]], ...] = (
     ("engine KV block size, tokens", lambda c: c["engine_block_size"]),
     ("prefix-cache hits the trace implies, tokens", lambda c: c["implied_hit_tokens"]),
     ("prefix-cache hits the engine reported, tokens", lambda c: c["engine_hit_tokens"]),
+    ("cached tokens the replies reported, tokens", lambda c: c["reply_cached_tokens"]),
+    ("replies that reported cached tokens", lambda c: c["replies_reporting_cached"]),
 )
 
 

@@ -63,6 +63,13 @@ class SimConfig:
     run_noise: float = _opt(
         0.0, "run-to-run noise: each prefix-cache reset scales step costs by a seeded draw in [1-x, 1+x]"
     )
+    close_after_stream: bool = _opt(
+        False, "close the connection after each streamed response although it says keep-alive (llama.cpp)"
+    )
+    http_threads: int = _opt(
+        0, "connections served at once; beyond them idle keep-alive ones are closed (llama.cpp); 0: no limit"
+    )
+    keepalive_timeout: float = _opt(75.0, "close a keep-alive connection idle this many seconds")
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -90,9 +97,12 @@ class SimConfig:
             "first_byte_delay",
             "stall_seconds",
             "chat_template_extra_tokens",
+            "http_threads",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.keepalive_timeout > 0:
+            raise ValueError(f"keepalive_timeout must be > 0, got {self.keepalive_timeout}")
         for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")

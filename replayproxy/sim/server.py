@@ -50,6 +50,7 @@ class Sim:
     prompts: Prompts
     truth: TruthLog | None = None
     variance: random.Random = field(default_factory=random.Random)  # batch_variance draws
+    connections: dict[asyncio.Transport, bool] = field(default_factory=dict)  # open ones: busy?
 
 
 SIM = web.AppKey("sim", Sim)
@@ -62,6 +63,8 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     engine = Engine(config, metrics)
     metrics.engine = engine
     middlewares = [_require_api_key(config.api_key)] if config.api_key else []
+    if config.close_after_stream or config.http_threads:
+        middlewares.append(_connection_habits(config))
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     prompts = load(config.tokenizer, config.chat_template or "")
     sampler = Sampler(config.mean_output_tokens, config.seed, config.output_seed, prompts.generation)
@@ -93,10 +96,51 @@ def _require_api_key(key: str) -> Middleware:
     return check
 
 
+def _connection_habits(config: SimConfig) -> Middleware:
+    """llama.cpp's server over HTTP/1.1: it closes the connection after each streamed response and
+    drops keep-alive connections beyond its few HTTP threads, while every response says keep-alive."""
+
+    @web.middleware
+    async def habits(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        connections = request.app[SIM].connections
+        if transport is None:
+            return await handler(request)
+        connections.pop(transport, None)  # to the end: the dict is in order of last use
+        connections[transport] = True
+        if config.http_threads:
+            _drop_idle_beyond(connections, config.http_threads)
+        try:
+            resp = await handler(request)
+            if config.close_after_stream and resp.content_type == "text/event-stream":
+                await resp.write_eof()
+                transport.close()
+        finally:
+            connections[transport] = False
+        return resp
+
+    return habits
+
+
+def _drop_idle_beyond(connections: dict[asyncio.Transport, bool], threads: int) -> None:
+    """Close idle connections, the least recently used first, until `threads` remain."""
+    for transport in [t for t in connections if t.is_closing()]:
+        del connections[transport]
+    extra = len(connections) - threads
+    for transport in [t for t, busy in connections.items() if not busy][: max(extra, 0)]:
+        transport.close()
+        del connections[transport]
+
+
 @contextlib.asynccontextmanager
 async def serving(config: SimConfig, shutdown_timeout: float = 2.0) -> AsyncIterator[str]:
     """Run the sim on (config.host, config.port) and yield its base URL (the real port if port is 0)."""
-    runner = web.AppRunner(make_app(config), access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(
+        make_app(config),
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=config.keepalive_timeout,
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port, backlog=2048)

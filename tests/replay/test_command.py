@@ -126,6 +126,7 @@ def test_an_interrupted_run_keeps_its_results(
                 str(out),
                 "--flavor",
                 "vllm",
+                "--allow-approximate",  # a bare server: no tokenize endpoint
                 "--quiet",
             ],
             stderr=subprocess.PIPE,
@@ -157,3 +158,16 @@ def test_an_interrupted_run_keeps_its_results(
     assert "client_cancel" not in run["errors"]["by_class"]  # cut off by us, not failed by the engine
     assert run["requests"] == len(errors) - errors.count("client_cancel")
     assert any("partial run, interrupted after" in w for w in doc["warnings"])
+
+
+def test_without_exact_prompts_replay_stops_naming_the_cause_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = traces.write(tmp_path / "t.rpt", [RequestShape(0, "chat", input_tokens=10, output_tokens=2)])
+    with slow_server([]) as server:
+        code = main(["replay", str(trace), "--target", server.url, "-o", str(tmp_path / "r.rpr"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "exact prompts cannot be built" in err[0] and "--tokenizer" in err[0]
+    assert "--allow-approximate" in err[0]
+    assert not (tmp_path / "r.rpr").exists()

@@ -134,3 +134,58 @@ def test_a_cancel_during_warm_up_is_not_lost_when_the_answer_lands_in_the_same_t
             await warming
 
     asyncio.run(main())
+
+
+def test_the_pool_learns_that_the_server_closes_after_a_stream_and_never_writes_on_a_closed_one() -> None:
+    """llama.cpp's habit: the stream's response says keep-alive, then the server closes."""
+
+    async def main() -> None:
+        def respond(request: bytes, writer: asyncio.StreamWriter, _: int) -> None:
+            if request.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            else:
+                writer.write(sse_answer(2))
+                writer.close()
+
+        async with serving(respond) as server:
+            target = Target.parse(server.url)
+            pool = Pool(target, clock.now_ns)
+            await pool.fill(2)
+            wire = target.request_bytes("POST", PREPARED.path, PREPARED.body)
+            finished: asyncio.Future[RequestTimeline] = asyncio.get_running_loop().create_future()
+            timeline = RequestTimeline(PREPARED, clock.now_ns(), finished.set_result)
+            connection = pool.acquire()
+            assert connection is not None
+            timeline.sent(connection.send(timeline, wire, streamed=True))
+            assert (await asyncio.wait_for(finished, 5)).result(0).error == ""
+            await asyncio.sleep(0.1)
+            assert pool.closes_after_stream is True and connection.closed
+            assert len(pool.idle) == 2  # the other one, and one opened in place of the closed one
+            pool.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_the_server_closed_is_not_handed_out_before_the_loop_reads_the_fin() -> None:
+    async def main() -> None:
+        async def close_soon(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(0.05)
+            writer.close()
+
+        server = await asyncio.start_server(close_soon, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = Pool(Target.parse(f"http://127.0.0.1:{port}"), clock.now_ns)
+        connection = await pool.open()
+        assert connection.transport is not None
+        connection.transport.pause_reading()  # the event loop will not see the FIN
+        pool.release(connection)
+        assert pool.acquire() is connection  # open so far
+        pool.release(connection)
+        await asyncio.sleep(0.3)
+        assert not connection.closed  # the loop has not read the FIN, but the kernel has it:
+        assert pool.acquire() is None  # no request is written on it
+        assert connection.closed
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())

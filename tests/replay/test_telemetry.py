@@ -6,6 +6,7 @@ import json
 import urllib.request
 
 from replayproxy import clock
+from replayproxy.replay import telemetry
 from replayproxy.replay.telemetry import TelemetryScraper, parse_exposition
 from tests.servers import sim
 
@@ -110,3 +111,16 @@ def test_an_unreachable_endpoint_is_counted_not_raised() -> None:
     record = scraper.stop()
     assert record["errors"] >= 1 and record["samples"] == []
     assert record["last_error"]
+
+
+def test_llamacpp_cached_prompt_tokens_become_prefix_hits_at_token_granularity() -> None:
+    """build 11434: `prompt_tokens_total` excludes the cached tokens; there is no KV-usage gauge."""
+    text = (
+        "llamacpp:prompt_tokens_total 300\n"
+        "llamacpp:prompt_tokens_cached_total 700\n"
+        "llamacpp:requests_processing 2\n"
+    )
+    snapshot = telemetry.parse_exposition(text)
+    assert snapshot.values["prefix_hits"] == 700 and snapshot.values["prefix_queries"] == 1000
+    assert "kv_usage" not in snapshot.values and snapshot.values["running"] == 2
+    assert telemetry.cache_state(text) == {"block_size": 1, "prefix_hits": 700, "prefix_queries": 1000}

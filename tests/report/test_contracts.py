@@ -21,6 +21,7 @@ def _contract(
     max_model_len: int | None = 4096,
     engine_config: dict[str, object] | None = None,
     gpus: list[GpuDoc] | None = None,
+    prompt_lengths: str = "exact",
 ) -> ContractDoc:
     return {
         "label": label,
@@ -36,6 +37,7 @@ def _contract(
         "warmup": {},
         "runs": 1,
         "cache_reset": "ok",
+        "prompt_lengths": prompt_lengths,
     }
 
 
@@ -79,7 +81,30 @@ def test_differences_name_the_field_and_both_values() -> None:
     ]
     gpus = _contract("C", gpus=[{"name": "A100", "memory_total": "40 GiB", "driver": "550"}])
     assert differences([a, gpus]) == ["not a like-for-like comparison: A and C differ in GPUs (H100 vs A100)"]
-    unknown_length = _contract("D", max_model_len=None, engine_config={})
-    assert differences([a, unknown_length]) == [
-        "not a like-for-like comparison: A and D differ in kv_cache_dtype (auto vs ?)"
-    ]  # a length only one side knows is not compared
+    unknown = _contract("D", max_model_len=None, engine_config={}, gpus=[])
+    assert differences([a, unknown]) == []  # what only one side knows is never a difference
+
+
+def test_an_unknown_value_is_never_a_difference_between_llamacpp_and_vllm() -> None:
+    vllm = _contract("vllm", engine_config={"source": "vllm:cache_config_info", "cache_dtype": "auto"})
+    llamacpp = _contract(
+        "llamacpp", engine_config={"source": "/props", "model_ftype": "BF16", "total_slots": 4}, gpus=[]
+    )
+    assert differences([vllm, llamacpp]) == []
+    assert differences([llamacpp, vllm]) == []
+
+
+def test_approximate_prompt_lengths_make_a_comparison_not_like_for_like(tmp_path: Path) -> None:
+    header = RunHeader(
+        label="A", target="http://a", trace_digest="d", start_wall_ns=1,
+        pre_run={"prompts": {"lengths": "approximate", "reason": "no tokenize endpoint"}},
+    )  # fmt: skip
+    with ResultWriter(tmp_path / "a.rpr", header) as writer:
+        writer.write(result(0))
+    (run,) = load_runs([tmp_path / "a.rpr"])
+    approximate = contract_of(run)
+    assert approximate["prompt_lengths"] == "approximate: no tokenize endpoint"
+    assert differences([_contract("B"), approximate | {"engine_config": {"kv_cache_dtype": "auto"}}]) == [
+        "not a like-for-like comparison: A was replayed with approximate prompt lengths "
+        "(no tokenize endpoint)"
+    ]
