@@ -57,7 +57,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
         for rows, line_nos in iter_json_lines(path, bad):
             rows, line_nos = keep_good(rows, line_nos, _problem, bad)
             columns = mooncake.row_columns(rows)
-            rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad)
+            rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad, unit_ns)
             ts, inputs, outputs, ids, counts = columns
             hashes.add(ids, counts, inputs)
             spilled.add(

@@ -20,7 +20,7 @@ import aiohttp
 import numpy as np
 
 from replayproxy import trace
-from replayproxy.errors import BadOption
+from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.replay import (
     calibrate,
     exact,
@@ -158,6 +158,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
+    _refuse_nothing_to_send(cols, rows, failed_left_out, options)
     speed = options.speed
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
@@ -230,6 +231,21 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
         live=live,
     )  # fmt: skip
+
+
+def _refuse_nothing_to_send(
+    cols: trace.Columns, rows: np.ndarray, failed_left_out: int, options: ReplayOptions
+) -> None:
+    """A run that would send nothing measures nothing: refused before the target is asked."""
+    if not len(cols):
+        raise BadInputFile(f"{', '.join(map(str, options.traces))}: the trace holds no requests to replay")
+    if len(rows):
+        return
+    if failed_left_out:
+        raise BadInputFile(
+            f"all {failed_left_out} requests to replay failed at the source (--include-failed sends them)"
+        )
+    raise BadOption("no request of the trace falls in the window asked (--start-offset, --duration, --limit)")
 
 
 def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:
