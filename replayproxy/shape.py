@@ -90,7 +90,7 @@ UNKNOWN = -1
 # What one request can be: an input file's value past these is damage or a mistake, refused before
 # anything is sized or looped by it (docs/formats.md, "Limits").
 MAX_TOKENS = 1 << 24  # input or output tokens of one request (16 Mi; the longest context windows hold ~10 M)
-MAX_OFFSET_S = 4.0e9  # arrival offset or timestamp in seconds (~127 years: epoch seconds fit, and ns fit int64)
+MAX_OFFSET_S = 4.0e9  # arrival offset or timestamp in seconds (~127 years: epoch seconds and int64 ns fit)
 
 
 def endpoint_named(name: str) -> Endpoint:

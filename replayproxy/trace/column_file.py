@@ -610,9 +610,9 @@ def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) 
             loaded.append(read(path))
         except (TraceFormatError, OSError) as e:
             if len(paths) == 1:
-                unreadable = isinstance(e, OSError) and not isinstance(e, FileAccessError)
-                if unreadable and e.errno not in _DISK_FULL:  # the user's to fix: one line, not a bug
-                    raise FileAccessError(f"{path}: {e.strerror or e}", e.errno) from e
+                if isinstance(e, OSError) and not isinstance(e, FileAccessError | TraceFormatError):
+                    if e.errno not in _DISK_FULL:  # unreadable: the user's to fix, in one line
+                        raise FileAccessError(f"{path}: {e.strerror or e}", e.errno) from e
                 raise
             first = first or e
             report.skipped_files += 1
