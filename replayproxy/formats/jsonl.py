@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import is_repeated, iter_block_ids, repeated_ids
+from replayproxy.formats.blocks import ReuseTally, export_block, is_repeated, iter_block_ids, repeated_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import ExportOptions, ExportResult, SessionLabels, write_json_lines
 from replayproxy.formats.importing import (
@@ -184,12 +184,14 @@ def _segment_ids(segments: tuple[tuple[str, int], ...], block: int) -> tuple[int
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    block = options.block_size or DEFAULT_BLOCK
-    rows = write_json_lines(path, _rows(cols, block))
-    return ExportResult(rows, [f"replayproxy import {path} --format jsonl --block-size {block} -o TRACE.rpt"])
+    block = export_block(cols, options.block_size, DEFAULT_BLOCK)
+    tally = ReuseTally(block)
+    rows = write_json_lines(path, _rows(cols, block, tally))
+    command = f"replayproxy import {path} --format jsonl --block-size {block} -o TRACE.rpt"
+    return ExportResult(rows, [command], reuse=tally.reuse, block_size=block)
 
 
-def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
+def _rows(cols: Columns, block: int, tally: ReuseTally) -> Iterator[dict[str, Any]]:
     """Shapes as jsonl; shared leading blocks become `[["b<id>", block], ...]` segments.
 
     Two passes over the re-blocked ids, a chunk of requests at a time: the first finds the ids
@@ -199,7 +201,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     labels = SessionLabels(cols)
     origin = int(cols.offset_ns[0]) if len(cols) else 0
     first = 0
-    for flat, counts in iter_block_ids(cols, block):
+    for flat, counts in iter_block_ids(cols, block, tally=tally):
         rows = slice(first, first + len(counts))
         first += len(counts)
         seconds = ((cols.offset_ns[rows] - origin) / 1e9).round(6).tolist()

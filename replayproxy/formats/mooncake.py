@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import iter_row_ids
+from replayproxy.formats.blocks import ReuseTally, export_block, iter_row_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
@@ -285,20 +285,27 @@ class _SessionTurns:
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    """Write Mooncake JSON lines re-blocked to `--block-size` (default 512) and print consumer commands."""
-    block = options.block_size or DEFAULT_BLOCK
-    rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions))
-    result = ExportResult(rows)
+    """Write Mooncake JSON lines re-blocked to `--block-size` (default: the trace's block size, else
+    512 as in the published traces) and print consumer commands."""
+    block = export_block(cols, options.block_size, DEFAULT_BLOCK)
+    tally = ReuseTally(block)
+    rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions, tally))
+    result = ExportResult(rows, reuse=tally.reuse, block_size=block)
     missing = missing_outputs(cols)
     if missing:
         result.notes.append(
             f"{missing} requests had no recorded output length: output_length = max_tokens or 1"
         )
     result.notes += consumer_commands(path, block, rows, options)
+    result.notes.append(
+        f"replayproxy: replayproxy import {path} --format mooncake --block-size {block} -o TRACE.rpt"
+    )
     return result
 
 
-def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
+def mooncake_rows(
+    cols: Columns, block: int, sessions: bool = False, tally: ReuseTally | None = None
+) -> Iterator[dict[str, Any]]:
     """The rows in arrival order; with `sessions`, a later turn carries `session_id` and `delay`
     and only its new part: its input beyond the previous prompt and reply, as its last ids.
 
@@ -307,7 +314,7 @@ def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator
     """
     labels = SessionLabels(cols) if sessions else None
     turns = _LaterTurns(cols)
-    for rows, row_ids in iter_row_ids(cols, block):
+    for rows, row_ids in iter_row_ids(cols, block, tally):
         n_ins = np.maximum(cols.input_tokens[rows], 0).tolist()
         n_outs = output_lengths(cols, rows)[0].tolist()
         blank: list[None] = [None] * len(row_ids)
