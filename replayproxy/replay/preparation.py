@@ -152,13 +152,18 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
 
 async def _prepare(options: ReplayOptions) -> RunPlan:
     cols = trace.load(options.traces, digest=True)
+    if not len(cols):  # what the read skipped is the reason: said in the one line
+        losses = f" ({'; '.join(cols.report.warnings)})" if cols.report.warnings else ""
+        raise BadInputFile(
+            f"{', '.join(map(str, options.traces))}: the trace holds no requests to replay{losses}"
+        )
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
     window = schedule.Window(options.start_offset, options.duration, options.limit)
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
-    _refuse_nothing_to_send(cols, rows, failed_left_out, options)
+    _refuse_nothing_to_send(rows, failed_left_out)
     speed = options.speed
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
@@ -233,12 +238,8 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     )  # fmt: skip
 
 
-def _refuse_nothing_to_send(
-    cols: trace.Columns, rows: np.ndarray, failed_left_out: int, options: ReplayOptions
-) -> None:
+def _refuse_nothing_to_send(rows: np.ndarray, failed_left_out: int) -> None:
     """A run that would send nothing measures nothing: refused before the target is asked."""
-    if not len(cols):
-        raise BadInputFile(f"{', '.join(map(str, options.traces))}: the trace holds no requests to replay")
     if len(rows):
         return
     if failed_left_out:
