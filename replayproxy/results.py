@@ -443,7 +443,10 @@ def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | No
     loaded = []
     for path in expand_paths(paths, CHECK_SUFFIX):
         footer: dict[str, Any] = {}
-        table = read_column_file(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
+        table = read_column_file(
+            path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, expected=CHECK_KINDS, footer=footer
+        )
+        with_defaults(table, CHECK_KINDS, _CHECK_DEFAULTS)
         try:
             header = CheckHeader.from_record(table.header)
             _check_counts(header, table)
@@ -453,6 +456,9 @@ def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | No
     return loaded
 
 
+_CHECK_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(CheckRow) if f.default is not dataclasses.MISSING
+}
 CHECK_MAX_REPEAT = 1000  # answers per prompt and target at most (a report indexes prompts x repeats)
 
 
