@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from replayproxy.formats.importing import BadLines, Imported, ImportFormatError, ImportOptions
-from replayproxy.shape import MAX_TOKENS
+from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
 
 PATTERNS = ("Gamma", "Weibull")
 DEFAULT_DURATION_S = 600.0  # one ServeGen window; a model's clients send up to thousands per second
@@ -52,12 +52,13 @@ def read(path: Path, options: ImportOptions) -> Imported:
             lengths_at = _dataset_at(lengths, window_start)
             if lengths_at is None:
                 continue
-            sampled += math.ceil(rate * size)
-            if sampled > MAX_REQUESTS:
+            if sampled + rate * size > MAX_REQUESTS:  # before ceil: rate x size may be inf
                 raise ImportFormatError(
-                    f"{trace_file}: window {window_start:g} s: rate {rate:g}/s makes {sampled} requests so"
-                    f" far, past the {MAX_REQUESTS} an import samples (a shorter --duration samples fewer)"
+                    f"{trace_file}: window {window_start:g} s: rate {rate:g}/s makes"
+                    f" {sampled + rate * size:.0f} requests so far, past the {MAX_REQUESTS} an import"
+                    " samples (a shorter --duration samples fewer)"
                 )
+            sampled += math.ceil(rate * size)
             times = _arrivals(window_start, size, rate, pattern, shape, scale, rng)
             if not len(times):
                 continue
@@ -104,6 +105,7 @@ def _client_files(path: Path) -> dict[int, tuple[Path, Path]]:
     return pairs
 
 
+_MAX_PARAMETER = 1e6  # a gap distribution's shape or scale (published: 0.06..200); larger ones overflow sums
 Window = tuple[float, float, float, str, float, float]  # start s, size s, rate, pattern, shape, scale
 
 
@@ -144,8 +146,13 @@ def _trace_row(line: str) -> tuple[str | None, tuple[float, float, float, str, f
         return f"arrival pattern {pattern!r}; expected one of {list(PATTERNS)} or empty", empty
     if not all(math.isfinite(v) for v in (start, rate, cv, shape, scale)) or min(start, rate, cv) < 0:
         return "negative or non-finite window start, rate or cv", empty
-    if pattern and rate > 0 and (shape <= 0 or scale <= 0):
-        return f"{pattern} shape and scale must be positive, got {shape}, {scale}", empty
+    if start > MAX_OFFSET_S:
+        return f"window start {start:g} s is past {MAX_OFFSET_S:g} s", empty
+    if pattern and rate > 0 and not (0 < shape <= _MAX_PARAMETER and 0 < scale <= _MAX_PARAMETER):
+        return (
+            f"{pattern} shape and scale must be within (0, {_MAX_PARAMETER:g}], got {shape}, {scale}",
+            empty,
+        )
     return None, (start, rate, cv, pattern, shape, scale)
 
 
