@@ -16,6 +16,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 from replayproxy.errors import BadOption
 
@@ -45,6 +46,23 @@ def read_toml(path: str | os.PathLike[str] | None) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (toml.io, spec 1.0)
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+        ) from e
+
+
+def http_url(url: str, what: str) -> SplitResult:
+    """`url` split, refused in one line unless it is http(s) with a host and a port in 0..65535
+    (urlsplit defers the port's check to the first `.port`, which raises a bare ValueError)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadOption(f"{what} must be an http:// or https:// URL, got {url!r}")
+    try:
+        parts.port  # noqa: B018 — the check is the access
+    except ValueError as e:
+        raise BadOption(f"{what} {url!r}: the port must be a number in 0..65535") from e
+    return parts
 
 
 def build(

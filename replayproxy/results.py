@@ -396,12 +396,12 @@ class CheckHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> CheckHeader:
-        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
-        known["targets"] = tuple(
-            CheckTarget(**{k: v for k, v in t.items() if k in CheckTarget.__dataclass_fields__})
-            for t in known.get("targets", ())
-        )
-        return cls(**known)
+        """The header of a check file, each entry of its declared type (TraceFormatError if not)."""
+        targets = record.get("targets")
+        if not isinstance(targets, list | tuple) or not all(isinstance(t, dict) for t in targets):
+            raise TraceFormatError("header's 'targets' is not a list of targets")
+        found = tuple(CheckTarget(**checked_fields(CheckTarget, t)) for t in targets)
+        return cls(**checked_fields(cls, {**record, "targets": found}))
 
 
 class CheckWriter:
@@ -443,6 +443,46 @@ def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | No
     loaded = []
     for path in expand_paths(paths, CHECK_SUFFIX):
         footer: dict[str, Any] = {}
-        table = read_column_file(path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, footer=footer)
-        loaded.append(CheckFile(path, CheckHeader.from_record(table.header), table, footer))
+        table = read_column_file(
+            path, CHECK_FORMAT_NAME, CHECK_FORMAT_VERSION, report, expected=CHECK_KINDS, footer=footer
+        )
+        with_defaults(table, CHECK_KINDS, _CHECK_DEFAULTS)
+        try:
+            header = CheckHeader.from_record(table.header)
+            _check_counts(header, table)
+        except TraceFormatError as e:
+            raise TraceFormatError(f"{path}: {e}") from e
+        loaded.append(CheckFile(path, header, table, footer))
     return loaded
+
+
+_CHECK_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(CheckRow) if f.default is not dataclasses.MISSING
+}
+CHECK_MAX_REPEAT = 1000  # answers per prompt and target at most (a report indexes prompts x repeats)
+
+
+def _check_counts(header: CheckHeader, table: ColumnFileData) -> None:
+    """The header's counts hold what can exist and agree with the rows, before a report sizes its
+    tables by them: each row names a target of the header, a prompt below `prompt_count` and a
+    repeat below `repeat`."""
+    labels = [t.label for t in header.targets]
+    if not labels or len(set(labels)) != len(labels) or header.baseline not in labels:
+        raise TraceFormatError(f"header's targets {labels} and baseline {header.baseline!r} do not agree")
+    if header.prompt_count < 0 or not 1 <= header.repeat <= CHECK_MAX_REPEAT:
+        raise TraceFormatError(
+            f"header's prompt_count {header.prompt_count} or repeat {header.repeat} is out of range"
+            f" (prompt_count >= 0, repeat 1..{CHECK_MAX_REPEAT})"
+        )
+    columns = table.columns
+    if table.n and not all(name in columns for name in ("target", "prompt_index", "repeat")):
+        raise TraceFormatError("rows lack their target, prompt_index or repeat")
+    if not table.n:
+        return
+    for name, limit in (("prompt_index", header.prompt_count), ("repeat", header.repeat)):
+        values = columns[name]
+        if int(values.min()) < 0 or int(values.max()) >= limit:
+            raise TraceFormatError(f"a row's {name} is outside 0..{limit - 1} (the header's count)")
+    unknown = set(map(str, columns["target"].tolist())) - set(labels)
+    if unknown:
+        raise TraceFormatError(f"rows name targets the header does not list: {sorted(map(str, unknown))[:3]}")

@@ -90,6 +90,11 @@ _ABSENT: tuple[object, ...] = (None, [], {}, "")
 HASH_SCHEME = "blake2b64-chain-v1"
 UNKNOWN = -1
 
+# What one request can be: an input file's value past these is damage or a mistake, refused before
+# anything is sized or looped by it (docs/formats.md, "Limits").
+MAX_TOKENS = 1 << 24  # input or output tokens of one request (16 Mi; the longest context windows hold ~10 M)
+MAX_OFFSET_S = 4.0e9  # arrival offset or timestamp in seconds (~127 years: epoch seconds and int64 ns fit)
+
 
 def endpoint_named(name: str) -> Endpoint:
     """The endpoint class called `name` (read from a file or an option); ValueError for others."""

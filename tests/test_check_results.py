@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -18,14 +20,15 @@ from replayproxy.results import (
     load_results,
 )
 from replayproxy.trace import TraceFormatError
+from tests.cli import run_cli
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 rows = st.builds(
     CheckRow,
     target=st.sampled_from(["A", "B"]),
-    prompt_index=I64,
+    prompt_index=st.integers(0, 1),  # within the header's prompt_count and repeat (the reader checks)
     prompt_id=st.text(max_size=8),
-    repeat=I64,
+    repeat=st.integers(0, 2),
     endpoint=st.sampled_from(["chat", "completion"]),
     messages=I64,
     has_stop=st.booleans(),
@@ -97,3 +100,39 @@ def test_only_output_holds_answer_text() -> None:
         "output_hash",
         "score",
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"prompt_count": 10**8, "repeat": 10**6}, "repeat 1000000 is out of range"),
+        ({"prompt_count": b"\x00"}, "header's 'prompt_count' is not of type int"),
+        ({"targets": [1, 2]}, "'targets' is not a list of targets"),
+        ({"baseline": "C"}, "baseline 'C' do not agree"),
+        ({"prompt_count": 1}, "a row's prompt_index is outside 0..0"),
+    ],
+)
+def test_header_counts_are_checked_against_what_can_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, object], needle: str
+) -> None:
+    """A 3 KB check file whose header said prompt_count 1e8 took over 60 s and 3.9 GB in `report`."""
+    record = {**HEADER.to_record(), **change}
+    monkeypatch.setattr(CheckHeader, "to_record", lambda self: record)
+    path = tmp_path / "c.rpc"
+    writer = CheckWriter(path, HEADER)
+    writer.write(CheckRow("A", 1, "p", 0))
+    writer.close()
+    with pytest.raises(TraceFormatError, match=re.escape(needle)):
+        load_checks([path])
+    done = run_cli("report", str(path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and needle in done.stderr
+
+
+def test_a_check_with_a_huge_prompt_count_and_few_rows_reports_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "c.rpc"
+    writer = CheckWriter(path, dataclasses.replace(HEADER, prompt_count=10**8))
+    for target in ("A", "B"):
+        writer.write(CheckRow(target, 1, "p", 0, output_hash="x"))
+    writer.close()
+    done = run_cli("report", str(path))
+    assert done.returncode == 0 and "100000000 prompts" in done.stdout

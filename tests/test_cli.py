@@ -85,8 +85,8 @@ def test_inspect_reports_what_a_damaged_trace_still_holds(tmp_path: Path) -> Non
     header_end = 16 + int.from_bytes(data[8:12], "little")
     path.write_bytes(data[: header_end + 100])  # only the header survives
     result = run_cli("inspect", str(path))
-    assert result.returncode == 1 and result.stdout == ""
-    assert "warning:" in result.stderr and result.stderr.strip().endswith("error: no request could be read")
+    assert result.returncode == 2 and result.stdout == ""
+    assert_one_line_error(result, "no request could be read", "truncated")
 
 
 def test_synth_option_errors_are_one_line(tmp_path: Path) -> None:

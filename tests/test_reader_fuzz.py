@@ -280,7 +280,23 @@ def make_sources(directory: Path) -> dict[str, Path]:
             ))  # fmt: skip
         out.write_extra("trace_profile", {"prefix_reuse": 0.5})
         out.write_extra("telemetry", {"source": "x", "samples": [{"t_ns": 1, "kv_usage": 0.5}], "found": {}})
-    return {"trace": trace, "result": result, "golden": ROOT / "tests" / "data" / "trace-v1-golden.rpt"}
+    from replayproxy.results import CheckHeader, CheckRow, CheckTarget, CheckWriter
+
+    check = directory / "c.rpc"
+    targets = (CheckTarget("A", "http://127.0.0.1:1"), CheckTarget("B", "http://127.0.0.1:2"))
+    writer = CheckWriter(
+        check, CheckHeader(start_wall_ns=1, targets=targets, baseline="A", repeat=2, prompt_count=8)
+    )
+    for i in range(32):
+        writer.write(CheckRow(
+            "AB"[i % 2], i // 4, str(i // 4), i // 2 % 2, status=200 if i % 5 else 500,
+            error="" if i % 5 else "http_5xx", output_hash=f"{i % 3:x}", similarity_ppm=i * 1000,
+        ))  # fmt: skip
+    writer.close()
+    return {
+        "trace": trace, "result": result, "check": check,
+        "golden": ROOT / "tests" / "data" / "trace-v1-golden.rpt",
+    }  # fmt: skip
 
 
 def readers() -> dict[str, Callable[[Path, bool], object]]:
@@ -288,6 +304,7 @@ def readers() -> dict[str, Callable[[Path, bool], object]]:
     from replayproxy.report.document import build_document
     from replayproxy.report.render_text import render_text
     from replayproxy.report.runs import load_runs
+    from replayproxy.results import load_checks
     from replayproxy.trace import load
     from replayproxy.workload_stats import workload_stats
     from tests.trace.helpers import shapes_in
@@ -303,7 +320,12 @@ def readers() -> dict[str, Callable[[Path, bool], object]]:
         runs = load_runs([path])
         return render_text(build_document(runs, resamples=100)) if consume else runs
 
-    return {"trace": trace, "golden": trace, "result": result}
+    def check(path: Path, consume: bool) -> object:
+        from replayproxy.report.check_report import check_documents, render_checks
+
+        return render_checks(check_documents([str(path)]), False, False) if consume else load_checks([path])
+
+    return {"trace": trace, "golden": trace, "result": result, "check": check}
 
 
 def _on_alarm(signum: int, frame: object) -> None:
@@ -383,7 +405,7 @@ def test_damaged_files_never_crash_exhaust_memory_or_hang() -> None:
             [sys.executable, __file__, str(MUTATIONS), str(seed), kinds],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
-        for seed, kinds in ((1, "trace,golden"), (2, "result"))
+        for seed, kinds in ((1, "trace,golden"), (2, "result,check"))
     ]  # fmt: skip
     summary: dict[str, Counter[str]] = {"outcomes": Counter(), "failures": Counter()}
     try:
@@ -400,7 +422,7 @@ def test_damaged_files_never_crash_exhaust_memory_or_hang() -> None:
                 process.wait()
     assert not summary["failures"], json.dumps(summary, indent=1)
     outcomes = summary["outcomes"]
-    for name in ("trace", "result"):
+    for name in ("trace", "result", "check"):
         assert outcomes.get(f"{name}: read", 0) + outcomes.get(f"{name}: refused", 0) >= MUTATIONS
         assert outcomes.get(f"{name}: read", 0) > MUTATIONS // 10  # most damage is skipped, not refused
 

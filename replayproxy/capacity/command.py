@@ -28,7 +28,7 @@ from replayproxy.capacity.memory import (
     smallest_tp,
 )
 from replayproxy.capacity.presets import PRESETS, find_preset
-from replayproxy.errors import BadOption, MissingFile, user_file
+from replayproxy.errors import BadInputFile, BadOption, MissingFile, user_file
 from replayproxy.results import SUFFIX as RESULT_SUFFIX
 from replayproxy.results import load_results
 from replayproxy.trace import expand_paths, load
@@ -180,6 +180,8 @@ def analyse(args: argparse.Namespace, result: Plan) -> residency.TraceFit:
         timings = residency.from_results(load_results(files))
     else:
         timings = residency.from_trace(load(files))
+    if not len(timings.arrival_ns):
+        raise BadInputFile(f"{', '.join(map(str, args.paths))}: no request to fit (the files hold none)")
     ttft_ns, tpot_ns = int(args.assume_ttft_ms * 1e6), int(args.assume_tpot_ms * 1e6)
     filled, estimated, skipped = residency.estimate(timings, ttft_ns, tpot_ns)
     return residency.fit(filled, estimated, skipped, result.kv_tokens * result.replicas)

@@ -22,7 +22,7 @@ from replayproxy.errors import BadOption
 from replayproxy.replay import flavors
 from replayproxy.replay.target import describe
 from replayproxy.report.check_report import check_documents, render_checks
-from replayproxy.results import CHECK_SUFFIX, CheckTarget
+from replayproxy.results import CHECK_MAX_REPEAT, CHECK_SUFFIX, CheckTarget
 
 API_KEY_ENV = "REPLAYPROXY_CHECK_API_KEY"
 DESCRIPTION_EPILOG = (
@@ -115,6 +115,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise BadOption(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0 or args.timeout <= 0:
         raise BadOption("--warmup must be >= 0 and --timeout > 0")
+    if args.repeat > CHECK_MAX_REPEAT:  # its file would not be read back
+        raise BadOption(f"--repeat must be at most {CHECK_MAX_REPEAT}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from replayproxy.formats.importing import (
     drop_rows,
     keep_good,
 )
+from replayproxy.shape import MAX_TOKENS
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -58,12 +59,12 @@ def _batch(
     try:
         same_width(rows, width)
         times, inputs, outputs = _convert(rows, at)
-    except ValueError:
+    except (ValueError, OverflowError):
         rows, line_nos = keep_good(rows, line_nos, csv_problem(width, lambda row: _problem(row, at)), bad)
         times, inputs, outputs = _convert(rows, at)
     keep = drop_rows(
-        (inputs < 0) | (outputs < 0),
-        lambda i: f"negative token count ({inputs[i]}, {outputs[i]})",
+        (inputs < 0) | (outputs < 0) | (inputs > MAX_TOKENS) | (outputs > MAX_TOKENS),
+        lambda i: f"token count ({inputs[i]}, {outputs[i]}) is not within 0..{MAX_TOKENS}",
         line_nos,
         bad,
     )
@@ -169,7 +170,8 @@ def _problem(row: list[str], at: list[int]) -> str | None:
         return f"TIMESTAMP {row[at[0]]!r} is not a date-time"
     for name, i in zip(COLUMNS[1:], at[1:], strict=True):
         try:
-            int(row[i])
+            if abs(int(row[i])) > MAX_TOKENS:
+                return f"{name} {row[i]} is not within 0..{MAX_TOKENS}"
         except ValueError:
             return f"{name} {row[i]!r} is not an integer"
     return None

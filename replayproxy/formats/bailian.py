@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats import mooncake
-from replayproxy.formats.blocks import iter_row_ids
+from replayproxy.formats.blocks import ReuseTally, export_block, iter_row_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
@@ -57,7 +57,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
         for rows, line_nos in iter_json_lines(path, bad):
             rows, line_nos = keep_good(rows, line_nos, _problem, bad)
             columns = mooncake.row_columns(rows)
-            rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad)
+            rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad, unit_ns)
             ts, inputs, outputs, ids, counts = columns
             hashes.add(ids, counts, inputs)
             spilled.add(
@@ -157,9 +157,11 @@ def _walk(step: np.ndarray) -> np.ndarray:
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    """Bailian rows re-blocked to `--block-size` (default 16); chat ids number requests in arrival order."""
-    block = options.block_size or DEFAULT_BLOCK
-    rows = write_json_lines(path, _rows(cols, block))
+    """Bailian rows re-blocked to `--block-size` (default: the trace's block size, else Bailian's 16);
+    chat ids number requests in arrival order."""
+    block = export_block(cols, options.block_size, DEFAULT_BLOCK)
+    tally = ReuseTally(block)
+    rows = write_json_lines(path, _rows(cols, block, tally))
     notes = [vllm_timed_trace_command(path, rows, block, 1.0, options)]
     if _has_linked_turns(cols):
         # AIPerf reads a linked turn as a delta and appends the earlier turns and replies itself,
@@ -167,7 +169,8 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
         notes.append("AIPerf: not for this file (multi-turn); export --format mooncake --sessions for AIPerf")
     else:
         notes.insert(0, aiperf_command(path, "bailian_trace", block, options))
-    return ExportResult(rows, notes)
+    notes.append(f"replayproxy: replayproxy import {path} --format bailian --block-size {block} -o TRACE.rpt")
+    return ExportResult(rows, notes, reuse=tally.reuse, block_size=block)
 
 
 def _has_linked_turns(cols: Columns) -> bool:
@@ -178,12 +181,12 @@ def _has_linked_turns(cols: Columns) -> bool:
     return False
 
 
-def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
+def _rows(cols: Columns, block: int, tally: ReuseTally) -> Iterator[dict[str, Any]]:
     """Rows a chunk of requests at a time (memory does not grow with the trace)."""
     origin = cols.offset_ns[0] if len(cols) else 0
     sessions, turns, types = cols.session, cols.turn, cols.request_type
     last_chat: dict[int, int] = {}
-    for rows, row_ids in iter_row_ids(cols, block):
+    for rows, row_ids in iter_row_ids(cols, block, tally):
         chunk = zip(
             np.round((cols.offset_ns[rows] - origin) / 1e9, 6).tolist(),
             np.maximum(cols.input_tokens[rows], 0).tolist(),

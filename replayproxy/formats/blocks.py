@@ -33,6 +33,49 @@ def source_blocks(cols: Columns) -> tuple[int, str]:
     return kinds.pop()
 
 
+def export_block(cols: Columns, given: int | None, convention: int) -> int:
+    """Tokens per exported id: the one given, else the trace's own token block size (so every shared
+    block it recorded stays shared), else (char blocks) the consumer's `convention`."""
+    if given:
+        return given
+    size, unit = source_blocks(cols)
+    return size if unit == "token" else convention
+
+
+class ReuseTally:
+    """Prefix reuse of the exported ids, as `trace.reuse.prefix_reuse` defines it for the trace: the
+    share of input tokens in blocks whose id an earlier request already had. Ids are numbered in
+    first-seen order (`_number`), so an earlier request's ids are exactly those below the largest
+    id seen before this request."""
+
+    def __init__(self, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self._seen = 0  # ids below this were taken by earlier requests
+        self._hit = 0
+        self._total = 0
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, tokens: np.ndarray) -> None:
+        """One chunk of consecutive requests: their flat ids, ids per request and input tokens."""
+        n = len(counts)
+        starts = np.cumsum(counts) - counts
+        row_max = np.full(n, -1, np.int64)
+        has = counts > 0
+        if has.any():
+            row_max[has] = np.maximum.reduceat(ids, starts[has])
+        through = np.maximum.accumulate(np.concatenate([[self._seen - 1], row_max]))
+        before = through[:-1] + 1  # per request: ids below this are earlier requests'
+        self._seen = int(through[-1]) + 1
+        rows = np.repeat(np.arange(n), counts)
+        hits = np.bincount(rows[ids < before[rows]], minlength=n)
+        known = tokens > 0
+        self._hit += int(np.minimum(hits * self.block_tokens, tokens)[known].sum())
+        self._total += int(tokens[known].sum())
+
+    @property
+    def reuse(self) -> float | None:
+        return self._hit / self._total if self._total else None
+
+
 def input_tokens_of(cols: Columns, rows: slice = slice(None)) -> np.ndarray:
     """Input tokens of `rows`, falling back to the hashed prompt length for token-unit traces;
     unknown → 0."""
@@ -83,7 +126,10 @@ def block_ids(cols: Columns, block_tokens: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def iter_block_ids(
-    cols: Columns, block_tokens: int, blocks_per_chunk: int = BLOCKS_PER_CHUNK
+    cols: Columns,
+    block_tokens: int,
+    blocks_per_chunk: int = BLOCKS_PER_CHUNK,
+    tally: ReuseTally | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """`block_ids` for consecutive chunks of requests (flat ids, counts), numbered across chunks.
 
@@ -105,6 +151,8 @@ def iter_block_ids(
         counts = -(-tokens // block_tokens)
         where, identity = _shareable(cols, tokens, rows, counts, block_tokens, size, unit, recurring)
         ids, next_id = _number(int(counts.sum()), where, identity, known, next_id)
+        if tally is not None:
+            tally.add(ids, counts, tokens)
         release_pages(
             cols.prefix_hashes[int(cols.prefix_index[rows.start]) : int(cols.prefix_index[rows.stop])]
         )
@@ -112,10 +160,12 @@ def iter_block_ids(
         cols.release(rows)  # once the caller wrote these rows
 
 
-def iter_row_ids(cols: Columns, block_tokens: int) -> Iterator[tuple[slice, list[list[int]]]]:
+def iter_row_ids(
+    cols: Columns, block_tokens: int, tally: ReuseTally | None = None
+) -> Iterator[tuple[slice, list[list[int]]]]:
     """Per chunk: the rows it covers and each row's ids as a list (what JSON writers emit)."""
     first = 0
-    for flat, counts in iter_block_ids(cols, block_tokens):
+    for flat, counts in iter_block_ids(cols, block_tokens, tally=tally):
         ids = flat.tolist()
         ends = np.cumsum(counts).tolist()
         yield (

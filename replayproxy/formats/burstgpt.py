@@ -25,6 +25,7 @@ from replayproxy.formats.importing import (
     keep_good,
     key_of,
 )
+from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 SESSION, ELAPSED = "Session ID", "Elapsed time"
@@ -58,7 +59,8 @@ def read(path: Path, options: ImportOptions) -> Imported:
             )
             if ELAPSED in where:
                 elapsed = batch["elapsed"]
-                spilled.add(e2e_ns=np.where(elapsed > 0, np.rint(elapsed * 1e9), -1).astype(np.int64))
+                seconds_run = np.clip(elapsed, 0, MAX_OFFSET_S)  # a negative elapsed time stays unknown (-1)
+                spilled.add(e2e_ns=np.where(elapsed > 0, np.rint(seconds_run * 1e9), -1).astype(np.int64))
             if not options.model:
                 spilled.add_strings("model", (row[where["Model"]].strip() for row in kept_rows))
             if SESSION in where:
@@ -97,10 +99,21 @@ def _batch(
     seconds = values[0]
     finite = np.isfinite(np.stack(values)).all(axis=0)
     counts = [np.where(finite, v, -1.0) for v in values[1:3]]
-    inputs, outputs = counts[0].astype(np.int64), counts[1].astype(np.int64)
-    wrong = (
-        ~finite | (seconds < 0) | (inputs < 0) | (outputs < 0) | (counts[0] % 1 != 0) | (counts[1] % 1 != 0)
+    past = (
+        (counts[0] > MAX_TOKENS)
+        | (counts[1] > MAX_TOKENS)
+        | (np.stack([seconds, *values[3:]]) > MAX_OFFSET_S).any(axis=0)
     )
+    wrong = (
+        ~finite
+        | past
+        | (seconds < 0)
+        | (counts[0] < 0)
+        | (counts[1] < 0)
+        | (counts[0] % 1 != 0)
+        | (counts[1] % 1 != 0)
+    )
+    inputs, outputs = (np.where(wrong, -1, c).astype(np.int64) for c in counts)  # cast once in range
     keep = drop_rows(wrong, lambda i: f"bad numbers in {rows[i]}", line_nos, bad)
     dropped = 0
     if drop_failed:

@@ -10,6 +10,7 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,12 @@ import orjson
 
 from replayproxy import results, trace, workload_stats
 from replayproxy.errors import BadInputFile, BadOption, user_file
+from replayproxy.formats.blocks import source_blocks
 from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
 from replayproxy.replay import exact, flavors, plan
+from replayproxy.trace.reuse import prefix_reuse
 
 # Analysis tables keep every request with its status and error; workload formats send only successes.
 KEEPS_EVERY_REQUEST = frozenset({"csv", "parquet"})
@@ -61,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--block-size",
         type=int,
-        help="tokens per hash id (default: the format's, mooncake 512, bailian 16, jsonl 16)",
+        help="tokens per hash id (default: the trace's block size; with char blocks the format's,"
+        " mooncake 512, bailian 16, jsonl 16)",
     )
     parser.add_argument(
         "--sessions", action="store_true", help="mooncake: session_id and delay for follow-up turns"
@@ -128,7 +132,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {cols.report.lost_records} records in damaged frames could not be read or exported")
     for note in result.notes:
         print(note)
+    if result.reuse is not None and result.block_size is not None:
+        _warn_lost_sharing(cols, result.reuse, result.block_size)
     return 0
+
+
+REUSE_TOLERANCE = 0.01  # an export's prefix reuse may differ from the trace's by one point
+
+
+def _warn_lost_sharing(cols: trace.Columns, exported: float, block: int) -> None:
+    """Blocks longer than the shared prefixes turn shared tokens into unshared ones: say so on stderr,
+    with both figures and the option that keeps them."""
+    recorded = prefix_reuse(cols)
+    if recorded is None or abs(recorded - exported) <= REUSE_TOLERANCE:
+        return
+    size, unit = source_blocks(cols)
+    keep = (
+        f"--block-size {size} (the trace's block size) keeps it"
+        if unit == "token" and block != size
+        else "a smaller --block-size keeps more of it"
+    )
+    print(
+        f"replayproxy export: warning: prefix reuse is {exported:.1%} in the export with {block}-token"
+        f" ids, {recorded:.1%} in the trace; {keep}",
+        file=sys.stderr,
+    )
 
 
 def _model(cols: trace.Columns, given: str | None) -> tuple[str, list[str]]:

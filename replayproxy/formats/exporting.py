@@ -42,6 +42,8 @@ class ExportResult:
 
     rows: int
     notes: list[str] = field(default_factory=list)
+    reuse: float | None = None  # prefix reuse of the written ids (formats with ids): blocks.ReuseTally
+    block_size: int | None = None  # tokens per written id
 
 
 def write_json_lines(path: Path, rows: Iterable[dict[str, object]]) -> int:

@@ -11,6 +11,7 @@ from replayproxy.errors import BadInputFile, BadOption, user_file
 from replayproxy.formats.importing import ImportOptions, paused_gc, span_warning, write_imported
 from replayproxy.formats.registry import importers, listing, reader
 from replayproxy.replay import progress
+from replayproxy.shape import MAX_OFFSET_S
 
 EXAMPLES = (
     "replayproxy import mooncake_trace.jsonl --format mooncake -o mooncake.rpt",
@@ -74,8 +75,12 @@ def run(args: argparse.Namespace) -> int:
         start_s=args.start,
         duration_s=args.duration,
     )
-    if args.start < 0 or (args.duration is not None and args.duration <= 0):
-        raise BadOption("--start must be >= 0 and --duration positive")
+    if not 0 <= args.start <= MAX_OFFSET_S or (
+        args.duration is not None and not 0 < args.duration <= MAX_OFFSET_S
+    ):
+        raise BadOption(
+            f"--start must be within 0..{MAX_OFFSET_S:g} s and --duration within (0, {MAX_OFFSET_S:g}] s"
+        )
     mode = progress.resolve(args.progress, args.quiet, sys.stderr)
     size_mib = args.file.stat().st_size / 2**20 if args.file.is_file() else 0.0
     with paused_gc():

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import is_repeated, iter_block_ids, repeated_ids
+from replayproxy.formats.blocks import ReuseTally, export_block, is_repeated, iter_block_ids, repeated_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import ExportOptions, ExportResult, SessionLabels, write_json_lines
 from replayproxy.formats.importing import (
@@ -28,12 +28,17 @@ from replayproxy.formats.importing import (
     keep_good,
     key_of,
 )
-from replayproxy.shape import ENDPOINTS, ERROR_CLASSES, UNKNOWN
+from replayproxy.shape import ENDPOINTS, ERROR_CLASSES, MAX_OFFSET_S, MAX_TOKENS, UNKNOWN
 from replayproxy.trace import Columns
 
 DEFAULT_BLOCK = 16
 _INTS = ("input_tokens", "output_tokens", "max_tokens", "turn", "status")
 _STRINGS = {"model": None, "endpoint": ENDPOINTS, "error": ERROR_CLASSES}
+_RANGES = {  # what a request can have (a larger count would size arrays: refused first)
+    "input_tokens": (0, MAX_TOKENS), "output_tokens": (UNKNOWN, MAX_TOKENS),
+    "max_tokens": (UNKNOWN, MAX_TOKENS), "turn": (0, 1 << 31), "status": (0, 999),
+}  # fmt: skip
+GROUP_BLOCKS = 1 << 21  # blocks numbered at a time (16 MiB of ids): a batch of long prompts is split
 
 
 def read(path: Path, options: ImportOptions) -> Imported:
@@ -45,13 +50,14 @@ def read(path: Path, options: ImportOptions) -> Imported:
     hashes = ChainedHashes(block)
     fresh = 0
     names: dict[str, str] = {}  # one string object per distinct model / endpoint / error
-    for rows, line_nos in iter_json_lines(path, bad):
-        rows, _ = keep_good(rows, line_nos, _problem, bad)
-        batch, fresh = _columns(rows, block, fresh, options.model, names)
-        hashes.add(batch.pop("ids"), batch["id_counts"], batch["input_tokens"])
-        spilled.add(**{name: batch[name] for name in _NUMERIC})
-        for name in _STRINGS:
-            spilled.add_strings(name, batch[name])
+    for lines, line_nos in iter_json_lines(path, bad):
+        good, _ = keep_good(lines, line_nos, _problem, bad)
+        for rows in _groups(good, block):
+            batch, fresh = _columns(rows, block, fresh, options.model, names)
+            hashes.add(batch.pop("ids"), batch["id_counts"], batch["input_tokens"])
+            spilled.add(**{name: batch[name] for name in _NUMERIC})
+            for name in _STRINGS:
+                spilled.add_strings(name, batch[name])
     columns = spilled.result()
     for name in _STRINGS:
         columns.setdefault(name, [])
@@ -65,6 +71,15 @@ def read(path: Path, options: ImportOptions) -> Imported:
         hashes=hashes,
         columns=columns,
     )
+
+
+def _groups(rows: list[dict[str, Any]], block: int) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive rows holding about GROUP_BLOCKS full blocks each (a row alone if it has more)."""
+    ends = np.cumsum([row["input_tokens"] // block for row in rows]) // GROUP_BLOCKS
+    cuts = np.flatnonzero(np.diff(ends)) + 1
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True):
+        if hi > lo:
+            yield rows[lo:hi]
 
 
 _NUMERIC = {
@@ -104,13 +119,17 @@ def _problem(row: dict[str, Any]) -> str | None:
     if ("offset_s" in row) == ("offset_ms" in row):
         return "give exactly one of offset_s and offset_ms"
     offset = row["offset_s"] if "offset_s" in row else row["offset_ms"]
-    if type(offset) not in (int, float) or offset < 0:
-        return f"offset {offset!r} is not a non-negative number"
+    latest = MAX_OFFSET_S if "offset_s" in row else MAX_OFFSET_S * 1000
+    if type(offset) not in (int, float) or not 0 <= offset <= latest:
+        return f"offset {offset!r} is not a number within 0..{latest:g}"
     for name in _INTS:
         if name in row and type(row[name]) is not int:
             return f"{name} is {row[name]!r}, not an integer"
     if type(row.get("input_tokens")) is not int or row["input_tokens"] < 0:
         return "input_tokens must be a non-negative integer"
+    for name, (low, high) in _RANGES.items():
+        if name in row and not low <= row[name] <= high:
+            return f"{name} {row[name]} is not within {low}..{high}"
     for name, allowed in _STRINGS.items():
         if name in row and (type(row[name]) is not str or (allowed and row[name] not in allowed)):
             return f"{name} is {row[name]!r}; expected " + (
@@ -165,12 +184,14 @@ def _segment_ids(segments: tuple[tuple[str, int], ...], block: int) -> tuple[int
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    block = options.block_size or DEFAULT_BLOCK
-    rows = write_json_lines(path, _rows(cols, block))
-    return ExportResult(rows, [f"replayproxy import {path} --format jsonl --block-size {block} -o TRACE.rpt"])
+    block = export_block(cols, options.block_size, DEFAULT_BLOCK)
+    tally = ReuseTally(block)
+    rows = write_json_lines(path, _rows(cols, block, tally))
+    command = f"replayproxy import {path} --format jsonl --block-size {block} -o TRACE.rpt"
+    return ExportResult(rows, [command], reuse=tally.reuse, block_size=block)
 
 
-def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
+def _rows(cols: Columns, block: int, tally: ReuseTally) -> Iterator[dict[str, Any]]:
     """Shapes as jsonl; shared leading blocks become `[["b<id>", block], ...]` segments.
 
     Two passes over the re-blocked ids, a chunk of requests at a time: the first finds the ids
@@ -180,7 +201,7 @@ def _rows(cols: Columns, block: int) -> Iterator[dict[str, Any]]:
     labels = SessionLabels(cols)
     origin = int(cols.offset_ns[0]) if len(cols) else 0
     first = 0
-    for flat, counts in iter_block_ids(cols, block):
+    for flat, counts in iter_block_ids(cols, block, tally=tally):
         rows = slice(first, first + len(counts))
         first += len(counts)
         seconds = ((cols.offset_ns[rows] - origin) / 1e9).round(6).tolist()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.formats.blocks import iter_row_ids
+from replayproxy.formats.blocks import ReuseTally, export_block, iter_row_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
     ExportOptions,
@@ -47,6 +47,7 @@ from replayproxy.formats.importing import (
     paused_gc,
     unit_warnings,
 )
+from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
 from replayproxy.trace import Columns
 
 DEFAULT_BLOCK = 512
@@ -77,7 +78,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
     spilled = SpilledColumns(raw=np.float64, session=np.uint64, **dict.fromkeys(_INT_COLUMNS, np.int64))
     with_sessions = False
     for rows, line_nos in iter_json_lines(path, bad):
-        ts, inputs, outputs, ids, counts, sessions, delays = _batch(rows, line_nos, block, bad)
+        ts, inputs, outputs, ids, counts, sessions, delays = _batch(rows, line_nos, block, bad, unit_ns)
         if sessions.any():
             ts, inputs = turns.follow(ts, sessions, delays, inputs, outputs)
             with_sessions = True
@@ -109,7 +110,7 @@ def _read(path: Path, options: ImportOptions) -> Imported:
 
 
 def _batch(
-    rows: list[dict[str, Any]], line_nos: Sequence[int], block: int, bad: BadLines
+    rows: list[dict[str, Any]], line_nos: Sequence[int], block: int, bad: BadLines, unit_ns: int
 ) -> list[np.ndarray]:
     """One batch of lines as arrays: row_columns of its valid rows, their session keys (0: none)
     and delays (NaN: none); no row's dict outlives its batch."""
@@ -118,7 +119,7 @@ def _batch(
     except (KeyError, TypeError, ValueError, OverflowError):
         rows, line_nos = keep_good(rows, line_nos, row_problem, bad)
         columns = row_columns(rows)
-    rows, columns = valid_rows(rows, columns, line_nos, block, bad)
+    rows, columns = valid_rows(rows, columns, line_nos, block, bad, unit_ns)
     sessions = np.zeros(len(rows), np.uint64)
     delays = np.full(len(rows), math.nan)
     if any("session_id" in row for row in rows):
@@ -136,6 +137,10 @@ def row_columns(rows: list[dict[str, Any]]) -> RowColumns:
         raise KeyError("timestamp")
     inputs = _field(rows, "input_length", None, int)
     outputs = _field(rows, "output_length", -1, int)
+    if any("delay" in r for r in rows):  # read by _batch: refused here, so the slow path names it
+        delays = _field(rows, "delay", 0.0)
+        if not np.all((delays >= 0) & (delays <= _LATEST_MS)):
+            raise ValueError("delay")
     lists = _values(rows, "hash_ids", ())
     if not set(map(type, lists)) <= {list, tuple}:
         raise TypeError("hash_ids")
@@ -172,13 +177,23 @@ def row_problem(row: dict[str, Any]) -> str | None:
     for name in ("timestamp", "delay"):
         if name in row and type(row[name]) not in _NUMBER:
             return f"{name} is {row[name]!r}, not a number"
+    if not 0 <= row.get("delay", 0) <= _LATEST_MS:
+        return f"delay {row['delay']} is not within 0..{_LATEST_MS:g}"
     for name in ("input_length", "output_length"):
         if name in row and type(row[name]) is not int:
             return f"{name} is {row[name]!r}, not an integer"
+        if name in row and abs(row[name]) > MAX_TOKENS:
+            return f"{name} {row[name]} is past the {MAX_TOKENS} tokens a request can have"
     ids = row.get("hash_ids", [])
     if not isinstance(ids, list) or any(type(i) is not int for i in ids):
         return "hash_ids is not a list of integers"
+    if any(abs(i) >= _ID_LIMIT for i in ids):
+        return f"a hash id is out of range (|id| < 2**63, got {max(ids, key=abs)})"
     return None
+
+
+_ID_LIMIT = 1 << 63
+_LATEST_MS = MAX_OFFSET_S * 1000  # the latest time taken in milliseconds (a bound in seconds too)
 
 
 def valid_rows(
@@ -187,9 +202,10 @@ def valid_rows(
     line_nos: Sequence[int],
     block: int,
     bad: BadLines,
+    unit_ns: int = UNIT_NS["ms"],
 ) -> tuple[list[dict[str, Any]], RowColumns]:
     """Rows keeping the value rules (the others are reported to `bad`) and their `row_columns`."""
-    keep = drop_rows(*value_problems(*columns, block), line_nos, bad)
+    keep = drop_rows(*value_problems(*columns, block, MAX_OFFSET_S * 1e9 / unit_ns), line_nos, bad)
     if len(keep) == len(rows):
         return rows, columns
     rows = [rows[i] for i in keep]
@@ -197,17 +213,30 @@ def valid_rows(
 
 
 def value_problems(
-    ts: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, ids: np.ndarray, counts: np.ndarray, block: int
+    ts: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    ids: np.ndarray,
+    counts: np.ndarray,
+    block: int,
+    latest: float,
 ) -> tuple[np.ndarray, Any]:
-    """Rows breaking the format's value rules, and a function describing row i's problem."""
+    """Rows breaking the format's value rules, and a function describing row i's problem;
+    `latest` is the largest timestamp taken (MAX_OFFSET_S in the file's unit)."""
     expected = -(-inputs // block)
     negative_id = np.zeros(len(inputs), bool)
     if len(ids) and ids.min() < 0:
         negative_id[np.repeat(np.arange(len(counts)), counts)[ids < 0]] = True
     wrong_count = (counts > 0) & (counts != expected)
-    mask = (inputs < 0) | (outputs < -1) | (ts < 0) | negative_id | wrong_count
+    too_late = (ts > latest) | np.isinf(ts)
+    too_long = (inputs > MAX_TOKENS) | (outputs > MAX_TOKENS)
+    mask = (inputs < 0) | (outputs < -1) | too_long | (ts < 0) | too_late | negative_id | wrong_count
 
     def reason(i: int) -> str:
+        if too_long[i]:
+            return f"input_length {inputs[i]} or output_length {outputs[i]} is past {MAX_TOKENS} tokens"
+        if too_late[i]:
+            return f"timestamp {ts[i]} is past {latest:g}, the latest taken ({MAX_OFFSET_S:g} s)"
         if wrong_count[i]:
             return (
                 f"{counts[i]} hash_ids for input_length {inputs[i]}, expected ceil({inputs[i]}/{block}) = "
@@ -256,20 +285,27 @@ class _SessionTurns:
 
 
 def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
-    """Write Mooncake JSON lines re-blocked to `--block-size` (default 512) and print consumer commands."""
-    block = options.block_size or DEFAULT_BLOCK
-    rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions))
-    result = ExportResult(rows)
+    """Write Mooncake JSON lines re-blocked to `--block-size` (default: the trace's block size, else
+    512 as in the published traces) and print consumer commands."""
+    block = export_block(cols, options.block_size, DEFAULT_BLOCK)
+    tally = ReuseTally(block)
+    rows = write_json_lines(path, mooncake_rows(cols, block, options.sessions, tally))
+    result = ExportResult(rows, reuse=tally.reuse, block_size=block)
     missing = missing_outputs(cols)
     if missing:
         result.notes.append(
             f"{missing} requests had no recorded output length: output_length = max_tokens or 1"
         )
     result.notes += consumer_commands(path, block, rows, options)
+    result.notes.append(
+        f"replayproxy: replayproxy import {path} --format mooncake --block-size {block} -o TRACE.rpt"
+    )
     return result
 
 
-def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator[dict[str, Any]]:
+def mooncake_rows(
+    cols: Columns, block: int, sessions: bool = False, tally: ReuseTally | None = None
+) -> Iterator[dict[str, Any]]:
     """The rows in arrival order; with `sessions`, a later turn carries `session_id` and `delay`
     and only its new part: its input beyond the previous prompt and reply, as its last ids.
 
@@ -278,7 +314,7 @@ def mooncake_rows(cols: Columns, block: int, sessions: bool = False) -> Iterator
     """
     labels = SessionLabels(cols) if sessions else None
     turns = _LaterTurns(cols)
-    for rows, row_ids in iter_row_ids(cols, block):
+    for rows, row_ids in iter_row_ids(cols, block, tally):
         n_ins = np.maximum(cols.input_tokens[rows], 0).tolist()
         n_outs = output_lengths(cols, rows)[0].tolist()
         blank: list[None] = [None] * len(row_ids)

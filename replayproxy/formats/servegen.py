@@ -22,9 +22,11 @@ import numpy as np
 import orjson
 
 from replayproxy.formats.importing import BadLines, Imported, ImportFormatError, ImportOptions
+from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
 
 PATTERNS = ("Gamma", "Weibull")
 DEFAULT_DURATION_S = 600.0  # one ServeGen window; a model's clients send up to thousands per second
+MAX_REQUESTS = 1 << 23  # requests sampled at most (~50 bytes each while sampled: ~400 MB)
 _PDF_ENTRY = re.compile(r"\s*(-?[0-9.eE+-]+)\s*:\s*([0-9.eE+-]+)\s*")
 _CHUNK = re.compile(r"chunk-(\d+)-(dataset\.json|trace\.csv)$")
 
@@ -39,6 +41,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
     inputs: list[np.ndarray] = []
     outputs: list[np.ndarray] = []
     ignored: set[str] = set()
+    sampled = 0  # arrivals drawn so far, checked against MAX_REQUESTS before each window is drawn
     for client, (trace_file, dataset_file) in sorted(clients.items()):
         file_bad = BadLines(str(trace_file), options.skip_bad)
         windows = _trace_windows(trace_file, file_bad)
@@ -49,6 +52,13 @@ def read(path: Path, options: ImportOptions) -> Imported:
             lengths_at = _dataset_at(lengths, window_start)
             if lengths_at is None:
                 continue
+            if sampled + rate * size > MAX_REQUESTS:  # before ceil: rate x size may be inf
+                raise ImportFormatError(
+                    f"{trace_file}: window {window_start:g} s: rate {rate:g}/s makes"
+                    f" {sampled + rate * size:.0f} requests so far, past the {MAX_REQUESTS} an import"
+                    " samples (a shorter --duration samples fewer)"
+                )
+            sampled += math.ceil(rate * size)
             times = _arrivals(window_start, size, rate, pattern, shape, scale, rng)
             if not len(times):
                 continue
@@ -95,6 +105,7 @@ def _client_files(path: Path) -> dict[int, tuple[Path, Path]]:
     return pairs
 
 
+_MAX_PARAMETER = 1e6  # a gap distribution's shape or scale (published: 0.06..200); larger ones overflow sums
 Window = tuple[float, float, float, str, float, float]  # start s, size s, rate, pattern, shape, scale
 
 
@@ -135,8 +146,13 @@ def _trace_row(line: str) -> tuple[str | None, tuple[float, float, float, str, f
         return f"arrival pattern {pattern!r}; expected one of {list(PATTERNS)} or empty", empty
     if not all(math.isfinite(v) for v in (start, rate, cv, shape, scale)) or min(start, rate, cv) < 0:
         return "negative or non-finite window start, rate or cv", empty
-    if pattern and rate > 0 and (shape <= 0 or scale <= 0):
-        return f"{pattern} shape and scale must be positive, got {shape}, {scale}", empty
+    if start > MAX_OFFSET_S:
+        return f"window start {start:g} s is past {MAX_OFFSET_S:g} s", empty
+    if pattern and rate > 0 and not (0 < shape <= _MAX_PARAMETER and 0 < scale <= _MAX_PARAMETER):
+        return (
+            f"{pattern} shape and scale must be within (0, {_MAX_PARAMETER:g}], got {shape}, {scale}",
+            empty,
+        )
     return None, (start, rate, cv, pattern, shape, scale)
 
 
@@ -180,6 +196,10 @@ def _cdf(text: Any, path: Path, start: str, name: str) -> np.ndarray:
     probabilities = np.array([float(m.group(2)) for m in entries if m], np.float64)
     if name == "reason_ratio" or not np.all(values == np.round(values)) or values.min() < 0:
         return np.array([1.0])  # not token counts (ratios): kept out, see _lengths
+    if values.max() > MAX_TOKENS:  # the CDF is an array over 0..max
+        raise ImportFormatError(
+            f"{where}: {values.max():g} tokens is past the {MAX_TOKENS} a request can have"
+        )
     pdf = np.zeros(int(values.max()) + 1)
     np.add.at(pdf, values.astype(np.int64), probabilities)
     return np.cumsum(pdf)

@@ -35,6 +35,7 @@ from replayproxy.formats.importing import (
     key_of,
     sorted_columns,
 )
+from replayproxy.shape import MAX_TOKENS
 from replayproxy.trace import mapped_array, release_pages
 
 DEFAULT_BLOCK = 64  # AIPerf's TraceLab default: the corpus has no hashes, so any size reproduces its split
@@ -130,8 +131,8 @@ def _problem(row: dict[str, Any]) -> str | None:
     for name in ("input_tokens_total", "prefix_tokens", "output_tokens", "reasoning_output_tokens"):
         value = row.get(name)
         if name == "input_tokens_total" or value is not None:
-            if type(value) is not int or value < 0:
-                return f"{name} is {value!r}, not a non-negative integer"
+            if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+                return f"{name} is {value!r}, not an integer within 0..{MAX_TOKENS}"
     events = row.get("timing_events")
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         return "timing_events is not a list of events"

@@ -14,9 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from replayproxy.config import ConfigError, build, read_toml
+from replayproxy.config import ConfigError, build, http_url, read_toml
 from replayproxy.errors import BadOption
 from replayproxy.shape import ENDPOINTS
 
@@ -85,9 +84,7 @@ class ProxySettings:
     def __post_init__(self) -> None:
         if not self.upstream:
             raise BadOption("upstream is required (--upstream URL)")
-        parts = urlsplit(self.upstream)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadOption(f"upstream must be an http:// or https:// URL, got {self.upstream!r}")
+        http_url(self.upstream, "upstream")
         if self.record and self.trace_dir is None:
             raise BadOption("trace_dir is required when recording (--trace-dir DIR, or --no-record)")
         if not 0.0 <= self.sample_rate <= 1.0:

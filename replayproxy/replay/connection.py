@@ -25,11 +25,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import httptools
 
-from replayproxy.errors import BadOption, TargetUnreachable
+from replayproxy.config import http_url
+from replayproxy.errors import TargetUnreachable
 from replayproxy.shape import ErrorClass
 from replayproxy.tasks import spawn
 
@@ -62,9 +62,8 @@ class Target:
 
     @classmethod
     def parse(cls, url: str) -> Target:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadOption(f"target must be an http:// or https:// URL, got {url!r}")
+        parts = http_url(url, "target")
+        assert parts.hostname is not None  # http_url refuses a URL without one
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         base = parts.path.rstrip("/")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy import trace
-from replayproxy.errors import BadOption
+from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.replay import (
     calibrate,
     exact,
@@ -152,12 +152,18 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
 
 async def _prepare(options: ReplayOptions) -> RunPlan:
     cols = trace.load(options.traces, digest=True)
+    if not len(cols):  # what the read skipped is the reason: said in the one line
+        losses = f" ({'; '.join(cols.report.warnings)})" if cols.report.warnings else ""
+        raise BadInputFile(
+            f"{', '.join(map(str, options.traces))}: the trace holds no requests to replay{losses}"
+        )
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
     window = schedule.Window(options.start_offset, options.duration, options.limit)
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
+    _refuse_nothing_to_send(rows, failed_left_out)
     speed = options.speed
     if options.request_rate:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
@@ -234,6 +240,17 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
         live=live,
     )  # fmt: skip
+
+
+def _refuse_nothing_to_send(rows: np.ndarray, failed_left_out: int) -> None:
+    """A run that would send nothing measures nothing: refused before the target is asked."""
+    if len(rows):
+        return
+    if failed_left_out:
+        raise BadInputFile(
+            f"all {failed_left_out} requests to replay failed at the source (--include-failed sends them)"
+        )
+    raise BadOption("no request of the trace falls in the window asked (--start-offset, --duration, --limit)")
 
 
 def speed_for_rate(offsets_ns: np.ndarray, rate: float) -> float:

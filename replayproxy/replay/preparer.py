@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection as Pipe
 import numpy as np
 
 from replayproxy import trace
+from replayproxy.errors import UserError
 from replayproxy.replay import feed, flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Planner, PlanOptions, Prepared, Schedule
@@ -104,7 +105,10 @@ def _main(traces: tuple[str, ...], control: Pipe) -> None:
     if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) == 1:
         with contextlib.suppress(OSError):  # pinned to the sender's only core: let the sender win it
             os.nice(PREPARER_NICE)
-    cols = trace.load(traces)
+    try:
+        cols = trace.load(traces)
+    except UserError:
+        return  # the parent reads the same files before it deals a job, and says why in one line
     while True:
         try:
             job: Job = control.recv()

@@ -45,7 +45,8 @@ def build_check_document(check: CheckFile) -> CheckDoc:
     header = check.header
     cols = {name: check.column(name) for name in check.table.columns}
     labels = [t.label for t in header.targets]
-    indexes = {label: _index(cols, label, header.prompt_count, header.repeat) for label in labels}
+    answered = int(cols["prompt_index"].max()) + 1 if len(check) else 0  # prompts after it have no row
+    indexes = {label: _index(cols, label, answered, header.repeat) for label in labels}
     ok = cols["error"] == ""
     base = indexes[header.baseline]
     targets: list[CheckTargetDoc] = []

@@ -25,7 +25,7 @@ from replayproxy.report.render_text import format_markdown, format_text
 from replayproxy.report.runs import Run, load_runs
 from replayproxy.report.sections import sweep_section
 from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
-from replayproxy.trace import load, read_trace_files
+from replayproxy.trace import load, require_requests
 
 EXAMPLES = (
     "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --speeds 0.5,1,2,4 --slo 'ttft<=500ms'",
@@ -194,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
             (CLOSED_LOOP_SPEED, "concurrency", c, ("--max-concurrency", str(c)))
             for c in parse_concurrency(args.concurrency)
         ]
-    read_trace_files(args.trace)  # a missing or damaged trace fails here, not in the first replay step
+    # a missing, damaged or empty trace fails here, not in the first replay step
+    require_requests(load(args.trace, fields=("offset_ns",)), args.trace)
     if rates:
         base = trace_rate(args.trace)
         steps_asked = [(r / base, "rate", r, ()) for r in rates]

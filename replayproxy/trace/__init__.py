@@ -24,6 +24,7 @@ from replayproxy.trace.columns import (
     load,
     ragged_rows,
     read_trace_files,
+    require_requests,
     row_starts,
     take_rows,
 )
@@ -40,6 +41,7 @@ from replayproxy.trace.mapped import SpilledArray, gather, is_mapped, mapped_arr
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
 __all__ = [
+    "require_requests",
     "SpilledArray",
     "CODED_KINDS",
     "FORMAT_NAME",

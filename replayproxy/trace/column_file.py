@@ -8,6 +8,7 @@ into numpy without a Python-level loop per record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import mmap
 import os
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
-from replayproxy.errors import MissingFile, user_file
+from replayproxy.errors import FileAccessError, MissingFile, user_file
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 from replayproxy.trace.mapped import SpilledArray
@@ -595,6 +596,7 @@ def with_defaults(
 
 
 T = TypeVar("T")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # spilling columns to temporary files: the CLI names where
 
 
 def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) -> list[T]:
@@ -608,6 +610,9 @@ def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) 
             loaded.append(read(path))
         except (TraceFormatError, OSError) as e:
             if len(paths) == 1:
+                if isinstance(e, OSError) and not isinstance(e, FileAccessError | TraceFormatError):
+                    if e.errno not in _DISK_FULL:  # unreadable: the user's to fix, in one line
+                        raise FileAccessError(f"{path}: {e.strerror or e}", e.errno) from e
                 raise
             first = first or e
             report.skipped_files += 1

@@ -124,6 +124,15 @@ class Columns:
         return np.fromiter((len(r) for r in self.roles[rows]), dtype=np.int64)
 
 
+def require_requests(columns: Columns, paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Refuse traces with no readable request, in one line that says what the read skipped."""
+    if len(columns):
+        return
+    skipped = columns.report.warnings
+    losses = f" ({'; '.join(skipped)})" if skipped else ""
+    raise TraceFormatError(f"{', '.join(map(str, paths))}: no request could be read{losses}")
+
+
 def load(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,38 @@ def test_bad_rows(tmp_path: Path) -> None:
         jsonl.read(src, ImportOptions())
     imported = jsonl.read(src, ImportOptions(skip_bad=True))
     assert len(imported) == 1 and imported.bad.count == 3
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ({"offset_s": 1, "input_tokens": 2**31}, "input_tokens 2147483648 is not within 0..16777216"),
+        ({"offset_s": 1e308, "input_tokens": 5}, "offset 1e+308 is not a number within 0..4e+09"),
+        ({"offset_s": 1, "input_tokens": 5, "turn": 2**40}, "turn 1099511627776 is not within"),
+        ({"offset_s": 1, "input_tokens": 5, "status": -7}, "status -7 is not within 0..999"),
+        ({"offset_s": 1, "input_tokens": 5, "max_tokens": 2**40}, "max_tokens 1099511627776 is not within"),
+    ],
+)
+def test_a_value_no_request_can_have_is_refused_with_its_line(
+    tmp_path: Path, row: dict[str, object], reason: str
+) -> None:
+    """input_tokens 2**31 used to become 134 M block ids (46 s, 6.6 GB, then a MemoryError)."""
+    src = tmp_path / "b.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [HAND_MADE[0], row]))
+    with pytest.raises(ImportFormatError, match=rf"b.jsonl:2: {re.escape(reason)}"):
+        jsonl.read(src, ImportOptions())
+    assert len(jsonl.read(src, ImportOptions(skip_bad=True))) == 1
+
+
+def test_long_prompts_are_numbered_a_group_of_blocks_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of a batch are split where their blocks pass GROUP_BLOCKS: the same ids, fewer at a time."""
+    rows = [{"offset_s": i, "input_tokens": 700 + i, "prefix": [["sys", 600]]} for i in range(9)]
+    whole = load([import_rows(tmp_path, rows)])
+    monkeypatch.setattr(jsonl, "GROUP_BLOCKS", 100)  # 43 blocks a row: groups of two or three rows
+    grouped = load([import_rows(tmp_path, rows)])
+    assert whole.prefix_hashes.tolist() == grouped.prefix_hashes.tolist() and len(grouped) == 9
 
 
 def test_export_reads_back_with_the_same_sharing(tmp_path: Path) -> None:

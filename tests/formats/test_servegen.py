@@ -18,6 +18,7 @@ from replayproxy import cli
 from replayproxy.formats import servegen
 from replayproxy.formats.importing import ImportFormatError, ImportOptions
 from replayproxy.trace import load
+from tests.cli import run_cli
 
 TRACE_ROWS = (  # chunk-0-trace.csv of m-large, first four windows, byte for byte
     "0,1.3316666666666668,8.598383725990791,Weibull,0.3753486140101707,0.3967677807107179\n"
@@ -97,3 +98,21 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     empty.mkdir()
     with pytest.raises(ImportFormatError, match="no ServeGen chunk"):
         servegen.read(empty, ImportOptions())
+
+
+def test_a_huge_rate_or_token_count_is_refused_before_it_is_sampled(tmp_path: Path) -> None:
+    """A window rate of 300,000/s asked 180 M arrivals (50 s, 6.9 GB); a length of 1e12 tokens an
+    array of 1e12 probabilities. Both are one line naming the file, before anything is sized by them."""
+    folder = model_dir(tmp_path)
+    (folder / "chunk-0-trace.csv").write_text("0,300000,1.0,Gamma,1.0,1.0\n")
+    with pytest.raises(ImportFormatError, match=r"chunk-0-trace.csv: window 0 s: rate 300000/s makes"):
+        servegen.read(folder, ImportOptions())
+    (folder / "chunk-0-trace.csv").write_text(TRACE_ROWS)
+    huge = {"input_tokens": "{1e12: 1.0}", "output_tokens": "{5: 1.0}"}
+    (folder / "chunk-0-dataset.json").write_bytes(orjson.dumps({"0": huge}))
+    with pytest.raises(ImportFormatError, match=r"chunk-0-dataset.json: window 0 field input_tokens: 1e\+12"):
+        servegen.read(folder, ImportOptions())
+    out = str(tmp_path / "x.rpt")
+    for duration in ("inf", "1e300"):
+        done = run_cli("import", str(folder), "-f", "servegen", "--duration", duration, "-o", out)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--duration" in done.stderr
