@@ -18,11 +18,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from replayproxy import children
 from replayproxy.errors import RunAborted
 from replayproxy.launch import run_server
 
 SLO = "ttft<=300ms,tpot<=60ms"
 REPORT_NAME = "report.html"
+STAGE_GRACE_S = 30.0  # an interrupted stage (a replay) writes what it has before SIGKILL
 SERVER_NICENESS = 5  # the simulated engines and the proxy yield the CPU to the replayer's send loop
 # Candidate engines: same simulated model, prefix cache on (as production) vs off.
 CANDIDATES = {"prefix-cache-on": [], "prefix-cache-off": ["--no-prefix-cache"]}
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     _clear_previous_run(work)
     try:
-        return _demo(work, args.progress)
+        with children.signals_interrupt():  # SIGTERM/SIGHUP stop the servers and stages as Ctrl-C does
+            return _demo(work, args.progress)
     finally:
         if keep is None:
             _remove_all_but_the_report(work)
@@ -148,17 +151,18 @@ def _cli(*argv: str, show: bool = False) -> None:
     A replay's stderr (its progress) always passes through, so a stage of half a minute is visibly alive.
     """
     live_stderr = show or argv[0] == "replay"
-    done = subprocess.run(
+    with children.owned(
         [sys.executable, "-m", "replayproxy", *argv],
+        STAGE_GRACE_S,
         stdout=None if show else subprocess.PIPE,
         stderr=None if live_stderr else subprocess.PIPE,
         text=True,
-        check=False,
-    )
-    if done.returncode != 0:
+    ) as stage:
+        out, err = stage.communicate()
+    if stage.returncode != 0:
         if not show:
-            sys.stderr.write((done.stdout or "") + (done.stderr or ""))
-        raise RunAborted(f"'replayproxy {argv[0]}' failed with exit status {done.returncode}")
+            sys.stderr.write((out or "") + (err or ""))
+        raise RunAborted(f"'replayproxy {argv[0]}' failed with exit status {stage.returncode}")
 
 
 @contextlib.contextmanager

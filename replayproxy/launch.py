@@ -1,7 +1,8 @@
 """Start replayproxy servers (the sim, the proxy) as subprocesses and always stop them.
 
 Used by the demo and the end-to-end tests: each server prints a `... listening on http://HOST:PORT`
-line, which is how a caller learns the ephemeral port it got.
+line, which is how a caller learns the ephemeral port it got. Each runs in its own process group
+(the proxy starts a recorder process), killed with the group once the server was asked to stop.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from replayproxy import children
+
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
@@ -26,13 +29,12 @@ class Server:
     output: list[str] = field(default_factory=list)  # every line it printed (stdout + stderr)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        """`sig` to the server itself (so a proxy drains), then SIGKILL to whatever is left of its group."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        children.stop(self.process, 0.0)
         return self.process.returncode
 
 
@@ -48,13 +50,20 @@ def run_server(
 
     `niceness` lowers the server's CPU priority, so a client on the same machine keeps its timing.
     """
-    process = subprocess.Popen(
+    with children.owned(
         [sys.executable, "-m", *argv],
+        0.0,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-    )
+    ) as process:
+        yield from _served(process, argv, startup_timeout_s, niceness)
+
+
+def _served(
+    process: subprocess.Popen[str], argv: Sequence[str], startup_timeout_s: float, niceness: int
+) -> Iterator[Server]:
     if niceness:  # at once, before the new interpreter starts any thread; relative to our own
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, process.pid, os.getpriority(os.PRIO_PROCESS, 0) + niceness)
@@ -81,5 +90,3 @@ def run_server(
     finally:
         server.stop()
         reader.join(5)
-        if process.stdout is not None:
-            process.stdout.close()

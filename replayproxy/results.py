@@ -54,7 +54,7 @@ class ReplayResult:
     content_chunks: int = 0
     status: int = 0
     error: ErrorClass = ""
-    error_message: str = ""  # truncated; never request text
+    error_message: str = ""  # status and the engine's error type, or our own reason; never body text
     expected_input_tokens: int = UNKNOWN  # from the trace
     expected_output_tokens: int = UNKNOWN
     prompt_tokens: int = UNKNOWN  # from the target's usage

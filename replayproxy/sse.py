@@ -4,7 +4,8 @@ Shared by the proxy (which observes and sometimes filters upstream streams) and 
 (which timestamps chunks). `SSEDecoder.feed` accepts any split of the byte stream — a network
 read may hold half an event or several — and follows the WHATWG parsing rules: CRLF, LF or CR
 line ends, `:` comments, `data` lines joined by LF, dispatch on a blank line.
-`classify` says whether an event's data carries generated content (TTFT and ITL count only those).
+`classify` says whether an event's data carries generated content (TTFT and ITL count only those);
+`error_kind` names an error body's type without its text.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ _DONE_INFO = ChunkInfo(DONE)
 _OTHER_INFO = ChunkInfo(OTHER)
 _PLAIN = {kind: ChunkInfo(kind) for kind in KINDS}
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+_ERROR_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,47}")  # `invalid_request_error`, `BadRequestError`
 
 
 def classify(data: bytes) -> ChunkInfo:
@@ -325,6 +327,28 @@ def _choice_kind(choice: dict[str, Any]) -> str:
     if delta.get("tool_calls") or delta.get("function_call"):
         return CONTENT
     return ROLE if delta.get("role") else EMPTY
+
+
+def error_kind(data: bytes) -> str:
+    """The engine's error type or code from its JSON error object (OpenAI and vLLM
+    `{"error": {"type", "code"}}`, older vLLM `{"object": "error", "type"}`, TGI `{"error_type"}`),
+    when it is a short identifier-like token; "" otherwise. Never the message, nor a type that
+    reads like one: either may quote the request."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ""
+    if type(body) is not dict:
+        return ""
+    error = body.get("error")
+    for scope in (error, body) if type(error) is dict else (body,):
+        for key in ("type", "error_type", "code"):
+            value = scope.get(key)
+            if type(value) is int and 0 <= value < 1_000_000:
+                return str(value)
+            if type(value) is str and _ERROR_TOKEN.fullmatch(value):
+                return value
+    return ""
 
 
 def parse_usage(value: object) -> Usage | None:

@@ -211,3 +211,27 @@ def test_stream_classifier_follows_an_envelope_that_changes(monkeypatch: pytest.
     ]
     assert [classifier.classify(data).kind for data in chunks] == [CONTENT] * 50
     assert len(parsed) == 10
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (
+            b'{"error": {"message": "you said: secret", "type": "BadRequestError", "code": 400}}',
+            "BadRequestError",
+        ),
+        (
+            b'{"object": "error", "message": "secret", "type": "invalid_request_error"}',
+            "invalid_request_error",
+        ),
+        (b'{"error": "Input validation error: secret", "error_type": "validation"}', "validation"),
+        (b'{"error": {"message": "secret", "code": 503}}', "503"),
+        (b'{"error": {"message": "m", "type": "secret words here", "code": "also secret"}}', ""),
+        (b'{"error": {"type": "' + b"x" * 60 + b'"}}', ""),
+        (b'{"error": {"type": true, "code": -1}}', ""),
+        (b"secret plain text", ""),
+        (b"[1, 2]", ""),
+    ],
+)
+def test_an_error_kind_is_a_short_token_never_the_message(body: bytes, kind: str) -> None:
+    assert sse.error_kind(body) == kind

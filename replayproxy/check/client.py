@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from replayproxy import clock
+from replayproxy import clock, sse
 from replayproxy.shape import ErrorClass
 
 UNKNOWN = -1
@@ -69,11 +69,12 @@ async def send(
     e2e_ns = clock.now_ns() - start
     if status != 200:
         kind: ErrorClass = "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "other"
-        return Answer(status, kind, f"HTTP {status}{_error_type(raw)}", e2e_ns)
+        error_type = sse.error_kind(raw)
+        return Answer(status, kind, f"HTTP {status} {error_type}" if error_type else f"HTTP {status}", e2e_ns)
     try:
         return parse_answer(orjson.loads(raw), status, e2e_ns)
     except (orjson.JSONDecodeError, ValueError) as e:
-        return Answer(status, "bad_stream", f"unreadable answer: {_short(e)}", e2e_ns)
+        return Answer(status, "bad_stream", f"unreadable answer: {_reason(e)}", e2e_ns)
 
 
 def parse_answer(answer: Any, status: int, e2e_ns: int) -> Answer:
@@ -116,17 +117,6 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else UNKNOWN
 
 
-def _error_type(raw: bytes) -> str:
-    """The engine's error type or code (never its message, which may quote the request)."""
-    try:
-        error = orjson.loads(raw).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        return ""
-    if isinstance(error, dict):
-        kind = error.get("type") or error.get("code")
-        return f" {str(kind)[:40]}" if kind else ""
-    return ""
-
-
-def _short(e: Exception) -> str:
-    return str(e)[:80]
+def _reason(e: Exception) -> str:
+    """Our own reason, or the decoder's class: a decoder's message can quote the bytes it choked on."""
+    return type(e).__name__ if isinstance(e, orjson.JSONDecodeError) else str(e)[:80]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
+from replayproxy import children
 from replayproxy.check.builtin import builtin_prompts
 from replayproxy.check.prompts import PromptSet, read_prompts
 from replayproxy.check.requests import DEFAULT_MAX_TOKENS, DEFAULT_SEED, Sampling
@@ -151,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         api_key=api_key,
     )
     progress = None if args.quiet else _stderr
-    asyncio.run(run_check(options, progress))
+    with children.signals_interrupt():  # SIGTERM/SIGHUP stop the scorers' groups as Ctrl-C does
+        asyncio.run(run_check(options, progress))
     sys.stdout.write(render_checks(check_documents([str(output)]), False, False))
     return 0
 

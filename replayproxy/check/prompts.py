@@ -3,7 +3,8 @@
 Each line is a request body (`messages` or `prompt`, and `tools`, `response_format`, `stop`, ...)
 plus two fields of the check's own: `id` (names the prompt in reports) and `reference` (an
 expected answer). A bad line fails the whole file with its file name and line number, before
-anything is sent.
+anything is sent. A response schema resolves only `$ref`s inside itself: the check fetches nothing
+it was not pointed at (jsonschema would otherwise retrieve a remote `$ref` over the network).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any
 
 import jsonschema
 import orjson
+import referencing.jsonschema
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
 
 from replayproxy.errors import BadInputFile
 
@@ -174,13 +178,51 @@ def _response_format(where: str, fmt: Any) -> tuple[str, dict[str, Any] | None]:
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         raise PromptFileError(f"{where}: `response_format.json_schema.schema` must be a JSON schema object")
+    dialect = schema.get("$schema")
+    known = jsonschema.validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
+    if dialect is not None and known is None:
+        raise PromptFileError(
+            f"{where}: `response_format.json_schema.schema` names an unknown `$schema` {str(dialect)[:100]!r}"
+        )
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:
         raise PromptFileError(
             f"{where}: `response_format.json_schema.schema` is not a valid schema ({e.message})"
         ) from e
+    except RecursionError as e:
+        raise PromptFileError(f"{where}: `response_format.json_schema.schema` is nested too deeply") from e
+    outside = _outside_ref(schema)
+    if outside is not None:
+        raise PromptFileError(
+            f"{where}: `response_format.json_schema.schema` refers to {outside[:100]!r}, outside the schema "
+            "(only local `$ref`s are resolved; nothing is fetched)"
+        )
     return "json_schema", schema
+
+
+def validator(schema: dict[str, Any]) -> Any:
+    """A validator for the schema that resolves only references inside it (an empty registry)."""
+    return jsonschema.validators.validator_for(schema)(schema, registry=Registry())
+
+
+def _outside_ref(schema: dict[str, Any]) -> str | None:
+    """The first `$ref` that does not resolve within the schema itself (each subschema's `$id`
+    setting the base its references resolve against), or None."""
+    root = Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012)
+    stack = [(root, Registry().resolver_with_root(root))]
+    while stack:
+        resource, resolver = stack.pop()
+        contents = resource.contents
+        for key in ("$ref", "$dynamicRef"):
+            ref = contents.get(key) if isinstance(contents, dict) else None
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    return ref
+        stack += [(sub, resolver.in_subresource(sub)) for sub in resource.subresources()]
+    return None
 
 
 def _tools(where: str, tools: Any) -> tuple[str, ...]:

@@ -65,11 +65,11 @@ async def run_check(options: CheckOptions, progress: Progress | None = None) -> 
     try:
         for target in options.targets:
             answers[target.label] = await _ask_target(options, target, headers, progress)
+        scores = await _user_scores(options, answers)
     except asyncio.CancelledError:
-        if answers:  # the targets answered in full are kept; the scorer is not run
+        if answers:  # the targets answered in full are kept, unscored
             _write(options, start_wall_ns, _rows(options, answers, {}), 0, interrupted=True)
         raise
-    scores = await _user_scores(options, answers)
     failures = sum(1 for value in scores.values() if value is None)
     return _write(options, start_wall_ns, _rows(options, answers, scores), failures)
 

@@ -2,7 +2,10 @@
 
 stdin is `{"id", "prompt", "output", "reference"}` (`prompt`: the request's messages or prompt
 text); stdout must be one finite number. The command is split like a shell would (no shell runs).
-A failure costs only that answer's score: it is counted, and the first message is shown.
+Each scorer runs in its own process group, killed with everything it started when it answered, when
+it overruns the per-answer timeout or prints too much, and when the check is interrupted. A failure
+costs only that answer's score: it is counted, and the first message is shown, without the
+scorer's output or stderr (either may quote the answer).
 """
 
 from __future__ import annotations
@@ -10,12 +13,16 @@ from __future__ import annotations
 import asyncio
 import math
 import shlex
+import threading
 from typing import Any
 
 import orjson
 
+from replayproxy import children
 from replayproxy.check.prompts import Prompt
 from replayproxy.errors import BadOption
+
+MAX_PRINTED = 4096  # bytes of stdout read; a number needs a few dozen
 
 
 class ScorerError(Exception):
@@ -40,30 +47,26 @@ async def score(argv: list[str], prompt: Prompt, output: str, timeout_s: float) 
         "output": output,
         "reference": prompt.reference,
     }
+    stop = (
+        threading.Event()
+    )  # set when this answer's task ends, cancelled included: its thread kills the group
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        done = await asyncio.to_thread(
+            children.run_capped, argv, orjson.dumps(payload), timeout_s, MAX_PRINTED, stop
         )
     except OSError as e:
         raise ScorerError(f"cannot start {argv[0]}: {e.strerror or e}") from e
-    try:
-        async with asyncio.timeout(timeout_s):
-            out, err = await process.communicate(orjson.dumps(payload))
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise ScorerError(f"no answer in {timeout_s:g} s") from None
-    if process.returncode:
-        detail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise ScorerError(f"exit status {process.returncode} {detail[0][:120]}".strip())
-    text = out.decode(errors="replace").strip()
+    except children.ChildFailed as e:
+        raise ScorerError(str(e)) from None
+    finally:
+        stop.set()
+    if done.returncode:
+        raise ScorerError(f"exit status {done.returncode}")
+    text = done.stdout.decode(errors="replace").strip()
     try:
         value = float(text)
     except ValueError:
-        raise ScorerError(f"printed {text[:40]!r}, not a number") from None
+        raise ScorerError(f"printed {len(done.stdout)} bytes that are not one number") from None
     if not math.isfinite(value):
-        raise ScorerError(f"printed {text!r}, not a finite number")
+        raise ScorerError(f"printed {text[:12]!r}, not a finite number")
     return text

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any
 
-import jsonschema
 import orjson
 from rapidfuzz import fuzz
 
 from replayproxy.check.client import Answer
-from replayproxy.check.prompts import Prompt
+from replayproxy.check.prompts import Prompt, validator
 
 PPM = 1_000_000
 NOT_APPLICABLE = -1
@@ -55,12 +53,7 @@ def json_checks(prompt: Prompt, answer: Answer) -> tuple[int, int]:
     parses = int(prompt.structure == "json_schema" or isinstance(value, dict))  # json_object: an object
     if prompt.schema is None:
         return parses, NOT_APPLICABLE
-    return parses, int(_validator(prompt.schema).is_valid(value))
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
+    return parses, int(validator(prompt.schema).is_valid(value))
 
 
 def tool_check(prompt: Prompt, answer: Answer) -> int:

@@ -111,7 +111,7 @@ class RequestTimeline:
             return
         elif self.status >= 400:
             self.error = "http_4xx" if self.status < 500 else "http_5xx"
-            self.message = _error_message(b"".join(data for _, data in self.reads))
+            self.message = _error_message(f"HTTP {self.status}", b"".join(data for _, data in self.reads))
         elif self.status != 200:
             self.error, self.message = "other", f"unexpected status {self.status}"
         elif self.complete:
@@ -136,7 +136,7 @@ class RequestTimeline:
                     else:
                         self.per_chunk_usage = False
                 elif info.kind == sse.ERROR and not self.error:
-                    self.error, self.message = "other", _error_message(event.data)
+                    self.error, self.message = "other", _error_message("error event", event.data)
                 if usage is not None:
                     self.usage = usage
                     if usage.completion_tokens >= 0:
@@ -195,12 +195,7 @@ def _since(at_ns: int, sent_ns: int) -> int:
     return at_ns - sent_ns if at_ns != UNSET and sent_ns != UNSET else UNSET
 
 
-def _error_message(body: bytes) -> str:
-    """The server's error message (OpenAI/vLLM `{"error": {"message"}}` or TGI `{"error": "..."}`)."""
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
-    error = answer.get("error", answer) if isinstance(answer, dict) else answer
-    text = error.get("message", error) if isinstance(error, dict) else error
-    return str(text)[:MAX_MESSAGE_CHARS]
+def _error_message(what: str, body: bytes) -> str:
+    """`what` and the engine's error type or code, never its message: engines quote the request in it."""
+    kind = sse.error_kind(body)
+    return f"{what} {kind}" if kind else what

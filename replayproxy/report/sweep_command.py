@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from replayproxy import children
 from replayproxy.errors import BadInputFile, BadOption, RunAborted
 from replayproxy.report.document import build_document, sweep_doc
 from replayproxy.report.goodput import Slo, parse_slo
@@ -27,6 +28,7 @@ from replayproxy.report.sections import sweep_section
 from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
 from replayproxy.trace import load, require_requests
 
+REPLAY_GRACE_S = 30.0  # an interrupted replay step's time to write its partial result before SIGKILL
 EXAMPLES = (
     "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --speeds 0.5,1,2,4 --slo 'ttft<=500ms'",
     "replayproxy sweep prod.rpt --target http://127.0.0.1:8000 --auto --slo 'ttft<=500ms,tpot<=50ms'",
@@ -163,9 +165,13 @@ def run_replay(command: Sequence[str]) -> None:
     """Run one replay step; a failed step stops the sweep with the replayer's last words.
 
     Exit status 1 with the result written is a run with too many errors: a sweep step like any other.
+    The step runs in its own process group (with its preparer and workers); when the caller is
+    interrupted the group gets SIGTERM, which a replay ends like Ctrl-C, writing what it has.
     """
     last = ""
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as step:
+    with children.owned(
+        command, REPLAY_GRACE_S, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as step:
         assert step.stderr is not None
         for line in step.stderr:  # its progress lines pass through as they come
             if line.startswith("replay: ") and "elapsed, ETA" in line:
@@ -173,6 +179,7 @@ def run_replay(command: Sequence[str]) -> None:
                 sys.stderr.flush()
             elif line.strip():
                 last = line.strip()
+        step.wait()
     code = step.returncode
     written = "-o" in command and Path(command[list(command).index("-o") + 1]).exists()
     if code != 0 and not (code == 1 and written):
@@ -180,6 +187,11 @@ def run_replay(command: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with children.signals_interrupt():  # SIGTERM/SIGHUP stop the step's replay as Ctrl-C does
+        return _sweep(args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
     slos: tuple[Slo, ...] = parse_slo(args.slo) if args.slo else ()
     if args.auto and not slos:
         raise BadOption("--auto needs --slo (the target the search must meet)")

@@ -49,6 +49,14 @@ class GenRequest:
     return_token_ids: bool = False  # vLLM's `return_token_ids`: each choice carries its token ids
 
 
+ECHOED_BYTES = 200
+
+
+def echoed_rejection(raw: bytes) -> ApiError:
+    """A 400 whose message quotes the start of the request, as many engines' validators do."""
+    return ApiError(400, f"Invalid request: {raw[:ECHOED_BYTES].decode('utf-8', 'replace')}")
+
+
 _WORDS = WordPrompts()
 
 

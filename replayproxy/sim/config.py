@@ -49,6 +49,7 @@ class SimConfig:
     chat_template: str | None = _opt(None, "with --tokenizer: chatml or llama3 (default: detected)")
     fail_rate: float = _opt(0.0, "fraction of requests answered 500")
     throttle_rate: float = _opt(0.0, "fraction of requests answered 429")
+    echo_reject_rate: float = _opt(0.0, "fraction of valid requests answered 400 quoting their body's start")
     reset_rate: float = _opt(0.0, "fraction of requests whose connection is reset mid-response")
     first_byte_delay: float = _opt(0.0, "extra wall-clock seconds before the first byte of a response")
     stall_rate: float = _opt(0.0, "fraction of streams that pause once mid-stream")
@@ -103,7 +104,7 @@ class SimConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.keepalive_timeout > 0:
             raise ValueError(f"keepalive_timeout must be > 0, got {self.keepalive_timeout}")
-        for name in ("fail_rate", "throttle_rate", "reset_rate", "stall_rate"):
+        for name in ("fail_rate", "throttle_rate", "echo_reject_rate", "reset_rate", "stall_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
         if self.dialect not in DIALECTS:

@@ -1,7 +1,8 @@
 """Seeded fault injection: which requests fail, get throttled, reset or stall, and where.
 
 Every request draws the same number of random values whatever the rates, so a given seed gives the
-same faults to the same arrival order even when only one rate changes.
+same faults to the same arrival order even when only one rate changes. Echoed rejections draw from
+their own generator, so turning them on leaves the other faults where they were.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class FaultDrawer:
     def __init__(self, config: SimConfig) -> None:
         self._config = config
         self._rng = random.Random(f"faults-{config.seed}")
+        self._echo_rng = random.Random(f"echo-{config.seed}")
+
+    def echo_reject(self) -> bool:
+        """Whether this valid request is refused with its own body quoted back (one draw each)."""
+        return self._echo_rng.random() < self._config.echo_reject_rate
 
     def draw(self, events: int) -> Faults:
         """Faults for a request whose answer will have `events` writes (1 for a non-streaming body)."""

@@ -232,6 +232,9 @@ async def _generate(request: web.Request, endpoint: str) -> web.StreamResponse:
             req = api.parse(endpoint, await request.read(), config.model, config.max_model_len, sim.prompts)
         except api.ApiError as e:
             return await _send_error(request, record, e)
+        if sim.faults.echo_reject():
+            record.fault = "echo_400"
+            return await _send_error(request, record, api.echoed_rejection(await request.read()))
         plan, prompt_ids = variants.answer_plan(sim.sampler, config, req, sim.engine.busy, sim.variance)
         record.stream, record.prompt_tokens = req.stream, len(prompt_ids)
         reasoning = _reasoning_tokens(config, endpoint, plan)

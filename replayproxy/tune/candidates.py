@@ -3,7 +3,10 @@
 A TOML file with one `[[engine]]` table per candidate (docs/tune.md). An engine is either a running
 `url`, measured as it is, or a `command` template whose `{port}`, `{host}` and `{knob}` placeholders
 are filled for each configuration of its search space (`grid`, and `baseline` for the
-one-knob-at-a-time strategy). Every mistake is reported with the engine's name and the key.
+one-knob-at-a-time strategy). The template is split into arguments once, as a shell would split it
+(no shell runs), and each placeholder is then filled inside its argument: a value is always exactly
+the part of one argument it replaces, whatever spaces, quotes or `;` it holds. Every mistake is
+reported with the engine's name and the key.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import shlex
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +27,8 @@ Knob = int | float | str | bool
 STRATEGIES = ("grid", "one-at-a-time")
 LOCAL_HOST = "127.0.0.1"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# An engine's name is a folder under the output directory: never empty, `.`, `..`, hidden or a path.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ENGINE_KEYS = {
     "name", "url", "command", "health", "env", "start_timeout", "stop_timeout", "grid", "baseline",
     "strategy", "replay_args", "capacity",
@@ -36,7 +42,8 @@ class Engine:
 
     name: str
     url: str = ""
-    command: str = ""
+    command: str = ""  # the template as written (part of each outcome's identity)
+    arguments: tuple[str, ...] = ()  # the template split into arguments, placeholders still in them
     health: str = "/health"
     env: Mapping[str, str] = field(default_factory=dict)
     start_timeout_s: float = 600.0
@@ -81,8 +88,10 @@ class Config:
     def directory_name(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.=,-]", "_", self.key).replace(",", "_").replace("=", "-")
 
-    def command_line(self, port: int) -> str:
-        return fill(self.engine.command, self._values(port))
+    def argv(self, port: int) -> list[str]:
+        """The command's arguments for this configuration, each placeholder filled in its argument."""
+        values = self._values(port)
+        return [fill(argument, values) for argument in self.engine.arguments]
 
     def environment(self, port: int) -> dict[str, str]:
         values = self._values(port)
@@ -131,8 +140,11 @@ def _engine(table: Any, number: int, source: str, default_strategy: Any) -> Engi
         raise ConfigError(f"{source}: [[engine]] #{number} is not a table")
     name = table.get("name")
     where = f"{source}: engine {name!r}" if isinstance(name, str) and name else f"{source}: engine #{number}"
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"{where}: 'name' must be letters, digits, '.', '_' or '-'")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{where}: 'name' must start with a letter or digit, then letters, digits, '.', '_' or '-' "
+            "(at most 64; it names a folder under the output directory)"
+        )
     unknown = set(table) - _ENGINE_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -149,12 +161,12 @@ def _engine(table: Any, number: int, source: str, default_strategy: Any) -> Engi
     health = _string(table, "health", where) or "/health"
     if not health.startswith("/"):
         raise ConfigError(f"{where}: 'health' must be a path starting with '/', got {health!r}")
-    if command:
-        _check_placeholders(command, grid, where)
+    arguments = _arguments(command, grid, where) if command else ()
     return Engine(
         name=name,
         url=url.rstrip("/"),
         command=command,
+        arguments=arguments,
         health=health,
         env=_env(table.get("env", {}), where),
         start_timeout_s=_seconds(table, "start_timeout", 600.0, where),
@@ -248,8 +260,13 @@ def _capacity(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_placeholders(command: str, grid: Mapping[str, Any], where: str) -> None:
-    used = set(_PLACEHOLDER.findall(command))
+def _arguments(command: str, grid: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The template split once into arguments; every placeholder it uses must be known."""
+    try:
+        arguments = tuple(shlex.split(command))
+    except ValueError as e:
+        raise ConfigError(f"{where}: 'command' cannot be split into arguments ({e})") from e
+    used = {name for argument in arguments for name in _PLACEHOLDER.findall(argument)}
     unknown = used - set(grid) - {"port", "host"}
     if unknown:
         raise ConfigError(f"{where}: command uses {{{sorted(unknown)[0]}}}, which is not a grid knob")
@@ -258,6 +275,7 @@ def _check_placeholders(command: str, grid: Mapping[str, Any], where: str) -> No
     unused = set(grid) - used
     if unused:
         raise ConfigError(f"{where}: grid knob {sorted(unused)[0]!r} does not appear in the command")
+    return arguments
 
 
 def _text(value: Knob) -> str:

@@ -9,17 +9,14 @@ report compares them. Engines it starts are its children and are always stopped.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 
+from replayproxy import children
 from replayproxy.clock import now_ns
 from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
@@ -32,6 +29,7 @@ from replayproxy.tune.runner import Settings, Tuner
 from replayproxy.tune.store import Outcome, trace_digest
 
 SUMMARY_FILE = "tune.json"
+REPORT_GRACE_S = 5.0
 EXAMPLES = (
     "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft:p95<=500ms,tpot:p95<=50ms' -o tune",
     "replayproxy tune prod.rpt --candidates candidates.toml --slo 'ttft<=300ms' --repeat 1 -o quick",
@@ -73,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with children.signals_interrupt():  # SIGTERM/SIGHUP stop every engine and replay as Ctrl-C does
+        return _tune(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
     settings = _settings(args)
     engines = load_candidates(args.candidates)
     facts = trace_facts(settings.traces)
@@ -100,13 +103,10 @@ def run(args: argparse.Namespace) -> int:
         f"{total} configuration(s) of {len(engines)} engine(s); trace {facts.requests} requests at "
         f"{facts.rate:.3g} req/s over {facts.span_s:.1f} s"
     )
-    with _signals_stop_the_run():
-        for engine in engines:
-            _tune_engine(engine, measured)
-        best = _best_per_engine(outcomes)
-        final = (
-            _final_runs(best, engines, tuner, root, settings.repeat) if args.final and len(best) > 1 else []
-        )
+    for engine in engines:
+        _tune_engine(engine, measured)
+    best = _best_per_engine(outcomes)
+    final = _final_runs(best, engines, tuner, root, settings.repeat) if args.final and len(best) > 1 else []
     sys.stdout.write(table(outcomes, facts))
     sys.stdout.write(best_vs_best(best, settings.repeat, settings.precision, outcomes))
     summary = {
@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if final:
         report = [sys.executable, "-m", "replayproxy", "report", *final, "--slo", settings.slo_spec]
         sys.stdout.flush()
-        subprocess.run(report, check=False)
+        with children.owned(report, REPORT_GRACE_S) as shown:
+            shown.wait()
     return 0 if best else 1
 
 
@@ -231,18 +232,3 @@ def _progress(done: int, total: int, reused: int, started_ns: int) -> str:
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-@contextlib.contextmanager
-def _signals_stop_the_run() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run like Ctrl-C, so every engine's `finally` stops it."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

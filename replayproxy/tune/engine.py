@@ -2,7 +2,8 @@
 
 Each engine runs in its own process group (engines such as vLLM start helper processes), so stopping
 signals the whole group: SIGTERM, then SIGKILL after the engine's `stop_timeout`. The context
-manager stops it on every way out — a failed start, a failed measurement, Ctrl-C.
+manager stops it on every way out — a failed start, a failed measurement, Ctrl-C, SIGTERM, SIGHUP.
+The command is the configuration's argument vector, shown as `shlex.join` would quote it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import time
@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from replayproxy import children
 from replayproxy.clock import now_ns
 from replayproxy.tune.candidates import LOCAL_HOST, Config
 
@@ -47,41 +48,26 @@ def running(config: Config, log_path: Path) -> Iterator[RunningEngine]:
         yield RunningEngine(engine.url, None, "")
         return
     port = free_port()
-    command = config.command_line(port)
+    argv = config.argv(port)
+    command = shlex.join(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as log, contextlib.ExitStack() as stack:
         try:
-            process = subprocess.Popen(
-                shlex.split(command),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **config.environment(port)},
-                start_new_session=True,
+            process = stack.enter_context(
+                children.owned(
+                    argv,
+                    engine.stop_timeout_s,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **config.environment(port)},
+                )
             )
         except (OSError, ValueError) as e:
             raise EngineFailed(f"cannot start {command!r}: {e}") from e
-        try:
-            url = f"http://{LOCAL_HOST}:{port}"
-            _wait_healthy(url + engine.health, process, _deadline(engine.start_timeout_s))
-            yield RunningEngine(url, process.pid, command)
-        finally:
-            stop(process, engine.stop_timeout_s)
-
-
-def stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM to the engine's process group, SIGKILL to whatever is left after `timeout_s`."""
-    group = process.pid  # start_new_session: the leader's pid is the group id
-    _signal_group(group, signal.SIGTERM)
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        _signal_group(group, signal.SIGKILL)
-        process.wait()
-    deadline = _deadline(timeout_s)
-    while _group_alive(group) and now_ns() < deadline:
-        time.sleep(0.1)
-    _signal_group(group, signal.SIGKILL)
+        url = f"http://{LOCAL_HOST}:{port}"
+        _wait_healthy(url + engine.health, process, _deadline(engine.start_timeout_s))
+        yield RunningEngine(url, process.pid, command)
 
 
 def free_port() -> int:
@@ -123,16 +109,3 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes] | None, deadline: i
 
 def _deadline(seconds: float) -> int:
     return now_ns() + int(seconds * 1e9)
-
-
-def _signal_group(group: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, sig)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

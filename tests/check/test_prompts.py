@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from replayproxy.check.builtin import BUILTIN, builtin_prompts
-from replayproxy.check.prompts import COMPLETION, PromptFileError, read_prompts
+from replayproxy.check.prompts import COMPLETION, PromptFileError, read_prompts, validator
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -107,3 +107,52 @@ def test_builtin_set_covers_every_finding() -> None:
     assert any(p.has_stop for p in prompts.prompts) and any(p.reference for p in prompts.prompts)
     assert any(p.endpoint == COMPLETION for p in prompts.prompts)
     assert builtin_prompts().digest == prompts.digest
+
+
+def _schema_line(schema: dict[str, object]) -> dict[str, object]:
+    return {
+        **CHAT,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    }
+
+
+def test_local_references_resolve_and_validate_without_a_registry(tmp_path: Path) -> None:
+    schema = {
+        "$id": "https://example.com/root.json",
+        "$defs": {"city": {"type": "string"}, "nested": {"$id": "nested.json", "type": "integer"}},
+        "properties": {"city": {"$ref": "#/$defs/city"}, "days": {"$ref": "nested.json"}},
+    }
+    (prompt,) = read_prompts(write(tmp_path, _schema_line(schema))).prompts
+    assert prompt.schema is not None
+    check = validator(prompt.schema)
+    assert check.is_valid({"city": "Lima", "days": 3}) and not check.is_valid({"city": 1})
+
+
+@pytest.mark.parametrize(
+    ("schema", "error"),
+    [
+        (
+            {"properties": {"a": {"$ref": "http://127.0.0.1:9/s.json"}}},
+            "refers to 'http://127.0.0.1:9/s.json'",
+        ),
+        ({"$ref": "other.json#/x"}, "refers to 'other.json#/x', outside the schema"),
+        ({"$ref": "#/$defs/missing"}, "refers to '#/$defs/missing'"),
+        ({"$schema": "http://127.0.0.1:9/meta"}, "unknown `$schema` 'http://127.0.0.1:9/meta'"),
+        ({"$schema": 5}, "unknown `$schema` '5'"),
+    ],
+)
+def test_a_reference_outside_the_schema_is_refused(
+    tmp_path: Path, schema: dict[str, object], error: str
+) -> None:
+    with pytest.raises(PromptFileError) as refused:
+        read_prompts(write(tmp_path, CHAT, _schema_line(schema)))
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'p.jsonl'}:2: `response_format.json_schema.schema` ")
+    assert error in message and "\n" not in message
+
+
+def test_a_deeply_nested_schema_is_one_line(tmp_path: Path) -> None:
+    schema = b'{"properties": {"a": ' * 450 + b'{"type": "string"}' + b"}}" * 450
+    line = b'{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
+    with pytest.raises(PromptFileError, match="nested too deeply"):
+        read_prompts(write(tmp_path, line + b'"json_schema": {"name": "s", "schema": ' + schema + b"}}}"))

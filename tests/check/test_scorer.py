@@ -28,15 +28,27 @@ def test_scorer_reads_the_payload() -> None:
 @pytest.mark.parametrize(
     ("code", "timeout_s", "message"),
     [
-        ("print('good')", 60, "printed 'good', not a number"),
+        ("print('good')", 60, "printed 5 bytes that are not one number"),
         ("print('nan')", 60, "not a finite number"),
-        ("import sys; sys.exit('broken scorer')", 60, "exit status 1 broken scorer"),
+        ("import sys; sys.exit('broken scorer')", 60, "exit status 1$"),
         ("import time; time.sleep(60)", 1, "no answer in 1 s"),
+        ("import sys; sys.stdout.write('1' * 5000)", 60, "printed more than 4096 bytes"),
     ],
 )
 def test_scorer_failures(code: str, timeout_s: float, message: str) -> None:
     with pytest.raises(ScorerError, match=message):
         run(code, timeout_s)
+
+
+def test_scorer_messages_never_quote_its_output_or_stderr() -> None:
+    """The scorer may echo the answer (its stdin) anywhere; none of it reaches the message."""
+    for code in (
+        "import sys; print(sys.stdin.read())",
+        "import sys; sys.exit(sys.stdin.read())",
+    ):
+        with pytest.raises(ScorerError) as failed:
+            run(code)
+        assert "hello" not in str(failed.value) and "hi" not in str(failed.value).split()
 
 
 def test_missing_scorer_and_bad_command() -> None:

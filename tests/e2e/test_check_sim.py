@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -195,4 +196,30 @@ def test_bad_prompt_file_is_one_line_with_file_and_line(tmp_path: Path, line: by
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x.rpc").exists()
+
+
+def test_a_remote_schema_reference_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """jsonschema would fetch a remote `$ref`; the check refuses it and connects nowhere."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        schema = {"type": "object", "properties": {"city": {"$ref": f"{url}/schema.json"}}}
+        line = {
+            "id": "remote",
+            "messages": [{"role": "user", "content": "Weather as JSON."}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+        }
+        prompts = tmp_path / "prompts.jsonl"
+        prompts.write_bytes(orjson.dumps(line) + b"\n")
+        done = run_cli(
+            "check", "--target", f"A={url}", "--prompts", str(prompts), "-o", str(tmp_path / "x.rpc")
+        )
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection is waiting: neither the target nor the $ref
+            listener.accept()
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert f"{prompts}:1: `response_format.json_schema.schema` refers to '{url}/schema.json'" in done.stderr
     assert not (tmp_path / "x.rpc").exists()

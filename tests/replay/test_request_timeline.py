@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from replayproxy.replay.plan import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
@@ -84,11 +85,32 @@ def test_chunks_without_usage_keep_no_token_counts() -> None:
     assert result.content_chunks == 2 and result.chunk_tokens == ()
 
 
-def test_http_errors_carry_the_servers_message() -> None:
-    body = orjson.dumps({"error": {"message": "simulated internal error", "code": 500}})
-    result = run([(300_000, body)], status=500)
-    assert result.error == "http_5xx" and result.error_message == "simulated internal error"
-    assert run([(300_000, b'{"error": "slow down"}')], status=429).error == "http_4xx"
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (500, {"error": {"message": "secret internal error", "code": 500}}, "HTTP 500 500"),
+        (
+            400,
+            {"error": {"message": "bad: 'secret'", "type": "BadRequestError", "code": 400}},
+            "HTTP 400 BadRequestError",
+        ),
+        (
+            400,
+            {"object": "error", "message": "secret", "type": "invalid_request_error"},
+            "HTTP 400 invalid_request_error",
+        ),
+        (422, {"error": "Input validation error: secret", "error_type": "validation"}, "HTTP 422 validation"),
+        (400, {"error": {"message": "x", "type": "you sent 'secret'", "code": "secret value"}}, "HTTP 400"),
+        (429, "slow down, secret", "HTTP 429"),
+    ],
+)
+def test_http_errors_keep_the_status_and_the_engines_error_type_never_its_text(
+    status: int, body: object, message: str
+) -> None:
+    raw = orjson.dumps(body) if not isinstance(body, str) else body.encode()
+    result = run([(300_000, raw)], status=status)
+    assert result.error == ("http_4xx" if status < 500 else "http_5xx")
+    assert result.error_message == message and "secret" not in result.error_message
 
 
 def test_stream_without_content_is_a_bad_stream() -> None:
@@ -97,9 +119,12 @@ def test_stream_without_content_is_a_bad_stream() -> None:
 
 
 def test_error_event_inside_a_stream() -> None:
-    body = event({"content": "a"}) + b'data: {"error": {"message": "engine died"}}\n\n'
+    body = (
+        event({"content": "a"})
+        + b'data: {"error": {"message": "engine died", "type": "EngineDeadError"}}\n\n'
+    )
     result = run([(300_000, body)])
-    assert result.error == "other" and result.error_message == "engine died"
+    assert result.error == "other" and result.error_message == "error event EngineDeadError"
 
 
 def test_non_streaming_answer() -> None:

@@ -284,3 +284,14 @@ def test_next_turn_hits_its_own_reply_and_token_ids_come_back(start_sim: StartSi
     assert stream[0] == 200
     events = [orjson.loads(line[6:]) for line in stream[1].split(b"\n") if line.startswith(b"data: {")]
     assert sum(len(e["choices"][0]["token_ids"]) for e in events if e["choices"]) == 5
+
+
+def test_an_echoed_rejection_quotes_the_request(start_sim: StartSim) -> None:
+    sim = start_sim(echo_reject_rate=1.0, **FAST)
+    got, answer = post(sim.url + "/v1/chat/completions", chat_body(max_tokens=3))
+    assert got == 400 and answer["error"]["type"] == "BadRequestError"
+    assert (
+        answer["error"]["message"].startswith('Invalid request: {"')
+        and '"messages"' in answer["error"]["message"]
+    )
+    assert read_truth(sim.truth, 1)[0]["fault"] == "echo_400"

@@ -28,8 +28,8 @@ def test_a_grid_expands_in_file_order_and_fills_the_command() -> None:
         "max_num_seqs=128,mnbt=2048",
         "max_num_seqs=128,mnbt=8192",
     ]
-    assert configs[1].command_line(9001) == (
-        "python -m replayproxy.sim --port 9001 --max-num-seqs 64 --max-num-batched-tokens 8192"
+    assert configs[1].argv(9001) == (
+        "python -m replayproxy.sim --port 9001 --max-num-seqs 64 --max-num-batched-tokens 8192".split()
     )
     assert configs[1].environment(9001) == {"X": "9001"}
     assert configs[1].directory_name == "max_num_seqs-64_mnbt-8192"
@@ -39,6 +39,16 @@ def test_braces_that_are_not_placeholders_are_left_alone() -> None:
     assert fill("serve --compilation-config '{\"level\": 3}' --port {port}", {"port": "1"}) == (
         "serve --compilation-config '{\"level\": 3}' --port 1"
     )
+
+
+def test_the_command_is_split_once_and_each_value_fills_only_its_own_argument() -> None:
+    hostile = ["two words", 'it\'s "quoted"', "a; rm -rf x", "a && touch pwned", "$(id)", "`id`", "", "'"]
+    command = "serve --port {port} --value {v} --flag=pre{v}post '--json={\"k\": {v}}'"
+    (engine,) = parse_candidates(_one(command=command, grid={"v": hostile}), "c")
+    for config, value in zip(engine.configurations(), hostile, strict=True):
+        assert config.argv(7) == [
+            "serve", "--port", "7", "--value", value, f"--flag=pre{value}post", '--json={"k": ' + value + "}"
+        ]  # fmt: skip
 
 
 def test_a_url_engine_is_one_configuration_measured_as_is() -> None:
@@ -111,8 +121,11 @@ def test_file_level_mistakes(tmp_path: Path) -> None:
         parse_candidates(
             {"engine": [{"name": "a", "url": "http://h"}, {"name": "a", "url": "http://i"}]}, "c"
         )
-    with pytest.raises(ConfigError, match="'name' must be"):
-        parse_candidates({"engine": [{"name": "a b", "url": "http://h"}]}, "c")
+    for name in ("a b", "..", ".", ".hidden", "a/b", "/abs", "", "-rf", "x" * 65):
+        with pytest.raises(ConfigError, match="'name' must start with a letter or digit"):
+            parse_candidates({"engine": [{"name": name, "url": "http://h"}]}, "c")
+    with pytest.raises(ConfigError, match="'command' cannot be split into arguments"):
+        parse_candidates({"engine": [{"name": "a", "command": "serve --port {port} 'unclosed"}]}, "c")
     bad = tmp_path / "c.toml"
     bad.write_text("[[engine]\n")
     with pytest.raises(ConfigError, match="not valid TOML"):

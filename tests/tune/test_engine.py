@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import json
+import shlex
 import sys
 import urllib.request
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from replayproxy.tune.candidates import parse_candidates
 from replayproxy.tune.engine import EngineFailed, running
+from tests.processes import survivors
 
 SIM = f"{sys.executable} -m replayproxy.sim --port {{port}}"
 
@@ -22,11 +24,7 @@ def _config(command: str, **engine: object):  # type: ignore[no-untyped-def]
 
 
 def _group_gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return survivors([], groups=[pid]) == []
 
 
 def test_an_engine_and_its_helpers_are_stopped_when_the_block_ends(tmp_path: Path) -> None:
@@ -70,3 +68,38 @@ def test_a_command_that_cannot_run_is_one_clear_failure(tmp_path: Path) -> None:
     with pytest.raises(EngineFailed, match="cannot start"):
         with running(_config("/no/such/engine --port {port}"), tmp_path / "engine.log"):
             raise AssertionError("never started")
+
+
+def test_each_knob_value_reaches_the_engine_as_exactly_one_argument(tmp_path: Path) -> None:
+    """No shell runs and nothing is split after filling: what the engine gets is the value itself."""
+    recorded = tmp_path / "argv.jsonl"
+    engine = tmp_path / "engine.py"
+    engine.write_text(
+        "import json, os, sys\n"
+        f"open({str(recorded)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "server = [sys.executable, '-m', 'http.server', sys.argv[2], '--bind', '127.0.0.1']\n"
+        "os.execv(sys.executable, server)\n"
+    )
+    pwned = tmp_path / "pwned"
+    hostile = [
+        "two words",
+        'it\'s "quoted"',
+        f"x; touch {pwned}",
+        f"a && touch {pwned}",
+        f"$(touch {pwned})",
+        f"`touch {pwned}`",
+    ]
+    command = (
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(engine))} --port {{port}} --v {{v}} --both=<{{v}}>"
+    )
+    (e,) = parse_candidates(
+        {"engine": [{"name": "e", "command": command, "grid": {"v": hostile}, "health": "/"}]}, "c"
+    )
+    for config in e.configurations():
+        with running(config, tmp_path / "engine.log") as started:
+            assert started.pid is not None and shlex.split(started.command)[-3:] == [
+                "--v", config.knobs["v"], f"--both=<{config.knobs['v']}>"
+            ]  # fmt: skip
+    got = [json.loads(line) for line in recorded.read_text().splitlines()]
+    assert [argv[2:] for argv in got] == [["--v", v, f"--both=<{v}>"] for v in hostile]
+    assert not pwned.exists()

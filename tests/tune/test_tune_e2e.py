@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import meets, step_of
 from replayproxy.tune.candidates import parse_candidates
 from replayproxy.tune.engine import running
+from tests.processes import survivors
 
 SLO = "ttft:p95<=250ms"
 SIM = f"{sys.executable} -m replayproxy.sim --port {{port}}"
@@ -50,11 +50,7 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _group_gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return survivors([], groups=[pid]) == []
 
 
 @pytest.mark.slow
