@@ -304,7 +304,9 @@ def sweep_doc(
     attainment: float = ATTAINMENT,
 ) -> SweepDoc:
     steps = [step_of(r, slos) for r in group]
-    knee = find_knee(steps, max_error_rate)
+    knee = find_knee(
+        steps, max_error_rate, (lambda s: meets(s, max_error_rate, attainment)) if slos else None
+    )
     point = steps[knee.step] if knee.step is not None else None
     meeting = [s for s in steps if slos and meets(s, max_error_rate, attainment)]
     return {
@@ -320,6 +322,7 @@ def sweep_doc(
         "saturated_at_lowest_step": knee.step is None and knee.broke_at is not None,
         "break_reasons": list(knee.reasons),
         "knee": knee.describe(steps),
+        "noise": list(knee.noise),
         "max_rate_under_slo": max(s.requests_per_s for s in meeting) if meeting else None,
         "best_speed_meeting_slo": best_speed,
         "max_error_rate": max_error_rate,

@@ -283,7 +283,7 @@ def sweep_section(doc: Document) -> list[Table]:
             "errors",
             "goodput req/s",
         ]
-        notes = [sweep["knee"], "in flight = mean requests in flight; latency in ms"]
+        notes = [sweep["knee"], *sweep["noise"], "in flight = mean requests in flight; latency in ms"]
         if sweep["closed_loop"]:
             notes.append(f"closed loop: c=N keeps N requests in flight; offered rate is {MISSING}")
         if sweep["max_rate_under_slo"] is not None:

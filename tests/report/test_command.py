@@ -192,7 +192,8 @@ def test_a_truncated_result_is_reported_with_what_was_read_and_exit_2(
     assert "warning: result files read in part (truncated or damaged): engine-b" in doc["verdict"]["lines"]
     (line,) = captured.err.splitlines()
     assert line.startswith(f"replayproxy report: {two_runs[1]}: read in part (truncated")
-    assert line.endswith(f"{read} requests read; the report covers what was read (--allow-partial accepts it)")
+    said = f"{read} requests read; the report covers what was read (--allow-partial accepts it)"
+    assert line.endswith(said)
     assert main(["report", *two_runs, "--allow-partial"]) == 0
     assert capsys.readouterr().err == ""
 
