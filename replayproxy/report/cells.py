@@ -15,6 +15,7 @@ class Table:
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
     key: str = ""  # machine name of the section, e.g. for HTML anchors
+    keys: int = 1  # leading columns that name a row (left-aligned; repeated when a wide table is split)
 
 
 def fmt(value: object) -> str:

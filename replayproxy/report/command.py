@@ -17,8 +17,8 @@ from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.regression_gate import Outcome, evaluate, parse_gate
 from replayproxy.report.render_json import render_json
-from replayproxy.report.render_text import render_markdown, render_text
-from replayproxy.report.runs import load_runs
+from replayproxy.report.render_text import WIDTH, render_markdown, render_text, text_width
+from replayproxy.report.runs import read_runs
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_share
 
 INCONCLUSIVE_EXIT = 3  # a replay gate's interval straddles its limit: neither passed nor failed
@@ -69,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gate-base", metavar="LABEL", help="the run label BASE stands for (default: the first candidate)"
     )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="accept result files read only in part (truncated or damaged): the report covers what was "
+        "read either way, and without this option the exit status is 2",
+    )
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
@@ -98,10 +104,12 @@ def run(args: argparse.Namespace) -> int:
             raise BadOption("--html and --baseline need replay results (.rpr); only check results given")
         _write(args, check_report.render_checks(checks, args.json, args.markdown))
         return _check_gate_line(checks)
-    runs = load_runs(replay_paths)
+    loaded = read_runs(replay_paths)
+    runs = loaded.runs
     baseline = baseline_run(args.baseline) if args.baseline else None
     doc = build_document(
         runs,
+        read_warnings=[*loaded.damaged, *loaded.duplicates],
         baseline=baseline,
         slos=slos,
         slo_spec=args.slo or "",
@@ -118,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         text = render_json({**doc, "checks": checks} if checks else doc)
     else:
-        text = render_markdown(doc) if args.markdown else render_text(doc)
+        width = WIDTH if args.output else text_width(sys.stdout)
+        text = render_markdown(doc) if args.markdown else render_text(doc, width)
         if checks:
             text = check_report.render_checks(checks, False, args.markdown) + "\n" + text
     _write(args, text)
@@ -127,7 +136,20 @@ def run(args: argparse.Namespace) -> int:
         labels = [c.label for c in doc["verdict"]["candidates"]]
         base = args.gate_base or (labels[0] if labels else "")
         code = _gate_line(evaluate(runs, gate_clauses, base, slos, resamples=args.resamples, seed=args.seed))
-    return _check_gate_line(checks) or code
+    return _check_gate_line(checks) or _damage_line(loaded.damaged, args.allow_partial) or code
+
+
+def _damage_line(damaged: list[str], allowed: bool) -> int:
+    """One line on stderr for result files read only in part; exit 2 (bad input) unless allowed."""
+    if not damaged or allowed:
+        return 0
+    more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+    print(
+        f"replayproxy report: {damaged[0]}{more}; the report covers what was read "
+        "(--allow-partial accepts it)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _check_gate_line(checks: list[CheckDoc]) -> int:

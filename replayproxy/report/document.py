@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -53,7 +54,9 @@ def build_document(
     resamples: int = 1000,
     seed: int = 0,
     max_error_rate: float = 0.01,
+    read_warnings: Sequence[str] = (),
 ) -> Document:
+    """`read_warnings`: what reading the result files saw (files read in part, copies left out)."""
     columns = [*runs, *([baseline] if baseline is not None else [])]
     sweeps = [sweep_doc(group, slos, max_error_rate) for group in sweep_groups(runs)]
     doc: Document = {
@@ -65,7 +68,11 @@ def build_document(
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
         "sweeps": sweeps,
         "contracts": [contracts.contract_of(g[0]) for g in candidates(runs)],
-        "warnings": [*cache.header_notes(columns), *(w for r in columns for w in run_warnings(r))],
+        "warnings": [
+            *read_warnings,
+            *cache.header_notes(columns),
+            *(w for r in columns for w in run_warnings(r)),
+        ],
     }
     doc["warnings"] += [w for w in doc["verdict"]["warnings"] if w.startswith(VERDICT_ONLY_WARNINGS)]
     return doc
@@ -136,7 +143,8 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
         "exact_input_count": in_count,
         "exact_output_share": num(out_share),
         "exact_output_count": out_count,
-        "goodput": goodput_doc(goodput(m, slos)) if slos and timed else None,
+        # Known when a request has timings, or when every one failed (0 good); not for a synthetic trace.
+        "goodput": goodput_doc(goodput(m, slos)) if slos and (timed or (m.n and not m.ok.any())) else None,
         "telemetry": _telemetry_doc(run, m.n),
         "gpu": [gpu.summarize(record) for record in run.extras.get("gpu", [])][0]
         if run.extras.get("gpu")
@@ -297,7 +305,9 @@ def sweep_doc(
     attainment: float = ATTAINMENT,
 ) -> SweepDoc:
     steps = [step_of(r, slos) for r in group]
-    knee = find_knee(steps, max_error_rate)
+    knee = find_knee(
+        steps, max_error_rate, (lambda s: meets(s, max_error_rate, attainment)) if slos else None
+    )
     point = steps[knee.step] if knee.step is not None else None
     meeting = [s for s in steps if slos and meets(s, max_error_rate, attainment)]
     return {
@@ -313,6 +323,7 @@ def sweep_doc(
         "saturated_at_lowest_step": knee.step is None and knee.broke_at is not None,
         "break_reasons": list(knee.reasons),
         "knee": knee.describe(steps),
+        "noise": list(knee.noise),
         "max_rate_under_slo": max(s.requests_per_s for s in meeting) if meeting else None,
         "best_speed_meeting_slo": best_speed,
         "max_error_rate": max_error_rate,

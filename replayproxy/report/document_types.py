@@ -290,6 +290,7 @@ class SweepDoc(TypedDict):
     saturated_at_lowest_step: bool
     break_reasons: list[str]
     knee: str
+    noise: list[str]  # bends not read as saturation: not repeated by a higher load, or client-bound
     max_rate_under_slo: float | None
     best_speed_meeting_slo: float | None
     max_error_rate: float

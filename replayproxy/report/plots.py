@@ -19,6 +19,7 @@ from replayproxy.report import telemetry
 from replayproxy.report.document_types import Document
 from replayproxy.report.goodput import Slo, goodput
 from replayproxy.report.measures import in_flight_series
+from replayproxy.report.plot_axes import readable
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import grouped_summaries
 
@@ -43,8 +44,10 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def to_svg(fig: Figure) -> str:
+    """The figure as inline SVG with readable axes (report.plot_axes); its size follows the page (CSS)."""
     import matplotlib
 
+    readable(fig)
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "replayproxy"}):
         fig.savefig(buf, format="svg")

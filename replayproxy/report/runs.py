@@ -5,10 +5,16 @@ runs of one label at one speed are repetitions of one candidate (numbered 1..K i
 different things to be told apart by a mangled name. Shards of a sharded replay (RunHeader.shard
 "i/N", same label, target and trace digest) become one run; their send times are put on one time
 line through each shard's start wall time.
+
+Results are read defensively (`read_runs`): a file read only in part (a truncated tail, a damaged
+frame, no footer because its writer never finished) is kept with what was read and named, so the
+caller can refuse it; a second copy of one run (the same header and the same measured times to the
+nanosecond, e.g. a copied file) is counted once and named.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,6 +26,7 @@ from replayproxy.errors import BadInputFile
 from replayproxy.report import telemetry
 from replayproxy.report.measures import Measures, Requests, measure
 from replayproxy.results import ResultFile, RunHeader, load_results
+from replayproxy.trace import ReadReport
 
 
 @dataclass(slots=True)
@@ -44,6 +51,7 @@ class Run:
     cancelled: int = 0  # requests cut off by an interruption, left out of every figure
     prepared_late: int = 0  # requests sent late because their bodies were not prepared in time
     at_speed: bool = False  # the label was replayed at several loads: headings name the load
+    damage: tuple[str, ...] = ()  # what made its files readable only in part (figures cover what was read)
 
     @property
     def speed(self) -> float | None:
@@ -100,18 +108,72 @@ def model_of(header: RunHeader) -> str:
     return ""
 
 
-def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
-    """Load result files, merge shards, and return one Run per replay run in file-name order."""
+@dataclass(slots=True)
+class Loaded:
+    """Runs as read, and what the reading saw besides: files read in part or not at all, copies."""
+
+    runs: list[Run]
+    damaged: list[str]  # one line per file read in part or skipped; the runs' figures cover what was read
+    duplicates: list[str]  # one line per copy of a run already read, left out
+
+
+def read_runs(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
+    """Load result files, merge shards, leave out copies, and name every file read in part."""
+    report = ReadReport()
+    files = load_results(paths, report)
+    damaged = [w for w in report.warnings if ": skipped: " in w]  # of several, files not read at all
+    damage: dict[str, list[str]] = {}
+    for f in files:
+        name = str(f.path)
+        seen = [w.removeprefix(f"{name}: ") for w in report.warnings if w.startswith(f"{name}: ")]
+        if not seen and not f.footer:
+            seen.append("no footer: the file ends early (its writer did not finish)")
+        if seen:
+            damage[name] = seen
+            damaged.append(f"{name}: read in part ({'; '.join(seen)}): {len(f)} requests read")
+    files, duplicates = _without_copies(files)
     groups: dict[tuple[str, ...], list[ResultFile]] = {}
-    for f in load_results(paths):
+    for f in files:
         h = f.header
         key: tuple[str, ...] = (str(f.path),)
         if h.shard:
             key = ("shard", h.label, h.target, h.trace_digest, h.shard.partition("/")[2])
         groups.setdefault(key, []).append(f)
-    runs = [_run(files) for files in groups.values()]
+    runs = [_run(group) for group in groups.values()]
+    for run in runs:
+        run.damage = tuple(d for path in run.paths for d in damage.get(path, ()))
     number_repetitions(runs)
-    return runs
+    return Loaded(runs, damaged, duplicates)
+
+
+def load_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
+    """The runs of `read_runs`, for a caller that reads the files it has just written itself."""
+    return read_runs(paths).runs
+
+
+def _without_copies(files: list[ResultFile]) -> tuple[list[ResultFile], list[str]]:
+    """The first file of each run; a later one with the same header and the same measured times
+    (to the nanosecond: no two runs share them) is a copy, left out and named."""
+    first: dict[str, str] = {}
+    kept, copies = [], []
+    for f in files:
+        digest = _run_digest(f)
+        if digest in first:
+            copies.append(f"{f.path} is a copy of {first[digest]} (the same run): counted once")
+            continue
+        first[digest] = str(f.path)
+        kept.append(f)
+    return kept, copies
+
+
+def _run_digest(f: ResultFile) -> str:
+    h = f.header
+    digest = hashlib.sha256(
+        repr((h.label, h.target, h.start_wall_ns, h.shard, h.repetition, len(f))).encode()
+    )
+    for name in ("index", "sent_ns", "ttft_ns", "e2e_ns"):
+        digest.update(np.ascontiguousarray(f.column(name)).tobytes())
+    return digest.hexdigest()
 
 
 def number_repetitions(runs: list[Run]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from replayproxy.report.cells import MISSING, Table, fmt, pct
 from replayproxy.report.compare import QUANTILES
-from replayproxy.report.decision_types import IntervalDoc, QuantileComparisonDoc
+from replayproxy.report.decision_types import IntervalDoc
 from replayproxy.report.document_types import (
     Breakdowns,
     Document,
@@ -94,8 +94,8 @@ def latency_section(doc: Document) -> list[Table]:
         "latency covers successful requests; count = requests (ITL: gaps) measured; "
         "TPOT only over streaming replies of at least 2 output tokens"
     ]
-    notes += [f"{r['name']}: {NO_TIMINGS}" for r in runs if not r["timed_requests"]]
-    return [Table("Latency", ["metric", "stat", *(r["name"] for r in runs)], rows, notes, "latency")]
+    notes += [f"{r['name']}: {NO_TIMINGS}" for r in runs if r["succeeded"] and not r["timed_requests"]]
+    return [Table("Latency", ["metric", "stat", *(r["name"] for r in runs)], rows, notes, "latency", keys=2)]
 
 
 NO_TIMINGS = (
@@ -190,40 +190,44 @@ def _per_token_clause(slo: SloSection) -> bool:
 
 
 def comparison_section(doc: Document) -> list[Table]:
+    """One table per compared pair: a row per metric and percentile, so it fits a terminal."""
     tables = []
     for c in doc["comparisons"]:
-        rows = [
-            [
-                metric.upper(),
-                fmt(mc.pairs),
-                fmt(mc.median_ratio_b_over_a),
-                pct(mc.share_faster_b),
-                *(cell for q in QUANTILES for cell in _quantile_cells(mc.quantiles[q])),
-            ]
-            for metric, mc in c.metrics.items()
-        ]
+        rows = []
+        for metric, mc in c.metrics.items():
+            for i, q in enumerate(QUANTILES):
+                head = [metric.upper(), fmt(mc.pairs), fmt(mc.median_ratio_b_over_a), pct(mc.share_faster_b)]
+                quantile = mc.quantiles[q]
+                rows.append(
+                    [
+                        *(head if i == 0 else [""] * len(head)),
+                        f"p{q}",
+                        _ci(quantile.diff_ms),
+                        quantile.verdict,
+                    ]
+                )
         notes = [
-            f"A = {c.a} ({c.runs_a} runs), B = {c.b} ({c.runs_b} runs); pairs: "
-            f"{c.common_requests} requests in both first runs ({c.only_a} only in A, "
-            f"{c.only_b} only in B)",
-            "diffs are B - A of the mean per-run percentile; 95% CI from resampling runs, then requests; "
-            "a difference within the spread between repetitions is 'no clear difference'",
+            f"A = {c.a} ({_runs(c.runs_a)}), B = {c.b} ({_runs(c.runs_b)}); pairs: of the "
+            f"{c.common_requests} requests in both first runs ({c.only_a} only in A, {c.only_b} only in B), "
+            "those both answered and measured the metric",
+            "diff: B - A of the mean per-run percentile, 95% CI from resampling runs, then requests; a "
+            "difference within the spread between repetitions is 'no clear difference'",
         ]
+        unpaired = [metric.upper() for metric, mc in c.metrics.items() if not mc.pairs]
+        if unpaired and c.common_requests:
+            notes.append(
+                f"{', '.join(unpaired)}: no pair: none of the {c.common_requests} requests in both first "
+                "runs was measured by both (failed, or no timings)"
+            )
         if c.run_to_run_noise == "unknown":
             notes.append("run-to-run noise unknown (one run of A or B): replay with --repeat 3")
-        header = [
-            "metric",
-            "pairs",
-            "median B/A",
-            "faster on B",
-            *(cell for q in QUANTILES for cell in (f"p{q} diff ms [95% CI]", f"p{q}")),
-        ]
+        header = ["metric", "pairs", "median B/A", "faster on B", "stat", "diff ms [95% CI]", "verdict"]
         tables.append(Table(f"Paired: {c.b} vs {c.a}", header, rows, notes, "comparison"))
     return tables
 
 
-def _quantile_cells(q: QuantileComparisonDoc) -> tuple[str, str]:
-    return _ci(q.diff_ms), q.verdict
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
 
 
 def _ci(d: IntervalDoc) -> str:
@@ -254,7 +258,8 @@ def breakdown_section(doc: Document) -> list[Table]:
     tables = []
     for key, title in (("input_length", "By input length (tokens)"), ("endpoint", "By endpoint")):
         rows = [[g["name"], r["name"], *_group_cells(g)] for r in runs for g in _groups(r["breakdowns"], key)]
-        tables.append(Table(title, ["group", "run", *GROUP_HEADER], rows, ["latency in ms"], f"by_{key}"))
+        header = ["group", "run", *GROUP_HEADER]
+        tables.append(Table(title, header, rows, ["latency in ms"], f"by_{key}", keys=2))
     windows = sum(len(r["breakdowns"]["window_10s"]) for r in runs)
     if windows <= MAX_TEXT_WINDOWS:
         rows = [
@@ -269,6 +274,7 @@ def breakdown_section(doc: Document) -> list[Table]:
                 rows,
                 ["latency in ms"],
                 "by_window",
+                keys=2,
             )
         )
     else:
@@ -313,7 +319,7 @@ def sweep_section(doc: Document) -> list[Table]:
             "errors",
             "goodput req/s",
         ]
-        notes = [sweep["knee"], "in flight = mean requests in flight; latency in ms"]
+        notes = [sweep["knee"], *sweep["noise"], "in flight = mean requests in flight; latency in ms"]
         if sweep["closed_loop"]:
             notes.append(f"closed loop: c=N keeps N requests in flight; offered rate is {MISSING}")
         if sweep["max_rate_under_slo"] is not None:

@@ -6,7 +6,9 @@ order and each is compared with the one before. A step *bends* when its p95 TTFT
 the load did (and by over 50 ms) or crosses the SLO, when failures appear (error rate at or above
 the threshold), or when its throughput stops growing (achieved req/s grew by less than half of the
 load increase). The operating point is the step before the first bend. A bend at the lowest step
-means the engine was already saturated there: the sweep asks for lower steps.
+means the engine was already saturated there: the sweep asks for lower steps. Under noise a bend
+must hold: one that no higher step repeats (a higher load served better, or met the SLO) is read as
+noise, and a client-bound step's throughput as the replayer's limit; both are named.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ class Knee:
     step: int | None  # index into the load-sorted steps; None: the lowest step already bent
     broke_at: int | None  # the first step that bent; None: no step did
     reasons: tuple[str, ...]  # why broke_at bent
+    noise: tuple[str, ...] = ()  # steps whose bend a higher load did not repeat, or client-bound ones
 
     def describe(self, steps: list[Step]) -> str:
         if self.broke_at is None:
@@ -145,43 +148,105 @@ class Knee:
                 f"already saturated at the lowest step, {steps[0].load_text} ({why}): "
                 "add lower steps (lower --rates, --speeds or --concurrency)"
             )
-        return (
-            f"operating point at {steps[self.step].load_text}: "
-            f"the next step ({steps[self.broke_at].load_text}) {why}"
-        )
+        which = "the next step" if self.broke_at == self.step + 1 else "the next step that bent"
+        broke = steps[self.broke_at].load_text
+        return f"operating point at {steps[self.step].load_text}: {which} ({broke}) {why}"
 
 
-def break_reasons(prev: Step | None, cur: Step, max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
-    reasons = []
+Bend = tuple[str, str]  # (kind: "errors" | "slo" | "throughput" | "latency", in words)
+
+
+def bends(prev: Step | None, cur: Step, max_error_rate: float = MAX_ERROR_RATE) -> list[Bend]:
+    """How `cur` bends against the step before it (None: it is the lowest step)."""
+    out: list[Bend] = []
     if cur.error_rate >= max_error_rate:
-        reasons.append(f"failed {cur.error_rate:.1%} of requests")
-    reasons.extend(f"crossed the SLO ({c})" for c in cur.slo_crossed)
+        out.append(("errors", f"failed {cur.error_rate:.1%} of requests"))
+    out.extend(("slo", f"crossed the SLO ({c})") for c in cur.slo_crossed)
     if prev is None:
         offered, served = cur.offered_requests_per_s, cur.served_requests_per_s
         if math.isfinite(offered) and math.isfinite(served) and served < SATURATED_SHARE * offered:
-            reasons.append(f"served {served:.3g} of {offered:.3g} req/s offered")
-        return reasons
+            # In words, the table's achieved figure; the rule discounts the run's own tail (served).
+            out.append(("throughput", f"achieved {cur.requests_per_s:.3g} of {offered:.3g} req/s offered"))
+        return out
     load = cur.load / prev.load if prev.load > 0 else math.inf
     if cur.requests_per_s < prev.requests_per_s * (1 + GROWTH_SHARE * (load - 1)):
-        reasons.append(
+        out.append((
+            "throughput",
             f"throughput stopped growing ({prev.requests_per_s:.3g} -> {cur.requests_per_s:.3g} req/s "
-            f"for {load:.3g}x the load)"
-        )
+            f"for {load:.3g}x the load)",
+        ))  # fmt: skip
     before, after = prev.ttft_ms.p95, cur.ttft_ms.p95
     if after > load * before and after - before > P95_JUMP_MIN_MS:
-        reasons.append(f"p95 TTFT bent ({before:.4g} -> {after:.4g} ms for {load:.3g}x the load)")
-    return reasons
+        out.append(("latency", f"p95 TTFT bent ({before:.4g} -> {after:.4g} ms for {load:.3g}x the load)"))
+    return out
 
 
-def find_knee(steps: list[Step], max_error_rate: float = MAX_ERROR_RATE) -> Knee:
-    """Apply the operating-point rule to steps sorted by load."""
+def _repeats(
+    kind: str,
+    prev: Step | None,
+    cur: Step,
+    later: Step,
+    max_error_rate: float,
+    passes: Callable[[Step], bool] | None,
+) -> bool:
+    """Whether `later`, at a higher load than `cur`, bends the way `cur` did. A later step that
+    meets the SLO repeats no failure, nor the lowest step's shortfall: the engine served more."""
+    if passes is not None and passes(later) and (kind in ("errors", "slo") or prev is None):
+        return False
+    if kind == "errors":
+        return later.error_rate >= max_error_rate
+    if kind == "slo":
+        return bool(later.slo_crossed)
+    if kind == "throughput" and prev is None:
+        return not later.served_requests_per_s >= SATURATED_SHARE * cur.offered_requests_per_s
+    return kind in {k for k, _ in bends(prev, later, max_error_rate)}
+
+
+def find_knee(
+    steps: list[Step],
+    max_error_rate: float = MAX_ERROR_RATE,
+    passes: Callable[[Step], bool] | None = None,
+) -> Knee:
+    """Apply the operating-point rule to steps sorted by load, under noise: a client-bound step's
+    throughput is the replayer's limit, not a bend; a step whose bend no higher step repeats
+    (non-monotone: a higher load served better) is noise, not saturation. `passes`: the SLO's
+    pass rule, when there is one."""
     prev: Step | None = None
+    noisy: list[str] = []
+    prev_i: int | None = None
     for i, cur in enumerate(steps):
-        reasons = break_reasons(prev, cur, max_error_rate)
-        if reasons:
-            return Knee(i - 1 if i > 0 else None, i, tuple(reasons))
-        prev = cur
-    return Knee(len(steps) - 1 if steps else None, None, ())
+        found = bends(prev, cur, max_error_rate)
+        if client_bound(cur) and any(kind == "throughput" for kind, _ in found):
+            found = [(kind, words) for kind, words in found if kind != "throughput"]
+            noisy.append(
+                f"{cur.load_text}: client-bound (schedule lag p99 {cur.lag_p99_ms:.3g} ms > "
+                f"{LAG_WARN_MS:g} ms): its throughput is the replayer's limit, not read as the engine's"
+            )
+        if not found:
+            prev, prev_i = cur, i
+            continue
+        kinds = {kind for kind, _ in found}
+        higher = next(
+            (
+                later
+                for later in steps[i if prev is None else i + 1 :]  # the lowest step may meet the SLO itself
+                if not any(_repeats(k, prev, cur, later, max_error_rate, passes) for k in kinds)
+            ),
+            None,
+        )
+        words = ", ".join(w for _, w in found)
+        if higher is cur:
+            noisy.append(f"{cur.load_text} {words}, but met the SLO: not read as saturation")
+        elif higher is not None:
+            noisy.append(
+                f"{cur.load_text} {words}, but a higher load, {higher.load_text}, did not: "
+                "read as noise (non-monotone), not saturation"
+            )
+        if higher is not None:
+            prev, prev_i = cur, i
+            continue
+        return Knee(prev_i, i, tuple(w for _, w in found), tuple(noisy))
+    return Knee(prev_i, None, (), tuple(noisy))
 
 
 def check_share(option: str, value: float) -> None:

@@ -22,7 +22,7 @@ from replayproxy.errors import BadInputFile, BadOption, RunAborted
 from replayproxy.report.document import build_document, sweep_doc
 from replayproxy.report.goodput import Slo, parse_slo
 from replayproxy.report.render_json import render_json
-from replayproxy.report.render_text import format_markdown, format_text
+from replayproxy.report.render_text import format_markdown, format_text, text_width
 from replayproxy.report.runs import Run, load_runs
 from replayproxy.report.sections import sweep_section
 from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
@@ -250,7 +250,9 @@ def _sweep(args: argparse.Namespace) -> int:
         sys.stdout.write(render_json(doc))
     else:
         section = sweep_section(doc)
-        sys.stdout.write(format_markdown(section) if args.markdown else format_text(section))
+        sys.stdout.write(
+            format_markdown(section) if args.markdown else format_text(section, text_width(sys.stdout))
+        )
     return 0
 
 

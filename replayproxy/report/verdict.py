@@ -259,6 +259,9 @@ def _warnings(groups: list[list[Run]]) -> list[str]:
     partial = [r.name for r in runs if r.partial]
     if partial:
         out.append(f"warning: partial runs (interrupted): {', '.join(partial)}")
+    damaged = [r.name for r in runs if r.damage]
+    if damaged:
+        out.append(f"warning: result files read in part (truncated or damaged): {', '.join(damaged)}")
     out.extend(f"warning: {d}" for d in contracts.differences([contracts.contract_of(g[0]) for g in groups]))
     return out
 

@@ -10,6 +10,7 @@ from replayproxy.cli import main
 from replayproxy.replay.procedure import interleaved
 from replayproxy.report.runs import load_runs
 from tests.replay import traces
+from tests.report.helpers import opening_of
 from tests.servers import sim
 
 pytestmark = pytest.mark.slow
@@ -59,7 +60,7 @@ def test_compare_interleaves_the_repetitions_of_two_engines_and_reports(
         "replayproxy compare: run 1/6: on, repetition 1",
         "replayproxy compare: run 2/6: off, repetition 1",
     ]
-    opening = "\n".join(captured.out.splitlines()[:15])
+    opening = "\n".join(opening_of(captured.out))
     assert opening.startswith("Verdict") and "3 runs each" in opening
     assert "one candidate after the other" not in opening
 

@@ -9,6 +9,7 @@ import pytest
 
 from replayproxy.cli import main
 from tests.replay import traces
+from tests.report.helpers import opening_of
 from tests.servers import sim
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def _verdict(paths: list[Path], slo: str, capsys: pytest.CaptureFixture[str]) ->
     assert main(["report", *map(str, paths), "--slo", slo, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert main(["report", *map(str, paths), "--slo", slo]) == 0
-    return doc["verdict"], "\n".join(capsys.readouterr().out.splitlines()[:15])
+    return doc["verdict"], "\n".join(opening_of(capsys.readouterr().out))
 
 
 def test_the_same_config_under_two_labels_is_no_clear_difference(

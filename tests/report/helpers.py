@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,10 @@ import numpy as np
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 
 MS = 1_000_000
+START_NS = 1_700_000_000 * 10**9
+# Each run written gets its own start, a nanosecond after the one before, as real runs never share
+# one: two files of equal header and times are one run copied, and the report counts it once.
+_starts = itertools.count(START_NS)
 
 
 def result(
@@ -61,13 +66,13 @@ def write_run(
     digest: str = "d1",
     options: dict[str, Any] | None = None,
     shard: str = "",
-    start_wall_ns: int = 1_700_000_000 * 10**9,
+    start_wall_ns: int | None = None,
     models: Any = None,
 ) -> Path:
     header = RunHeader(
         label=label,
         target=target,
-        start_wall_ns=start_wall_ns,
+        start_wall_ns=next(_starts) if start_wall_ns is None else start_wall_ns,
         trace_digest=digest,
         options=options or {},
         shard=shard,
@@ -93,3 +98,15 @@ def synthetic_run(path: Path, ttft_ms: np.ndarray, e2e_ms: np.ndarray, **kw: Any
         for i, (t, e) in enumerate(zip(ttft_ms, e2e_ms, strict=True))
     )
     return write_run(path, results, **kw)
+
+
+def opening_of(text: str) -> list[str]:
+    """The text report's verdict section (it comes first), each line as rendered before wrapping:
+    a wrapped line's continuations (indented further) are joined back to it."""
+    lines: list[str] = []
+    for line in text.split("\n\n", 1)[0].splitlines():
+        if line.startswith("    ") and lines:
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines

@@ -175,3 +175,35 @@ def test_check_results_alone_refuse_replay_only_options(
     assert "--html and --baseline need replay results (.rpr)" in capsys.readouterr().err
     assert main(["report", str(check), "--markdown"]) == 0
     assert capsys.readouterr().out.startswith("### Output check verdict")
+
+
+def test_a_truncated_result_is_reported_with_what_was_read_and_exit_2(
+    two_runs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = Path(two_runs[1]).read_bytes()
+    Path(two_runs[1]).write_bytes(data[: len(data) // 2])  # a crash, a full disk, a cut copy
+    assert main(["report", *two_runs, "--json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # the report of what was read comes all the same
+    assert [r["label"] for r in doc["runs"]] == ["engine-a", "engine-b"]
+    read = doc["runs"][1]["requests"]
+    assert 0 <= read < 300 and doc["runs"][0]["requests"] == 300
+    assert any(w.startswith(f"{two_runs[1]}: read in part (") for w in doc["warnings"])
+    assert "warning: result files read in part (truncated or damaged): engine-b" in doc["verdict"]["lines"]
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"replayproxy report: {two_runs[1]}: read in part (truncated")
+    said = f"{read} requests read; the report covers what was read (--allow-partial accepts it)"
+    assert line.endswith(said)
+    assert main(["report", *two_runs, "--allow-partial"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_copied_result_file_counts_once_with_a_warning(
+    two_runs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "c.rpr"
+    copy.write_bytes(Path(two_runs[0]).read_bytes())
+    assert main(["report", *two_runs, str(copy), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in doc["runs"]] == ["engine-a", "engine-b"]  # not "engine-a (run 1/2)"
+    assert f"{copy} is a copy of {two_runs[0]} (the same run): counted once" in doc["warnings"]

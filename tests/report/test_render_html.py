@@ -72,15 +72,22 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_html_is_self_contained_with_plots_and_tables(report_html: Path) -> None:
     text = report_html.read_text(encoding="utf-8")
-    # CDFs (TTFT, TPOT, E2E, ITL, schedule lag), goodput against the SLO, latency over time, in
-    # flight, TTFT by input length, sweep against offered req/s
-    assert text.count("<svg") == 6
-    titles = ("Latency CDFs", "Goodput against the SLO", "Latency over time", "In-flight requests",
-              "TTFT by input length", "Sweep")  # fmt: skip
+    # The panel at a glance, CDFs (TTFT, TPOT, E2E, ITL, schedule lag), goodput against the SLO,
+    # latency over time, in flight, TTFT by input length, sweep against offered req/s
+    assert text.count("<svg") == 7
+    titles = ("At a glance: each candidate with its 95% interval", "Latency CDFs", "Goodput against the SLO",
+              "Latency over time", "In-flight requests", "TTFT by input length", "Sweep")  # fmt: skip
     for title in titles:
-        assert f"<h2>{title}</h2>" in text
+        assert f">{title}</h2>" in text
     assert "<table>" in text and "Paired: B vs A" in text and "operating point at" in text
-    assert text.index('<div class="verdict">') < text.index("<figure>")
+    # A navigation bar first, then the verdict box, then the panel at a glance, then the plots.
+    assert text.index("<nav>") < text.index('<div class="verdict">') < text.index('id="at-a-glance"')
+    nav = text[text.index("<nav>") : text.index("</nav>")]
+    for anchor in re.findall(r'href="#([^"]+)"', nav):
+        assert f'id="{anchor}"' in text, anchor
+    assert '<a href="#verdict">Verdict</a>' in nav and '<a href="#latency">Latency</a>' in nav
+    # Plots follow the page's width: the SVG is as wide as its column, its height from its viewBox.
+    assert "figure svg { width: 100%; height: auto;" in text and "viewBox" in text
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<(script|link|img|iframe)\b", text)
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", text)
@@ -104,19 +111,63 @@ def test_html_renders_in_headless_chromium(report_html: Path, tmp_path: Path) ->
         "--no-first-run",
         f"--user-data-dir={tmp_path / 'profile'}",
         f"--screenshot={shot}",
-        "--window-size=1200,3000",
+        "--window-size=2400,3000",  # a wide screen: fixed-width plots would fill half of it
         html.resolve().as_uri(),
     ]
     subprocess.run(command, capture_output=True, timeout=90, check=False)
     assert shot.exists(), "chromium wrote no screenshot"
     pixels = np.asarray(Image.open(shot).convert("RGB")).astype(np.int64)
-    assert pixels.shape[:2] == (3000, 1200)
+    assert pixels.shape[:2] == (3000, 2400)
     non_white = (pixels < 240).any(axis=2).mean()
     assert non_white > 0.02, "screenshot is (nearly) blank"
     # matplotlib's first two line colours (#1f77b4 blue, #ff7f0e orange) prove the plots were drawn.
     for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
         close = (np.abs(pixels - np.array(rgb)).sum(axis=2) < 60).sum()
         assert close > 200, f"no plot lines of colour {rgb} in the screenshot"
+    # No half page left empty: the plots span the page, so the right half holds about as much
+    # drawing as the left (fixed-width plots left it nearly all background).
+    drawn = (pixels < 240).any(axis=2)
+    left, right = drawn[:, :1200].mean(), drawn[:, 1200:].mean()
+    assert right > 0.4 * left, f"the right half is nearly empty ({right:.3f} drawn vs {left:.3f} on the left)"
+
+
+def test_no_plot_has_overlapping_tick_labels(report_html: Path) -> None:
+    """Every figure of the report, drawn as the report draws it: no two visible tick labels of an
+    axis overlap (matplotlib's own extents of the drawn labels)."""
+    from replayproxy.report.document import build_document
+    from replayproxy.report.goodput import parse_slo
+    from replayproxy.report.plot_axes import overlapping_ticks, readable
+    from replayproxy.report.plot_panel import comparison_panel
+    from replayproxy.report.plots import PLOTS
+    from replayproxy.report.runs import load_runs
+
+    runs = load_runs(sorted(report_html.parent.glob("*.rpr")))
+    doc = build_document(runs, slos=parse_slo("ttft<=60ms"), slo_spec="ttft<=60ms", resamples=200)
+    drawn = 0
+    for draw in (comparison_panel, *(plot for _, plot in PLOTS)):
+        fig = draw(doc, runs)
+        if fig is None:
+            continue
+        readable(fig)
+        assert overlapping_ticks(fig) == [], draw.__name__
+        drawn += 1
+    assert drawn == 7
+
+
+def test_crowded_tick_labels_are_found_and_thinned() -> None:
+    from matplotlib.figure import Figure
+
+    from replayproxy.report.plot_axes import overlapping_ticks, readable
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([100, 5000], [0, 1])
+    ax.set_xscale("log")
+    ax.set_xticks([100 + 50 * i for i in range(60)], [f"{100 + 50 * i} ms" for i in range(60)])
+    assert overlapping_ticks(fig)  # the smear the CDF of E2E once was
+    readable(fig)
+    assert overlapping_ticks(fig) == []
+    assert 1 <= sum(1 for t in ax.get_xticklabels() if t.get_text()) <= 12
 
 
 def test_html_of_runs_without_any_success(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.results import ResultWriter, RunHeader
-from tests.report.helpers import result
+from tests.report.helpers import opening_of, result
 
 SLO = "ttft<=100ms"
 
@@ -45,7 +45,7 @@ def test_a_clear_winner_is_named_with_its_margin_interval_and_runs(
     v = doc["verdict"]
     assert v["winner"] == "fast" and v["versus"] == "slow" and v["noise"] == "measured"
     assert 1.6 < v["margin"]["estimate"] < 2.4 and v["margin"]["ci95_low"] > 1.0
-    opening = text.splitlines()[:15]
+    opening = opening_of(text)
     assert opening[0] == "Verdict"
     assert any(line.strip().startswith("fast sustains 2.") and "3 runs each" in line for line in opening)
     assert any("decided by: goodput under ttft<=100ms" in line for line in opening)
@@ -59,14 +59,14 @@ def test_noisy_repetitions_declare_no_winner(tmp_path: Path, capsys: pytest.Capt
     ]
     doc, text = _report(paths, capsys)
     assert doc["verdict"]["winner"] is None
-    assert "no clear difference" in "\n".join(text.splitlines()[:15])
+    assert "no clear difference" in "\n".join(opening_of(text))
 
 
 def test_one_run_each_says_the_noise_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = [_run(tmp_path / "a.rpr", "A", 0.4), _run(tmp_path / "b.rpr", "B", 0.9, seed=1)]
     doc, text = _report(paths, capsys)
     assert doc["verdict"]["noise"] == "unknown" and doc["verdict"]["winner"] == "B"
-    opening = "\n".join(text.splitlines()[:15])
+    opening = "\n".join(opening_of(text))
     assert "run-to-run noise unknown: one run of A, B; replay with --repeat 3" in opening
     assert "1 run each (provisional: run-to-run noise unknown)" in opening
 
@@ -80,7 +80,7 @@ def test_every_warning_that_weakens_the_verdict_is_in_it(
     )  # fmt: skip
     b = _run(tmp_path / "b.rpr", "B", 0.9, seed=1, contract={"engine_config": {"cache_dtype": "auto"}})
     doc, text = _report([a, b], capsys)
-    opening = "\n".join(text.splitlines()[:15])
+    opening = "\n".join(opening_of(text))
     assert "cache not reset before the run: A (failed: HTTP 404)" in opening
     assert "not a like-for-like comparison: A and B differ in cache_dtype (fp8 vs auto)" in opening
     assert len(doc["verdict"]["lines"]) <= 13
