@@ -23,7 +23,7 @@ import httptools
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from replayproxy.clock import now_ns
-from replayproxy.errors import CannotListen
+from replayproxy.proxy.listener import bind
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.tasks import spawn
 
@@ -342,14 +342,5 @@ class AdminConnection(asyncio.Protocol):
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The admin listener's socket; a failure is the user's (address in use, not permitted)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        raise CannotListen(e.errno, f"admin listener: {e.strerror or e}") from e
-    return sock
+    """The admin listener's socket."""
+    return bind(host, port, 128, "admin listener")

@@ -15,6 +15,7 @@ import ssl
 from urllib.parse import urlsplit
 
 from replayproxy.clock import now_ns
+from replayproxy.tasks import spawn
 
 CACHE_S = 1.0  # one probe serves every readiness question asked within this
 TIMEOUT_S = 2.0  # connect, send and read the status line within this
@@ -40,7 +41,7 @@ class UpstreamProbe:
         if self._at_ns >= 0 and now_ns() - self._at_ns < CACHE_S * 1e9:
             return self._result
         if self._running is None:  # concurrent questions share one probe
-            self._running = asyncio.ensure_future(self._probe())
+            self._running = spawn(self._probe(), name="readiness-probe")
         running = self._running
         try:
             result = await asyncio.shield(running)

@@ -12,15 +12,13 @@ import gc
 import logging
 import resource
 import signal
-import socket
 from collections.abc import AsyncIterator
 
 from replayproxy.config import ConfigError
-from replayproxy.errors import CannotListen
 from replayproxy.proxy import admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
-from replayproxy.proxy.listener import Listener
+from replayproxy.proxy.listener import Listener, bind
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.observe import Observer, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
@@ -65,7 +63,7 @@ class ProxyServer:
         forwarder = self.forwarder
         forwarder.hot.client_connections = lambda: len(forwarder.clients)
         self._listener = Listener(
-            _listen(host, port, self.settings.backlog),
+            bind(host, port, self.settings.backlog),
             forwarder.protocol,
             open_clients=forwarder.hot.client_connections,
             max_clients=self.settings.max_client_connections,
@@ -143,25 +141,6 @@ class ProxyServer:
             await self.recorder.close()
         if self._admin is not None:
             self._admin.close()
-
-
-def _listen(host: str, port: int, backlog: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as e:  # worded as asyncio's create_server words it
-        sock.close()
-        reason = (e.strerror or str(e)).lower()
-        raise CannotListen(
-            e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}"
-        ) from e
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def raise_fd_limit() -> None:
