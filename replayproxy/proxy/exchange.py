@@ -137,7 +137,7 @@ class Exchange:
         "target", "headers", "fields", "method", "version", "client_keep_alive", "upgrade", "trailers",
         "endpoint",
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
-        "upstream", "out_up", "wrote", "retried", "got_response",
+        "upstream", "out_up", "wrote", "retried",
         "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
         "strip", "out", "head_waiting", "trailer_fields",
     )  # fmt: skip
@@ -170,7 +170,6 @@ class Exchange:
         self.out_up: list[bytes] = []  # bytes for upstream not written yet
         self.wrote = False  # a byte of the request went to an upstream connection: never resent
         self.retried = False
-        self.got_response = False
         self.parser: httptools.HttpResponseParser | None = None
         self.reason = b""
         self.resp_headers: http1.Headers = []
@@ -398,7 +397,6 @@ class Exchange:
         self.start()
 
     def upstream_data(self, data: bytes) -> None:
-        self.got_response = True
         self.read_tick = self.ctx.tick
         if self.state is _TUNNEL:
             self.send(data)
