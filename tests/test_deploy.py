@@ -56,6 +56,19 @@ def test_sidecar_service_targets_the_proxy_and_key_comes_from_a_secret() -> None
     assert any(v.get("secret", {}).get("secretName") == "replayproxy-hash-key" for v in pod["volumes"])
 
 
+def test_the_proxy_is_ready_on_readyz_and_the_engine_on_its_own_health() -> None:
+    """Readiness on both containers: the proxy's /readyz covers the engine and recording, /healthz is
+    liveness (it stays 200 while the engine loads, so a restart would not help)."""
+    ((_, _, pod),) = [p for p in _pods() if p[0] == "llm"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    proxy = containers.pop("replayproxy")
+    assert proxy["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    [engine] = containers.values()
+    probe = engine["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/health" and probe["port"] in {p["name"] for p in engine["ports"]}
+
+
 def test_replay_job_shards_on_a_common_clock() -> None:
     job = next(
         d for d in yaml.safe_load_all((ROOT / "tools/k8s/replay-job.yaml").read_text()) if d["kind"] == "Job"

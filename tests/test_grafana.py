@@ -37,6 +37,7 @@ def test_dashboard_refers_only_to_exported_metrics_and_covers_recorder_health() 
     for needed in (
         "replayproxy_records_written_total",
         "replayproxy_records_dropped_total",
+        "replayproxy_recording_failing",
         "replayproxy_writer_queue_depth",
         "replayproxy_ttft_seconds_bucket",
         "replayproxy_tpot_seconds_bucket",

@@ -24,7 +24,6 @@ from replayproxy.proxy.seam import Pool, UpstreamLink
 from replayproxy.proxy.usage import UsageStripper, inject
 from replayproxy.shape import ENDPOINT_PATHS, Endpoint, ErrorClass
 
-_RETRY_KEEP_BYTES = 1 << 20  # request bytes kept to resend once if a reused connection was stale
 _INJECTABLE = ("chat", "completions")
 _TERMINAL = b"[DONE]\n\n"  # the end of an OpenAI-style stream's last event
 
@@ -43,7 +42,8 @@ class State(enum.Enum):
 
 
 # Every legal move; anything else is a bug in this module and raises. AWAITING -> CONNECTING is the one
-# resend on a fresh connection when a kept-alive one turned out closed before answering.
+# move to a fresh connection when the lent one closed before any byte of the request was written to it
+# (at most once: a request the upstream may have read is never sent again).
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.HEAD: frozenset({State.QUEUED, State.DONE}),
     State.QUEUED: frozenset({State.CONNECTING, State.DONE}),
@@ -138,7 +138,7 @@ class Exchange:
         "target", "headers", "fields", "method", "version", "client_keep_alive", "upgrade", "trailers",
         "endpoint",
         "cap", "buffering", "body", "body_bytes", "req_length", "req_chunked", "request_done",
-        "upstream", "out_up", "sent_log", "sent_bytes", "retried", "reused", "got_response",
+        "upstream", "out_up", "wrote", "retried",
         "parser", "reason", "resp_headers", "head_bytes", "status", "chunked_out", "close_after", "reusable",
         "strip", "out", "head_waiting", "trailer_fields", "terminal",
     )  # fmt: skip
@@ -169,11 +169,8 @@ class Exchange:
         self.request_done = False
         self.upstream: UpstreamLink | None = None
         self.out_up: list[bytes] = []  # bytes for upstream not written yet
-        self.sent_log: list[bytes] | None = []  # everything written upstream, for one retry
-        self.sent_bytes = 0
+        self.wrote = False  # a byte of the request went to an upstream connection: never resent
         self.retried = False
-        self.reused = False  # the upstream connection had served requests before
-        self.got_response = False
         self.parser: httptools.HttpResponseParser | None = None
         self.reason = b""
         self.resp_headers: http1.Headers = []
@@ -323,12 +320,7 @@ class Exchange:
         data = self.out_up[0] if len(self.out_up) == 1 else b"".join(self.out_up)
         self.out_up.clear()
         upstream.write(data)
-        if self.sent_log is not None:
-            self.sent_bytes += len(data)
-            if self.sent_bytes <= _RETRY_KEEP_BYTES:
-                self.sent_log.append(data)
-            else:
-                self.sent_log = None
+        self.wrote = True
         if self.request_done and self.state is State.AWAITING and self.deadline < 0:
             self.deadline = self.ctx.tick + self.ctx.limits.first_byte_ticks
 
@@ -365,8 +357,6 @@ class Exchange:
         if self.state is not State.CONNECTING:  # ended while waiting
             self.ctx.pool.release(conn, True, self.ctx.tick)
             return
-        conn.requests += 1
-        self.reused = conn.requests > 1
         self.upstream = conn
         self.parser = httptools.HttpResponseParser(self)
         self._to(State.AWAITING)
@@ -401,7 +391,7 @@ class Exchange:
             self._finish(reusable=False)
         elif self.state is State.STREAMING and self._close_delimited():
             self.on_message_complete()  # the close is this response's end
-        elif not self.got_response and self.reused and not self.retried and self.sent_log is not None:
+        elif not self.wrote and not self.retried:
             self._retry()
         else:
             self.upstream_failed("reset")
@@ -410,16 +400,13 @@ class Exchange:
         self.client.pause_reading(paused)
 
     def _retry(self) -> None:
-        """A kept-alive connection the server had closed: resend on a fresh one (nothing was answered)."""
+        """The lent connection closed before a byte of the request was written to it (the body was
+        still arriving): the upstream cannot have read anything, so a fresh connection is safe."""
         self.retried = True
-        assert self.sent_log is not None
-        self.out_up = [*self.sent_log, *self.out_up]
-        self.sent_log, self.sent_bytes = [], 0
         self.parser = None
         self.start()
 
     def upstream_data(self, data: bytes) -> None:
-        self.got_response = True
         self.read_tick = self.ctx.tick
         if self.state is _TUNNEL:
             self.send(data)

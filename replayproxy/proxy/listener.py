@@ -17,6 +17,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from replayproxy.errors import CannotListen
 from replayproxy.proxy.observe import RateLimitedLog
 from replayproxy.tasks import spawn
 
@@ -152,3 +153,25 @@ class Listener:
         for fd in self._reserve:
             os.close(fd)
         self._reserve.clear()
+
+
+def bind(host: str, port: int, backlog: int, what: str = "") -> socket.socket:
+    """A listening socket; a failure (address in use, not permitted) is the user's, one line naming
+    `what` listens there ("" for the client listener)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as e:  # worded as asyncio's create_server words it
+        sock.close()
+        reason = (e.strerror or str(e)).lower()
+        where = f"{what}: " if what else ""
+        raise CannotListen(
+            e.errno, f"{where}error while attempting to bind on address {(host, port)!r}: {reason}"
+        ) from e
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -101,7 +101,8 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (
         "replayproxy_recording_failing",
         "gauge",
-        "1 while records are being dropped because trace writing fails (see /healthz), else 0",
+        "1 while recording does not keep up: records dropped in the last 10 s (any reason), the recorder "
+        "process stuck or down, or trace writing failing (see /healthz), else 0",
         (),
     ),
 )

@@ -4,8 +4,9 @@ Started by recorder.py with one end of a socket pair; everything it knows comes 
 hash key included (never argv or the environment). It runs at a lower CPU priority so that on a
 shared core the forwarding loop comes first, ignores the terminal's and the service manager's
 signals (the proxy decides when recording ends: after draining, with a `close` message), and ends
-when the pipe closes, so it never outlives the proxy: it writes what it holds, closes the trace
-file with its footer, and exits.
+when the proxy goes, so it never outlives it: the pipe's end, a reset (a killed proxy leaves unread
+reports in its end of the pipe, and the kernel then resets it), any read error, or being handed to
+another parent all mean "write what you hold, close the trace file with its footer, and exit".
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class _ToTally(logging.Handler):
         self._tally.logs.append((record.levelno, record.getMessage()))
 
 
-def serve(sock: socket.socket) -> None:
-    """Record until the proxy says `close` or goes away; then flush, report, return."""
+def serve(sock: socket.socket, parent: int | None = None) -> None:
+    """Record until the proxy says `close` or goes away; then flush, report, return. `parent`: the
+    proxy's pid; this process is handed to another parent (init) when the proxy dies."""
     reader = wire.unpacker()
     packer = wire.packer()
     tally = Tally()
@@ -64,33 +66,11 @@ def serve(sock: socket.socket) -> None:
             settings, PromptHasher(key, settings.tokenizer, settings.block_size), anchor, tally
         )
         recorder.start()
-        reported = 0
-        buffer = memoryview(bytearray(_READ_BYTES))
-        open_ = True
-        while open_:
-            captures: list[Capture] = []
-            rotate = False
-            readable, _, _ = select.select([sock], [], [], POLL_S)
-            if readable:
-                size = sock.recv_into(buffer)
-                open_ = size > 0  # 0: the proxy is gone
-                reader.feed(buffer[:size])  # feed copies: the buffer is free again at once
-            for kind, payload in reader:
-                if kind == wire.CAPTURES:
-                    captures.extend(map(wire.capture_from, payload))
-                elif kind == wire.ROTATE:
-                    rotate = True
-                elif kind == wire.CLOSE:
-                    open_ = False
-            if captures:
-                tally.received += len(captures)
-                recorder.record(captures)
-            recorder.idle(rotate)
-            if tally.changed() and (rotate or now_ns() - reported >= REPORT_NS):
-                reported = now_ns()
-                _send(sock, packer, tally)
-        recorder.close()
-        _send(sock, packer, tally)
+        try:
+            _record(sock, reader, packer, recorder, parent)
+        finally:  # whatever ended it, a failure included: what is held is written, with the footer
+            recorder.close()
+            _send(sock, packer, tally)
     finally:
         logger.removeHandler(handler)
 
@@ -111,6 +91,53 @@ def _place(recorder_cpus: str) -> None:
         )
 
 
+def _record(
+    sock: socket.socket,
+    reader: msgpack.Unpacker,
+    packer: msgpack.Packer,
+    recorder: TraceRecorder,
+    parent: int | None,
+) -> None:
+    """The loop: batches from the pipe to the trace, reports back every REPORT_NS."""
+    tally = recorder.tally
+    reported = 0
+    buffer = memoryview(bytearray(_READ_BYTES))
+    open_ = True
+    while open_:
+        captures: list[Capture] = []
+        rotate = False
+        readable, _, _ = select.select([sock], [], [], POLL_S)
+        if readable:
+            size = _read(sock, buffer)
+            open_ = size > 0  # 0: the proxy is gone
+            reader.feed(buffer[:size])  # feed copies: the buffer is free again at once
+        elif parent is not None and os.getppid() != parent:
+            open_ = False  # the proxy died and something else still holds its end of the pipe
+        for kind, payload in reader:
+            if kind == wire.CAPTURES:
+                captures.extend(map(wire.capture_from, payload))
+            elif kind == wire.ROTATE:
+                rotate = True
+            elif kind == wire.CLOSE:
+                open_ = False
+        if captures:
+            tally.received += len(captures)
+            recorder.record(captures)
+        recorder.idle(rotate)
+        if tally.changed() and (rotate or now_ns() - reported >= REPORT_NS):
+            reported = now_ns()
+            _send(sock, packer, tally)
+
+
+def _read(sock: socket.socket, buffer: memoryview) -> int:
+    """Bytes read into `buffer`; 0 when the proxy is gone. What it wrote before dying is still read:
+    the kernel reports a reset only after the data queued ahead of it."""
+    try:
+        return sock.recv_into(buffer)
+    except OSError:
+        return 0
+
+
 def _first_message(sock: socket.socket, reader: msgpack.Unpacker) -> dict[str, Any] | None:
     """The config, which the proxy writes before anything else; None if the pipe closed first."""
     while True:
@@ -118,7 +145,10 @@ def _first_message(sock: socket.socket, reader: msgpack.Unpacker) -> dict[str, A
             if kind != wire.CONFIG:
                 raise ValueError(f"recorder process: expected the config first, got {kind!r}")
             return cast(dict[str, Any], payload)
-        data = sock.recv(_READ_BYTES)
+        try:
+            data = sock.recv(_READ_BYTES)
+        except OSError:
+            return None
         if not data:
             return None
         reader.feed(data)
@@ -139,7 +169,7 @@ def main() -> None:
     except OSError:
         pass  # not permitted here: record at the proxy's priority
     with socket.socket(fileno=int(sys.argv[1])) as sock:
-        serve(sock)
+        serve(sock, os.getppid())
 
 
 if __name__ == "__main__":

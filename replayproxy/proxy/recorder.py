@@ -8,6 +8,9 @@ queued and hands it to a non-blocking socket transport. Nothing here waits on th
 dropped and counted. The child's counts come back as reports and land in this process's metrics.
 A child that dies is counted (its unwritten records dropped as `recorder_exited`), logged, and
 started again after `retry_s`; `close` hands over everything queued and waits for the footer.
+`failing` says whether recording keeps up: it turns on while the child is down or its trace
+writing fails, when records wait in the pipe and the child has read nothing for `STUCK_S`, and
+for `FAILING_WINDOW_S` after any record was dropped, for whatever reason.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from replayproxy.tasks import spawn
 
 _log = logging.getLogger("replayproxy.proxy")
 _POLL_S = 0.02
+STUCK_S = 2.0  # records waiting this long with nothing read: the recorder process is stuck
+FAILING_WINDOW_S = 10.0  # a drop keeps `failing` on this long (a sustained problem keeps it on)
 
 
 class _Child(asyncio.Protocol):
@@ -101,6 +106,10 @@ class Recorder:
         self._rotate = False
         self._down = ""  # why no recorder process runs now; "" while one does
         self._child_failing = ""  # the running child's own state (trace writing fails)
+        self._progress_ns = 0  # the child last read something, or something began waiting for it
+        self._dropped_ns = 0  # of the last drop
+        self._dropped_why = ""  # its reason (a DROP_REASONS name); "" before any drop
+        self.failing_window_ns = int(FAILING_WINDOW_S * 1e9)
         self._log = RateLimitedLog(settings.log_interval_s)
         for endpoint in ENDPOINTS:
             metrics.recorded[endpoint] = EndpointFigures()
@@ -109,8 +118,15 @@ class Recorder:
 
     @property
     def failing(self) -> str:
-        """Why records are being dropped (the recorder process is down, or trace writing fails)."""
-        return self._down or self._child_failing
+        """Why records are being dropped or soon will be; "" while recording keeps up."""
+        if self._down or self._child_failing:
+            return self._down or self._child_failing
+        now = now_ns()
+        if self._in_flight and now - self._progress_ns > STUCK_S * 1e9:
+            return f"stuck: the recorder process read nothing for over {STUCK_S:g} s"
+        if self._dropped_why and now - self._dropped_ns < self.failing_window_ns:
+            return f"dropping records ({self._dropped_why})"
+        return ""
 
     @property
     def files(self) -> list[Path]:
@@ -145,7 +161,7 @@ class Recorder:
             len(self._queue) + self._in_flight >= s.queue_records
             or self._queued_bytes + self._piped_bytes + size > s.queue_bytes
         ):
-            self._metrics.records_dropped.labels("queue_full").inc()
+            self._dropped("queue_full", 1)
             return
         self._queued_bytes += size
         self._queue.append(capture)
@@ -238,6 +254,8 @@ class Recorder:
         queue = self._queue
         if queue:
             records = [wire.capture_record(queue.popleft()) for _ in range(len(queue))]
+            if not self._in_flight:  # the child's reading is timed from now (it had nothing to do)
+                self._progress_ns = now_ns()
             child.sent += len(records)
             self._in_flight += len(records)
             self._queued_bytes = 0
@@ -260,7 +278,11 @@ class Recorder:
         """A report from a recorder process: its counts into the metrics, its log lines logged here."""
         child.received += tally.received
         child.settled += tally.settled
+        for reason, n in tally.dropped.items():
+            self._dropped(reason, n, counted=True)
         if child is self._child:
+            if tally.received:
+                self._progress_ns = now_ns()
             self._in_flight = max(0, child.sent - child.received)
             self._child_failing = tally.failing
             if not child.reported:
@@ -290,15 +312,22 @@ class Recorder:
         self._down = why
         self._metrics.count_recorder_error("crash")
         if lost > 0:
-            self._metrics.records_dropped.labels("recorder_exited").inc(lost)
+            self._dropped("recorder_exited", lost)
         retry = "" if self._closing else f"; starting another in {self._settings.retry_s:g} s"
         self._log("exited", f"recording failed ({why}): {lost} records lost; traffic unaffected{retry}")
 
     def _drop_queue(self) -> None:
         if self._queue:
-            self._metrics.records_dropped.labels("recorder_exited").inc(len(self._queue))
+            self._dropped("recorder_exited", len(self._queue))
             self._queue.clear()
             self._queued_bytes = 0
+
+    def _dropped(self, reason: str, n: int, *, counted: bool = False) -> None:
+        """Count a drop (unless the child's report already did) and keep `failing` on for the window."""
+        if not counted:
+            self._metrics.records_dropped.labels(reason).inc(n)
+        self._dropped_ns = now_ns()
+        self._dropped_why = reason
 
     def _kill(self) -> None:
         child = self._child

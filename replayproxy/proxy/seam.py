@@ -26,9 +26,7 @@ class Link(Protocol):
 
 
 class UpstreamLink(Link, Protocol):
-    """An upstream connection lent by the pool; `requests` counts what it has carried."""
-
-    requests: int
+    """An upstream connection lent by the pool."""
 
 
 class Borrower(Protocol):

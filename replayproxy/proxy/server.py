@@ -12,20 +12,17 @@ import gc
 import logging
 import resource
 import signal
-import socket
 from collections.abc import AsyncIterator
 
-from aiohttp import web
-
 from replayproxy.config import ConfigError
-from replayproxy.errors import CannotListen
-from replayproxy.proxy.admin import make_admin_app, start_admin
+from replayproxy.proxy import admin
 from replayproxy.proxy.forward import TICK_S, Forwarder
 from replayproxy.proxy.keys import load_key
-from replayproxy.proxy.listener import Listener
+from replayproxy.proxy.listener import Listener, bind
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.observe import Observer, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
+from replayproxy.proxy.readiness import UpstreamProbe
 from replayproxy.proxy.recorder import Recorder
 from replayproxy.proxy.settings import ProxySettings, parse_hostport
 from replayproxy.tasks import spawn
@@ -56,7 +53,7 @@ class ProxyServer:
         self.url = ""
         self.admin_url = ""
         self._listener: Listener | None = None
-        self._admin: web.AppRunner | None = None
+        self._admin: admin.AdminServer | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = False
         self._tick_log = RateLimitedLog(settings.log_interval_s)
@@ -66,7 +63,7 @@ class ProxyServer:
         forwarder = self.forwarder
         forwarder.hot.client_connections = lambda: len(forwarder.clients)
         self._listener = Listener(
-            _listen(host, port, self.settings.backlog),
+            bind(host, port, self.settings.backlog),
             forwarder.protocol,
             open_clients=forwarder.hot.client_connections,
             max_clients=self.settings.max_client_connections,
@@ -77,18 +74,21 @@ class ProxyServer:
         self.url = _url(host, self._listener.sock.getsockname()[1])
         if self.settings.admin_listen:
             admin_host, admin_port = parse_hostport(self.settings.admin_listen, "admin_listen")
-            recorder = self.recorder
-            app = make_admin_app(
-                self.metrics,
-                lambda: not self.forwarder.draining,
-                lambda: recorder.failing if recorder is not None else "",
-            )
             try:
-                self._admin, bound = await start_admin(app, admin_host, admin_port)
+                sock = admin.listen(admin_host, admin_port)
             except BaseException:
                 self._listener.close()
                 raise
-            self.admin_url = _url(admin_host, bound)
+            recorder = self.recorder
+            health = admin.Health(
+                accepting=lambda: not self.forwarder.draining,
+                recording=lambda: recorder.failing if recorder is not None else "off",
+                upstream=UpstreamProbe(self.settings.upstream, self.settings.upstream_health_path).check,
+                ready_requires_recording=self.settings.ready_requires_recording,
+            )
+            self._admin = admin.AdminServer(sock, self.metrics, health)
+            self._admin.start()
+            self.admin_url = _url(admin_host, self._admin.port)
         if self.recorder is not None:
             self.recorder.start()
         self._start_ticker()
@@ -140,26 +140,7 @@ class ProxyServer:
         if self.recorder is not None:
             await self.recorder.close()
         if self._admin is not None:
-            await self._admin.cleanup()
-
-
-def _listen(host: str, port: int, backlog: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as e:  # worded as asyncio's create_server words it
-        sock.close()
-        reason = (e.strerror or str(e)).lower()
-        raise CannotListen(
-            e.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}"
-        ) from e
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+            self._admin.close()
 
 
 def raise_fd_limit() -> None:

@@ -32,7 +32,13 @@ class ProxySettings:
 
     upstream: str = _opt("", "base URL of the inference server, e.g. http://127.0.0.1:8000 (required)")
     listen: str = _opt("0.0.0.0:8080", "HOST:PORT the proxy accepts clients on (port 0: any free port)")
-    admin_listen: str = _opt("127.0.0.1:9464", "HOST:PORT of /metrics and /healthz ('' to disable)")
+    admin_listen: str = _opt("127.0.0.1:9464", "HOST:PORT of /metrics, /healthz and /readyz ('' to disable)")
+    upstream_health_path: str = _opt(
+        "/health", "path /readyz asks the upstream (after the upstream URL's path); a status < 500 is ready"
+    )
+    ready_requires_recording: bool = _opt(
+        True, "/readyz fails while recording falls behind; off keeps serving whatever recording does"
+    )
     trace_dir: Path | None = _opt(None, "directory for trace files (required when record is on)")
     record: bool = _opt(True, "record request shapes; off makes a plain transparent proxy")
     sample_rate: float = _opt(1.0, "fraction of eligible requests recorded, 0..1")
@@ -99,6 +105,9 @@ class ProxySettings:
         parse_cpus(self.recorder_cpus, "recorder_cpus")
         if self.admin_listen:
             parse_hostport(self.admin_listen, "admin_listen")
+        path = self.upstream_health_path
+        if not path.startswith("/") or not path.isprintable() or " " in path:
+            raise BadOption(f"upstream_health_path must be a path starting with /, got {path!r}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool):

@@ -2,8 +2,10 @@
 
 An `UpstreamConnection` only moves bytes; the exchange that borrowed it parses the response. The
 pool keeps idle connections most-recently-used first (the freshest is least likely to have been
-closed by the server's own keep-alive timer) and bounds the number of open connections; requests
-beyond the bound wait for a release, a loss, or their connect timeout.
+closed by the server's own keep-alive timer), never lends one whose close is already waiting in
+the kernel (`stale`: a request written there could not be proven unread, so it could not be
+resent), and bounds the number of open connections; requests beyond the bound wait for a
+release, a loss, or their connect timeout.
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ from replayproxy.tasks import spawn
 class UpstreamConnection(asyncio.Protocol):
     """The socket of one upstream connection, and the exchange's `UpstreamLink` to it."""
 
-    __slots__ = ("pool", "transport", "borrower", "idle_tick", "requests", "lost")
+    __slots__ = ("pool", "transport", "borrower", "idle_tick", "lost", "family", "fd")
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.borrower: Borrower | None = None
         self.idle_tick = 0
-        self.requests = 0  # requests sent on this connection; >0 means a reused connection
         self.lost = False
+        self.family = socket.AF_INET
+        self.fd = -1  # the transport's socket, for `stale`'s peek; -1: none to look at
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
@@ -38,6 +41,30 @@ class UpstreamConnection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.family, self.fd = sock.family, sock.fileno()
+
+    def stale(self) -> bool:
+        """The server closed this idle connection (its FIN or RST waits unread) or wrote to it
+        unasked, and the loop has not read that yet. MSG_PEEK takes nothing: a live connection is
+        left as it was. A request written to a stale connection may or may not have been read, so
+        it could never be resent: the pool lends a fresh connection instead."""
+        transport = self.transport
+        if self.lost or transport is None or transport.is_closing():
+            return True
+        if self.fd < 0:
+            return False  # not a TCP socket: nothing to peek at
+        # The transport owns the descriptor and uvloop's socket object refuses recv: peek through
+        # a socket object made over the same descriptor, detached again so it never closes it.
+        peek = socket.socket(self.family, socket.SOCK_STREAM, 0, fileno=self.fd)
+        try:
+            peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False  # nothing waiting: open as far as anything here can know
+        except OSError:
+            return True  # reset
+        finally:
+            peek.detach()
+        return True  # end of stream, or bytes no request asked for
 
     def data_received(self, data: bytes) -> None:
         borrower = self.borrower
@@ -106,9 +133,10 @@ class UpstreamPool:
         """Lend a connection now if one is idle, else connect, else queue the borrower."""
         while self.idle:
             conn = self.idle.pop()
-            if not conn.lost:
+            if not conn.stale():
                 self._lend(conn, borrower)
                 return
+            conn.close()  # its connection_lost (now or on the next turn of the loop) frees its slot
         if self.open < self._max_connections:
             self.open += 1
             spawn(self._connect(borrower), name="upstream-connect")

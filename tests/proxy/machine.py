@@ -42,7 +42,6 @@ class ScriptedLink:
 class ScriptedUpstream(ScriptedLink):
     """An upstream connection; `answer` plays the server's bytes to whoever borrowed it."""
 
-    requests: int = 0
     borrower: Borrower | None = None
 
     def answer(self, pieces: Iterable[bytes]) -> None:

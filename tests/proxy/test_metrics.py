@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -95,3 +98,79 @@ def test_buckets_are_inclusive_and_cumulative_like_prometheus_client() -> None:
         buckets.observe(value)
     assert buckets.cumulative() == [("0.01", 2), ("0.1", 4), ("1.0", 4), ("+Inf", 5)]
     assert abs(buckets.sum - 5.1250001) < 1e-9
+
+
+def test_a_stopped_recorder_process_turns_failing_on_and_recovery_turns_it_off(tmp_path: Path) -> None:
+    """SIGSTOP the recorder process under ~100 req/s: records pile up unread, then are dropped;
+    /healthz and the gauge say so (liveness stays 200) and /readyz stops sending clients here.
+    SIGCONT: it catches up, and both go back to ok once the drop window has passed."""
+
+    async def main() -> None:
+        async with (
+            RawUpstream(answer) as up,
+            proxy(up.url, tmp_path, queue_records=50, upstream_health_path="/v1/models") as px,
+            aiohttp.ClientSession() as session,
+        ):
+            assert px.recorder is not None
+            px.recorder.failing_window_ns = 1_000_000_000  # recovery shows within a second
+            stop = asyncio.Event()
+
+            async def traffic() -> None:
+                while not stop.is_set():
+                    async with session.post(px.url + "/v1/chat/completions", json={"messages": []}) as resp:
+                        assert resp.status == 200  # live traffic never pays for recording
+                        await resp.read()
+                    await asyncio.sleep(0.01)
+
+            load = asyncio.ensure_future(traffic())
+            try:
+                await _gauge_until(session, px.admin_url, "0.0", "replayproxy_records_written_total 0.0")
+                pid = px.recorder.child_pid
+                assert pid is not None
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    stopped = await _health_until(session, px.admin_url, lambda h: h["recording"] != "ok")
+                    assert re.fullmatch(r"failing \((stuck: .+|dropping records \(queue_full\))\)", stopped)
+                    assert await _gauge_until(session, px.admin_url, "1.0")
+                    async with session.get(px.admin_url + "/readyz") as resp:
+                        assert resp.status == 503 and (await resp.json())["recording"] == stopped
+                    async with session.get(px.admin_url + "/healthz") as resp:
+                        assert resp.status == 200
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                assert await _health_until(session, px.admin_url, lambda h: h["recording"] == "ok") == "ok"
+                assert await _gauge_until(session, px.admin_url, "0.0")
+                async with session.get(px.admin_url + "/readyz") as resp:
+                    assert resp.status == 200
+            finally:
+                stop.set()
+                await load
+            text = await (await session.get(px.admin_url + "/metrics")).text()
+            dropped = re.search(r'replayproxy_records_dropped_total\{reason="queue_full"\} (\S+)', text)
+            assert dropped is not None and float(dropped.group(1)) > 0
+
+    run(main(), timeout_s=90.0)
+
+
+async def _health_until(
+    session: aiohttp.ClientSession, admin_url: str, done: Callable[[dict[str, str]], bool]
+) -> str:
+    deadline = now_ns() + 30 * 10**9
+    while True:
+        async with session.get(admin_url + "/healthz") as resp:
+            health = await resp.json()
+        if done(health) or now_ns() > deadline:
+            return str(health["recording"])
+        await asyncio.sleep(0.05)
+
+
+async def _gauge_until(session: aiohttp.ClientSession, admin_url: str, value: str, unless: str = "") -> bool:
+    """Scrape until the gauge shows `value` (and the text lacks `unless`)."""
+    deadline = now_ns() + 30 * 10**9
+    while now_ns() < deadline:
+        async with session.get(admin_url + "/metrics") as resp:
+            text = await resp.text()
+        if f"replayproxy_recording_failing {value}" in text and not (unless and unless in text):
+            return True
+        await asyncio.sleep(0.05)
+    return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.recorder import Recorder
+from replayproxy.proxy.recorder import STUCK_S, Recorder
 from replayproxy.trace import ReadReport, read_trace_files
 from tests.proxy.helpers import ended, run, settings
 from tests.proxy.test_record_core import KEY, cap
@@ -111,6 +112,7 @@ def test_a_killed_recorder_process_is_counted_logged_and_replaced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     recorder, metrics = make(tmp_path, flush_interval_s=30.0, retry_s=0.2)
+    recorder.failing_window_ns = 200_000_000  # the drop of its three records shows this long
 
     async def main() -> tuple[int, int, str]:
         recorder.start()
@@ -239,3 +241,42 @@ def test_the_recorder_process_runs_on_the_proxys_cpus_unless_told_otherwise(tmp_
 
     assert run(placed(*make(tmp_path / "default"))) == os.sched_getaffinity(0)
     assert run(placed(*make(tmp_path / "told", recorder_cpus=str(last)))) == {last}
+
+
+def test_any_drop_turns_failing_on_for_the_window_and_then_off(tmp_path: Path) -> None:
+    recorder, metrics = make(tmp_path, queue_records=1)
+    recorder.failing_window_ns = 200_000_000
+    recorder.finished(cap(0))
+    assert recorder.failing == ""
+    recorder.finished(cap(1))  # not started, so nothing drains the queue: dropped
+    assert recorder.failing == "dropping records (queue_full)"
+    assert metrics.registry.get_sample_value("replayproxy_recording_failing") == 1.0
+    time.sleep(0.25)
+    assert (
+        recorder.failing == "" and metrics.registry.get_sample_value("replayproxy_recording_failing") == 0.0
+    )
+
+
+def test_records_waiting_unread_mean_a_stuck_recorder_before_anything_is_dropped(tmp_path: Path) -> None:
+    recorder, _ = make(tmp_path)
+
+    async def main() -> tuple[str, str]:
+        recorder.start()
+        await until(lambda: recorder.child_pid is not None and recorder.failing == "")
+        await asyncio.sleep(0.3)  # its first report is in: it runs
+        pid = recorder.child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            recorder.finished(cap(0))
+            await until(lambda: recorder.failing != "", timeout_s=STUCK_S + 5)
+            stuck = recorder.failing
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await until(lambda: recorder.failing == "")
+        recovered = recorder.failing
+        await recorder.close()
+        return stuck, recovered
+
+    stuck, recovered = run(main())
+    assert stuck == f"stuck: the recorder process read nothing for over {STUCK_S:g} s" and recovered == ""

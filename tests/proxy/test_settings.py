@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.config import ConfigError, read_toml
+from replayproxy.errors import BadOption
 from replayproxy.proxy.settings import ProxySettings, add_arguments, parse_cpus, settings_from_args
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
@@ -119,3 +120,15 @@ def test_recorder_cpus_are_numbers_and_ranges() -> None:
     assert parse_cpus("0", "recorder_cpus") == {0}
     last = (os.cpu_count() or 1) - 1
     assert parse_cpus(f"0-{last}, {last}", "recorder_cpus") == set(range(last + 1))
+
+
+def test_the_upstream_health_path_must_be_a_path() -> None:
+    for bad in ("health", "/he alth", "/health\r\nX: y"):
+        with pytest.raises(BadOption, match="upstream_health_path must be a path starting with /"):
+            parse(["--upstream", "http://u:1", "--no-record", "--upstream-health-path", bad])
+    assert (
+        parse(
+            ["--upstream", "http://u:1", "--no-record", "--upstream-health-path", "/v1/models"]
+        ).upstream_health_path
+        == "/v1/models"
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -173,3 +175,55 @@ def test_idle_connections_close_by_age_and_an_idle_one_that_talks_is_dropped() -
             pool.close_idle()
 
     run(main())
+
+
+def test_an_idle_connection_whose_close_waits_unread_in_the_kernel_is_never_lent() -> None:
+    """The server closes the connection after its reply while the loop is busy, so only the kernel
+    knows (a keep-alive timer firing just before the next request): the pool connects anew rather
+    than write a request that could not be proven unread. A live idle connection is lent again."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    close_now = threading.Event()
+
+    def serve() -> None:  # a blocking server on its own thread: it closes while the loop is stopped
+        for n in range(2):
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            conn.recv(100)
+            conn.sendall(b"echo\n")
+            if n == 0:
+                close_now.wait(10)
+                conn.close()
+
+    async def main() -> None:
+        pool = pool_for(listener.getsockname()[1])
+        first = Borrower()
+        pool.acquire(first)
+        conn = await first.ready
+        conn.write(b"hi\n")
+        assert await first.done == "data"
+        pool.release(conn, reusable=True, tick=1)
+        close_now.set()
+        time.sleep(0.1)  # the loop does not run: the server's FIN waits in the kernel
+        assert isinstance(conn, UpstreamConnection) and not conn.lost
+        second = Borrower()
+        pool.acquire(second)
+        fresh = await second.ready
+        assert fresh is not conn
+        fresh.write(b"hi\n")
+        assert await second.done == "data" and len(accepted) == 2
+        pool.release(fresh, reusable=True, tick=2)
+        live = Borrower()
+        pool.acquire(live)  # nothing waits on this one: lent again, its bytes untouched
+        assert await live.ready is fresh and len(accepted) == 2
+        pool.release(fresh, reusable=False, tick=3)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        run(main())
+    finally:
+        close_now.set()
+        thread.join(5)
+        for sock in (*accepted, listener):
+            sock.close()
