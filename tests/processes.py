@@ -1,8 +1,10 @@
 """Processes as the kernel sees them (/proc), for tests that a command leaves no child behind.
 
 Killed processes nobody reaped (an init that does not reap orphans, as in some containers) are
-zombies: they no longer run and are not counted. A command under test is run with `wait4`, which
-also gives the peak memory of the command and of the children it waited for.
+zombies: they no longer run and are not counted. A command under test is watched until it exits
+for its peak memory (`VmHWM`): `wait4`'s `ru_maxrss` cannot serve, because Linux carries the
+high-water mark across `fork` and `exec`, so a command started by a test process that once held
+700 MB reports 700 MB.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +54,7 @@ def recorded_pids(path: Path) -> list[int]:
 @dataclass(frozen=True, slots=True)
 class Finished:
     returncode: int
-    max_rss_mb: float  # peak resident memory of the command and of the children it waited for
+    max_rss_mb: float  # peak resident memory of the command itself, watched every 20 ms
     stdout: str
     stderr: str
 
@@ -64,13 +67,28 @@ def start_cli(*argv: str, out_dir: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def _peak_kib(pid: int) -> int:
+    """The process's resident high-water mark since its `exec`, 0 once it has exited."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+
 def finish(process: subprocess.Popen[bytes], out_dir: Path) -> Finished:
     """Wait for a command started by `start_cli`: its status, peak memory and output."""
-    _, status, usage = os.wait4(process.pid, 0)
+    peak_kib = 0
+    while True:
+        peak_kib = max(peak_kib, _peak_kib(process.pid))
+        pid, status = os.waitpid(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.02)
     process.returncode = os.waitstatus_to_exitcode(status)
     return Finished(
         process.returncode,
-        usage.ru_maxrss / 1024,  # KiB on Linux
+        peak_kib / 1024,
         (out_dir / "stdout.txt").read_text(errors="replace"),
         (out_dir / "stderr.txt").read_text(errors="replace"),
     )

@@ -96,6 +96,11 @@ CASES: dict[str, Case] = {
     ),
     "capacity": ("trace", "check", lambda f, d: [*CAPACITY, f], COLUMN_FILE),
     "capacity-result": ("result", "check", lambda f, d: [*CAPACITY, f], COLUMN_FILE),
+    "compare": (
+        "trace", "result",
+        lambda f, d: ["compare", f, "--target", f"a={CLOSED}", "--target", f"b={CLOSED}", "-o", str(d / "c")],
+        COLUMN_FILE,
+    ),
     "sweep": (
         "trace", "result",
         lambda f, d: ["sweep", f, "--target", CLOSED, "--speeds", "1", "-o", str(d / "sw")], COLUMN_FILE,
@@ -139,6 +144,8 @@ BAD_OPTIONS = [
     ["check", "--target", "A=http://127.0.0.1:99999", "--builtin", "-o", "O.rpc"],
     ["check", "--target", f"A={CLOSED}", "--builtin", "--repeat", "100000", "-o", "O.rpc"],
     ["sweep", "T", "--target", CLOSED, "--speeds", "x", "-o", "D"],
+    ["compare", "T", "--target", f"a={CLOSED}", "-o", "D"],
+    ["compare", "T", "--target", f"a={CLOSED}", "--target", f"b={CLOSED}", "--repeat", "0", "-o", "D"],
     ["tune", "T", "--candidates", "C", "--slo", "nonsense", "-o", "D"],
     ["demo", "--progress", "loud"],
 ]

@@ -50,7 +50,7 @@ def replay(trace: Path, url: str, out: Path, *extra: str) -> subprocess.Complete
     command = [
         sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out),
         "--flavor", "vllm", "--no-calibrate", "--progress", "none", "--prepare-window", "4",
-        "--prepare-memory", "32", *extra,
+        "--prepare-memory", "32", "--allow-approximate", *extra,
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=limited)
 
