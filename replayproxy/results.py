@@ -22,7 +22,9 @@ from replayproxy.shape import ErrorClass
 from replayproxy.trace import (
     ColumnFileData,
     ColumnFileWriter,
+    Named,
     ReadReport,
+    Source,
     TraceFormatError,
     checked_fields,
     expand_paths,
@@ -193,7 +195,7 @@ class ResultWriter:
 class ResultFile:
     """One run loaded: its header, per-request columns and any side records."""
 
-    path: Path
+    path: Source
     header: RunHeader
     table: ColumnFileData
     extras: dict[str, list[dict[str, Any]]]
@@ -211,16 +213,14 @@ class ResultFile:
         return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def load_results(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> list[ResultFile]:
+def load_results(paths: Iterable[Named], report: ReadReport | None = None) -> list[ResultFile]:
     """Every result file named (files, directories, globs), in name order; of several, unreadable
     ones are skipped and reported."""
     report = report if report is not None else ReadReport()
     return read_each(expand_paths(paths, SUFFIX), lambda path: _read_result(path, report), report)
 
 
-def _read_result(path: Path, report: ReadReport) -> ResultFile:
+def _read_result(path: Source, report: ReadReport) -> ResultFile:
     extras: dict[str, list[dict[str, Any]]] = {}
     footer: dict[str, Any] = {}
     table = read_column_file(
@@ -425,7 +425,7 @@ class CheckWriter:
 class CheckFile:
     """One check loaded: its header, its rows as columns and its footer."""
 
-    path: Path
+    path: Source
     header: CheckHeader
     table: ColumnFileData
     footer: dict[str, Any]
@@ -437,7 +437,7 @@ class CheckFile:
         return self.table.columns[name]
 
 
-def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None) -> list[CheckFile]:
+def load_checks(paths: Iterable[Named], report: ReadReport | None = None) -> list[CheckFile]:
     """Every check file named (files, directories, globs), in name order."""
     report = report if report is not None else ReadReport()
     loaded = []

@@ -6,7 +6,6 @@ import hashlib
 import os
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -21,10 +20,11 @@ from replayproxy.trace.column_file import (
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
 from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
+from replayproxy.trace.storage import Named, ObjectURL, Source
 
 
 def read_trace_files(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: Iterable[Named],
     report: ReadReport | None = None,
     wanted: Collection[str] | None = None,
     spill: Collection[str] = (),
@@ -38,7 +38,7 @@ def read_trace_files(
 
 
 def _read_trace(
-    path: Path, report: ReadReport, wanted: Collection[str] | None, spill: Collection[str]
+    path: Source, report: ReadReport, wanted: Collection[str] | None, spill: Collection[str]
 ) -> tuple[TraceHeader, ColumnFileData]:
     table = read_column_file(
         path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS, wanted=wanted, spill=spill
@@ -124,7 +124,7 @@ class Columns:
         return np.fromiter((len(r) for r in self.roles[rows]), dtype=np.int64)
 
 
-def require_requests(columns: Columns, paths: Iterable[str | os.PathLike[str]]) -> None:
+def require_requests(columns: Columns, paths: Iterable[Named]) -> None:
     """Refuse traces with no readable request, in one line that says what the read skipped."""
     if len(columns):
         return
@@ -134,7 +134,7 @@ def require_requests(columns: Columns, paths: Iterable[str | os.PathLike[str]]) 
 
 
 def load(
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    paths: Named | Iterable[Named],
     *,
     digest: bool = False,
     fields: Collection[str] | None = None,
@@ -156,7 +156,7 @@ def load(
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
     """
-    if isinstance(paths, str | os.PathLike):
+    if isinstance(paths, str | os.PathLike | ObjectURL):
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
     wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}
