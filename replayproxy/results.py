@@ -30,6 +30,7 @@ from replayproxy.trace import (
     expand_paths,
     read_column_file,
     read_each,
+    storage,
     with_defaults,
 )
 
@@ -165,7 +166,10 @@ class ResultWriter:
     """Appends results to one .rpr file; one frame per `frame_records` so a crash loses little."""
 
     def __init__(self, path: str | os.PathLike[str], header: RunHeader, frame_records: int = 2048) -> None:
-        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
+        # An object-store URL (a replay pod's results): written here, uploaded whole on close.
+        self._url = os.fspath(path) if storage.is_url(os.fspath(path)) else ""
+        local = storage.staging_path(self._url) if self._url else Path(path)
+        self._file = ColumnFileWriter(local, header.to_record(), level=3, exclusive=False)
         self._frame_records = frame_records
 
     @property
@@ -183,6 +187,8 @@ class ResultWriter:
 
     def close(self, **footer: Any) -> None:
         self._file.close(footer)
+        if self._url:
+            storage.upload_staged(self._file.path, self._url)
 
     def __enter__(self) -> ResultWriter:
         return self

@@ -257,6 +257,25 @@ def put(local: Path, url: str) -> None:
         fs.put_file(str(local), path)
 
 
+def staging_path(url: str) -> Path:
+    """A local file to write what goes to `url` once complete (a new directory of its own)."""
+    filesystem(url)  # an unknown store or a missing client is refused before anything is written
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    return Path(tempfile.mkdtemp(prefix="replayproxy-out-")) / name
+
+
+def upload_staged(local: Path, url: str) -> None:
+    """Upload a file written at `staging_path`, then remove it; on failure it stays, and the one
+    line says where."""
+    try:
+        put(local, url)
+    except (OSError, BadOption) as e:
+        raise FileAccessError(f"{e}; the file is kept at {local}") from e
+    local.unlink()
+    with contextlib.suppress(OSError):
+        local.parent.rmdir()
+
+
 def join(prefix: str, *parts: str) -> str:
     """`prefix`/`parts`, one slash between each."""
     return "/".join([prefix.rstrip("/"), *(p.strip("/") for p in parts)])
