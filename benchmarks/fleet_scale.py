@@ -57,16 +57,27 @@ def s3_server() -> Iterator[dict[str, str]]:
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
                 break
             time.sleep(0.1)
-        env = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_ENDPOINT_URL_S3": endpoint}  # fmt: skip
+        env = {
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_S3": endpoint,
+        }
         os.environ.update(env)
         yield env
 
 
 def segments(directory: Path, requests: int, count: int) -> list[Path]:
-    spec = SynthSpec(requests=requests, rate_rps=300.0, prefix_groups=8, prefix_len_tokens=512,
-                     sessions_share=0.6, think_s=5.0, input_len=LengthDist.parse("lognormal:mean=1500,sigma=0.8"),
-                     seed=1)  # fmt: skip
+    spec = SynthSpec(
+        requests=requests,
+        rate_rps=300.0,
+        prefix_groups=8,
+        prefix_len_tokens=512,
+        sessions_share=0.6,
+        think_s=5.0,
+        input_len=LengthDist.parse("lognormal:mean=1500,sigma=0.8"),
+        seed=1,
+    )
     shapes = generate(spec)
     per = -(-requests // count)
     paths = []
@@ -78,8 +89,13 @@ def segments(directory: Path, requests: int, count: int) -> list[Path]:
 
 
 def timed_load(env: dict[str, str], *names: str) -> tuple[int, float, float]:
-    done = subprocess.run([sys.executable, "-c", _LOAD, *names], capture_output=True, text=True,
-                          env={**os.environ, **env}, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD, *names],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
     n, seconds, rss = done.stdout.split()
     return int(n), float(seconds), float(rss)
 
@@ -132,13 +148,20 @@ def main() -> None:
 
     mb = size / 1e6
     print(f"trace: {args.requests} requests in {args.segments} segments, {mb:.1f} MB")
-    print(f"upload: {uploaded} files ({failed} failed attempts) in {upload_s:.2f} s = {mb / upload_s:.1f} MB/s, "
-          f"{args.segments / upload_s:.1f} files/s")  # fmt: skip
+    rate = f"{mb / upload_s:.1f} MB/s"
+    print(
+        f"upload: {uploaded} files ({failed} failed attempts) in {upload_s:.2f} s = {rate}, "
+        f"{args.segments / upload_s:.1f} files/s"
+    )
     print(f"load local : {local_s:.2f} s to a loaded trace, peak RSS {local_rss:.0f} MB")
-    print(f"load s3    : {remote_s:.2f} s to a loaded trace, peak RSS {remote_rss:.0f} MB "
-          f"(x{remote_s / local_s:.2f} time, x{remote_rss / local_rss:.2f} memory)")  # fmt: skip
-    print(f"shards: {args.shards}, requests per shard {shares.tolist()}, overlapping 0 (a partition), "
-          f"sessions split {split_sessions}, reply links crossing shards {crossing}")  # fmt: skip
+    print(
+        f"load s3    : {remote_s:.2f} s to a loaded trace, peak RSS {remote_rss:.0f} MB "
+        f"(x{remote_s / local_s:.2f} time, x{remote_rss / local_rss:.2f} memory)"
+    )
+    print(
+        f"shards: {args.shards}, requests per shard {shares.tolist()}, overlapping 0 (a partition), "
+        f"sessions split {split_sessions}, reply links crossing shards {crossing}"
+    )
     print(f"peak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
