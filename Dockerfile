@@ -5,8 +5,9 @@ COPY pyproject.toml README.md ./
 COPY replayproxy ./replayproxy
 # The only unpinned name is this source tree itself; its dependencies are bounded in pyproject.toml.
 # hadolint ignore=DL3013
-# With the report extra (matplotlib), so `report --html` and `demo` work inside the image too.
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[report]"
+# With the report extra (matplotlib), so `report --html` and `demo` work inside the image too, and
+# the storage extra (fsspec, s3fs), so sidecars upload and replay pods read s3:// URLs.
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[report,storage]"
 
 FROM python:3.12-slim
 RUN useradd --create-home --uid 10001 replayproxy \
@@ -14,7 +15,7 @@ RUN useradd --create-home --uid 10001 replayproxy \
     && chown replayproxy:replayproxy /traces
 COPY --from=build /wheels /wheels
 # hadolint ignore=DL3013
-RUN python -m pip install --no-cache-dir --no-index --find-links /wheels "replayproxy[report]" \
+RUN python -m pip install --no-cache-dir --no-index --find-links /wheels "replayproxy[report,storage]" \
     && rm -rf /wheels
 USER 10001
 WORKDIR /home/replayproxy

@@ -22,12 +22,15 @@ from replayproxy.shape import ErrorClass
 from replayproxy.trace import (
     ColumnFileData,
     ColumnFileWriter,
+    Named,
     ReadReport,
+    Source,
     TraceFormatError,
     checked_fields,
     expand_paths,
     read_column_file,
     read_each,
+    storage,
     with_defaults,
 )
 
@@ -163,7 +166,10 @@ class ResultWriter:
     """Appends results to one .rpr file; one frame per `frame_records` so a crash loses little."""
 
     def __init__(self, path: str | os.PathLike[str], header: RunHeader, frame_records: int = 2048) -> None:
-        self._file = ColumnFileWriter(Path(path), header.to_record(), level=3, exclusive=False)
+        # An object-store URL (a replay pod's results): written here, uploaded whole on close.
+        self._url = os.fspath(path) if storage.is_url(os.fspath(path)) else ""
+        local = storage.staging_path(self._url) if self._url else Path(path)
+        self._file = ColumnFileWriter(local, header.to_record(), level=3, exclusive=False)
         self._frame_records = frame_records
 
     @property
@@ -181,6 +187,8 @@ class ResultWriter:
 
     def close(self, **footer: Any) -> None:
         self._file.close(footer)
+        if self._url:
+            storage.upload_staged(self._file.path, self._url)
 
     def __enter__(self) -> ResultWriter:
         return self
@@ -193,7 +201,7 @@ class ResultWriter:
 class ResultFile:
     """One run loaded: its header, per-request columns and any side records."""
 
-    path: Path
+    path: Source
     header: RunHeader
     table: ColumnFileData
     extras: dict[str, list[dict[str, Any]]]
@@ -211,16 +219,14 @@ class ResultFile:
         return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def load_results(
-    paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None
-) -> list[ResultFile]:
+def load_results(paths: Iterable[Named], report: ReadReport | None = None) -> list[ResultFile]:
     """Every result file named (files, directories, globs), in name order; of several, unreadable
     ones are skipped and reported."""
     report = report if report is not None else ReadReport()
     return read_each(expand_paths(paths, SUFFIX), lambda path: _read_result(path, report), report)
 
 
-def _read_result(path: Path, report: ReadReport) -> ResultFile:
+def _read_result(path: Source, report: ReadReport) -> ResultFile:
     extras: dict[str, list[dict[str, Any]]] = {}
     footer: dict[str, Any] = {}
     table = read_column_file(
@@ -425,7 +431,7 @@ class CheckWriter:
 class CheckFile:
     """One check loaded: its header, its rows as columns and its footer."""
 
-    path: Path
+    path: Source
     header: CheckHeader
     table: ColumnFileData
     footer: dict[str, Any]
@@ -437,7 +443,7 @@ class CheckFile:
         return self.table.columns[name]
 
 
-def load_checks(paths: Iterable[str | os.PathLike[str]], report: ReadReport | None = None) -> list[CheckFile]:
+def load_checks(paths: Iterable[Named], report: ReadReport | None = None) -> list[CheckFile]:
     """Every check file named (files, directories, globs), in name order."""
     report = report if report is not None else ReadReport()
     loaded = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -17,7 +19,9 @@ def _words(seed: int, count: int) -> str:
     )
 
 
-async def _conversation(session: aiohttp.ClientSession, url: str, model: str, n: int, turns: int) -> None:
+async def _conversation(
+    session: aiohttp.ClientSession, route: Callable[[], str], model: str, n: int, turns: int, echo: bool
+) -> None:
     system = f"You answer questions about {TOPICS[n % len(TOPICS)]}. " + _words(n % len(TOPICS), 120)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for turn in range(turns):
@@ -27,10 +31,13 @@ async def _conversation(session: aiohttp.ClientSession, url: str, model: str, n:
         body = {"model": model, "messages": messages, "max_tokens": 12, "stream": turn % 2 == 1}
         if body["stream"]:
             body["stream_options"] = {"include_usage": True}
-        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+        async with session.post(f"{route()}/v1/chat/completions", json=body) as resp:
             assert resp.status == 200, await resp.text()
             raw = await resp.read()
-        reply = "answer" if body["stream"] else (await _content(raw))
+        if body["stream"]:
+            reply = _streamed_content(raw) if echo else "answer"
+        else:
+            reply = await _content(raw)
         messages.append({"role": "assistant", "content": reply})
         await asyncio.sleep(0.3)
 
@@ -41,13 +48,31 @@ async def _content(raw: bytes) -> str:
     return str(orjson.loads(raw)["choices"][0]["message"]["content"])
 
 
-async def send(url: str, model: str, conversations: int = 12, turns: int = 3) -> None:
-    """`conversations` conversations of `turns` turns, a few at a time, each turn after the last reply."""
+def _streamed_content(raw: bytes) -> str:
+    import orjson
+
+    parts = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {"):
+            choices = orjson.loads(line[6:]).get("choices") or [{}]
+            parts.append((choices[0].get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+async def send(
+    url: str | Sequence[str], model: str, conversations: int = 12, turns: int = 3, echo: bool = False
+) -> None:
+    """`conversations` conversations of `turns` turns, a few at a time, each turn after the last reply.
+    Given several URLs, requests go to them in turn (a round-robin router: the turns of one
+    conversation land on different proxies). With `echo`, a streamed reply is sent back as it
+    came (as chat clients do), so every turn links to the reply before it."""
+    urls = itertools.cycle([url] if isinstance(url, str) else url)
+    route = urls.__next__
     async with aiohttp.ClientSession() as session:
         for first in range(0, conversations, 4):
             await asyncio.gather(
                 *(
-                    _conversation(session, url, model, n, turns)
+                    _conversation(session, route, model, n, turns, echo)
                     for n in range(first, min(first + 4, conversations))
                 )
             )

@@ -192,4 +192,4 @@ def test_the_replay_job_reads_the_directory_the_sidecar_writes() -> None:
 
 def test_the_image_has_the_report_extra_for_html_reports_and_the_demo() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert '".[report]"' in text and '"replayproxy[report]"' in text
+    assert '".[report,storage]"' in text and '"replayproxy[report,storage]"' in text

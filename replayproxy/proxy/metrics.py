@@ -99,6 +99,12 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ),
     ("replayproxy_trace_files", "gauge", "Trace files currently kept in the trace directory", ()),
     (
+        "replayproxy_trace_uploads_total",
+        "counter",
+        "Rotated trace files to object storage: uploaded, failed (attempts; retried), lost (removed first)",
+        ("outcome",),
+    ),
+    (
         "replayproxy_recording_failing",
         "gauge",
         "1 while recording does not keep up: records dropped in the last 10 s (any reason), the recorder "
@@ -108,6 +114,7 @@ METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 METRIC_NAMES = tuple(name for name, _, _, _ in METRICS)
 REFUSE_REASONS = ("limit", "fd_exhausted")
+UPLOAD_OUTCOMES = ("uploaded", "failed", "lost")
 DROP_REASONS = ("queue_full", "writer_error", "shape_error", "recorder_exited")
 RECORDER_ERROR_KINDS = ("disk_full", "permission", "io", "crash", "observer")
 
@@ -263,6 +270,9 @@ class ProxyMetrics:
         self.recorder_errors = Counter(*_args("replayproxy_recorder_errors_total"), registry=reg)
         self.trace_files = Gauge(*_args("replayproxy_trace_files"), registry=reg)
         self.recording_failing = Gauge(*_args("replayproxy_recording_failing"), registry=reg)
+        self.trace_uploads = Counter(*_args("replayproxy_trace_uploads_total"), registry=reg)
+        for outcome in UPLOAD_OUTCOMES:
+            self.trace_uploads.labels(outcome)
         for reason in DROP_REASONS:
             self.records_dropped.labels(reason)
         for kind in RECORDER_ERROR_KINDS:

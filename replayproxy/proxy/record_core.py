@@ -23,6 +23,7 @@ from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.record_tally import Tally
 from replayproxy.proxy.settings import ProxySettings
+from replayproxy.proxy.upload import SegmentUploader, pod_name
 from replayproxy.shape import RequestShape, key_fingerprint
 from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
 
@@ -70,8 +71,15 @@ class TraceRecorder:
         self._retry_at_ns = 0
         self._files_state: tuple[int, Path | None] = (0, None)
         self._log = RateLimitedLog(settings.log_interval_s)
+        self._uploader = (
+            SegmentUploader(settings.upload_url, pod_name(settings.pod_name), settings.upload_retry_s)
+            if settings.upload_url
+            else None
+        )
 
     def start(self) -> None:
+        if self._uploader is not None:
+            self._uploader.start()
         self._guard(self._apply_retention)
 
     def record(self, captures: Sequence[Capture]) -> None:
@@ -82,9 +90,30 @@ class TraceRecorder:
     def idle(self, rotate: bool = False) -> None:
         """Between batches: cut a frame when the flush interval is up, or rotate now (SIGHUP)."""
         self._guard(lambda: self._idle(rotate))
+        self._count_uploads()
 
     def close(self) -> None:
         self._guard(self._close_writer)
+        if self._uploader is not None:
+            self._uploader.close(self._settings.upload_drain_s)
+            self._count_uploads()
+            if self._uploader.waiting:
+                left = self._uploader.waiting
+                _log.warning("%d trace files not uploaded yet; the next start uploads them", left)
+
+    def _count_uploads(self) -> None:
+        """The upload thread's counts since the last look, into this report (this thread owns it)."""
+        if self._uploader is None:
+            return
+        uploaded, failed, lost, kinds = self._uploader.take_counts()
+        tally = self.tally
+        if uploaded:
+            tally.count(tally.uploads, "uploaded", uploaded)
+        if failed:
+            tally.count(tally.uploads, "failed", failed)
+            self._log("upload", f"uploading trace files failed ({kinds[-1]}); kept locally and retried")
+        if lost:
+            tally.count(tally.uploads, "lost", lost)
 
     def _record(self, captures: Sequence[Capture]) -> None:
         shapes: list[RequestShape] = []
@@ -211,6 +240,8 @@ class TraceRecorder:
                 files[0].unlink(missing_ok=True)
                 files.pop(0)
         self.tally.trace_files = len(files)
+        if self._uploader is not None:
+            self._uploader.offer(f for f in files if f != current)
 
     def _observe(self, shape: RequestShape) -> None:
         figures = self.tally.endpoint(shape.endpoint)

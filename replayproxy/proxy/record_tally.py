@@ -25,6 +25,7 @@ class Tally:
     lost: dict[str, int] = field(default_factory=dict)  # written, then lost with their file
     clamped: dict[str, int] = field(default_factory=dict)  # by trace field
     errors: dict[str, int] = field(default_factory=dict)  # by kind (disk_full, permission, io, crash)
+    uploads: dict[str, int] = field(default_factory=dict)  # trace files sent to object storage, by outcome
     figures: dict[str, EndpointFigures] = field(default_factory=dict)  # by endpoint class
     logs: list[tuple[int, str]] = field(default_factory=list)  # (logging level, line)
     failing: str = ""  # why records are being dropped (trace writing fails); "" while it works
@@ -48,17 +49,17 @@ class Tally:
     def changed(self) -> bool:
         return bool(
             self.received or self.written or self.trace_bytes or self.dropped or self.lost or self.clamped
-            or self.errors or self.figures or self.logs or self.trace_files >= 0
+            or self.errors or self.uploads or self.figures or self.logs or self.trace_files >= 0
         )  # fmt: skip
 
     def take(self) -> Tally:
         """This tally as it is, leaving this one empty (its state kept) for the next report."""
         taken = Tally(
             self.received, self.written, self.trace_bytes, self.dropped, self.lost, self.clamped,
-            self.errors, self.figures, self.logs, self.failing, self.trace_files,
+            self.errors, self.uploads, self.figures, self.logs, self.failing, self.trace_files,
         )  # fmt: skip
         self.received = self.written = self.trace_bytes = 0
-        self.dropped, self.lost, self.clamped, self.errors = {}, {}, {}, {}
+        self.dropped, self.lost, self.clamped, self.errors, self.uploads = {}, {}, {}, {}, {}
         self.figures, self.logs, self.trace_files = {}, [], -1
         return taken
 
@@ -66,7 +67,8 @@ class Tally:
         record: dict[str, Any] = {
             "received": self.received, "written": self.written, "trace_bytes": self.trace_bytes,
             "dropped": self.dropped, "lost": self.lost, "clamped": self.clamped, "errors": self.errors,
-            "logs": self.logs, "failing": self.failing, "trace_files": self.trace_files,
+            "uploads": self.uploads, "logs": self.logs, "failing": self.failing,
+            "trace_files": self.trace_files,
         }  # fmt: skip
         record["figures"] = {
             name: [[(b.counts, b.sum) for b in _series(f)], f.input_tokens, f.output_tokens]
@@ -79,7 +81,8 @@ class Tally:
         tally = cls(
             received=record["received"], written=record["written"], trace_bytes=record["trace_bytes"],
             dropped=record["dropped"], lost=record["lost"], clamped=record["clamped"],
-            errors=record["errors"], failing=record["failing"], trace_files=record["trace_files"],
+            errors=record["errors"], uploads=record.get("uploads", {}), failing=record["failing"],
+            trace_files=record["trace_files"],
             logs=[(level, line) for level, line in record["logs"]],
         )  # fmt: skip
         for name, (series, inputs, outputs) in record["figures"].items():
@@ -108,6 +111,8 @@ def apply(tally: Tally, metrics: ProxyMetrics) -> None:
         metrics.values_clamped.labels(name).inc(n)
     for kind, n in tally.errors.items():
         metrics.recorder_errors.labels(kind).inc(n)
+    for outcome, n in tally.uploads.items():
+        metrics.trace_uploads.labels(outcome).inc(n)
     if tally.trace_files >= 0:
         metrics.trace_files.set(tally.trace_files)
     for name, added in tally.figures.items():

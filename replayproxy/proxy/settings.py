@@ -18,6 +18,7 @@ from typing import Any
 from replayproxy.config import ConfigError, build, http_url, read_toml
 from replayproxy.errors import BadOption
 from replayproxy.shape import ENDPOINTS
+from replayproxy.trace import storage
 
 FORWARDED_MODES = ("none", "x-forwarded-for", "forwarded", "both")
 
@@ -82,6 +83,12 @@ class ProxySettings:
     retain_files: int = _opt(0, "keep at most this many trace files, deleting the oldest (0: all)")
     retain_bytes: int = _opt(0, "keep at most this many bytes of trace files (0: no limit)")
     file_prefix: str = _opt("trace", "trace file names are PREFIX-<UTC time>-<seq>.rpt")
+    upload_url: str = _opt(
+        "", "object-store URL prefix rotated trace files go to, e.g. s3://bucket/traces ('': keep local)"
+    )
+    pod_name: str = _opt("", "pod name in upload paths ('': $POD_NAME, else $HOSTNAME)")
+    upload_retry_s: float = _opt(1.0, "first retry of a failed upload after this; doubles up to 60 s")
+    upload_drain_s: float = _opt(10.0, "on shutdown, keep uploading for at most this long")
     drain_timeout_s: float = _opt(30.0, "on SIGTERM, wait this long for in-flight requests")
     retry_s: float = _opt(5.0, "after a recording failure, try writing again after this")
     log_interval_s: float = _opt(60.0, "a repeated failure is logged at most once per interval")
@@ -102,6 +109,10 @@ class ProxySettings:
         if self.forwarded_headers not in FORWARDED_MODES:
             raise BadOption(f"forwarded_headers must be one of {', '.join(FORWARDED_MODES)}")
         parse_hostport(self.listen, "listen")
+        if self.upload_url:
+            if not storage.is_url(self.upload_url):
+                raise BadOption(f"upload_url must be an object-store URL (s3://...), got {self.upload_url!r}")
+            storage.filesystem(self.upload_url)  # a store whose client is missing: one line, at start
         parse_cpus(self.recorder_cpus, "recorder_cpus")
         if self.admin_listen:
             parse_hostport(self.admin_listen, "admin_listen")

@@ -115,7 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="live panel (tty), a line every 10 s (log) or none (default: auto, tty on a terminal, else log)",
     )
     add("--workers", type=int, metavar="N", help="sender processes sharing one start time (default: 1)")
-    add("--shard", metavar="i/N", help="send only requests whose index %% N == i (default: all)")
+    add(
+        "--shard",
+        metavar="i/N",
+        help="send shard i of N: whole sessions, with the requests linked to them, by a keyed hash; "
+        "N processes or pods with one --start-at send the trace between them (default: all)",
+    )
     add("--start-at", metavar="TIME", help="common start: UTC ISO time or unix seconds (default: now)")
     add(
         "--no-reset-prefix-cache",

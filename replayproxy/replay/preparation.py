@@ -30,6 +30,7 @@ from replayproxy.replay import (
     probe_http,
     replies,
     schedule,
+    shards,
     synth,
     turns,
 )
@@ -221,7 +222,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     send = np.arange(len(planned.trace_index), dtype=np.int64)
     if options.shard:
         index, count = schedule.parse_shard(options.shard)
-        send = send[(planned.group if mode == "closed" else planned.trace_index) % count == index]
+        send = send[shards.shard_of(cols, planned.trace_index, count) == index]  # sessions kept whole
     peak = _peak(cols, planned.take(send))
     size = options.pool_size or min(MAX_POOL, peak + max(2, peak // 10))
     if options.max_concurrency:

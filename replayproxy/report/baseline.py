@@ -16,7 +16,7 @@ import numpy as np
 from replayproxy.report.measures import Requests, measure
 from replayproxy.report.runs import Run
 from replayproxy.report.sessions import previous_turns
-from replayproxy.trace import expand_paths, load
+from replayproxy.trace import expand_paths, load, storage
 
 BASELINE_LABEL = "baseline (production)"
 
@@ -55,7 +55,8 @@ def baseline_run(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     paths_list = [str(paths)] if isinstance(paths, str | os.PathLike) else [str(p) for p in paths]
     digest = hashlib.sha256()  # as the replayer computes RunHeader.trace_digest, so runs of it pair
     for path in expand_paths(paths_list):
-        digest.update(path.read_bytes())
+        with storage.opened(path) as data:
+            digest.update(data)
     return Run(
         label=BASELINE_LABEL,
         kind="baseline",

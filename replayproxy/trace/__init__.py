@@ -38,9 +38,13 @@ from replayproxy.trace.header import (
     checked_fields,
 )
 from replayproxy.trace.mapped import SpilledArray, gather, is_mapped, mapped_array, release_pages
+from replayproxy.trace.storage import Named, ObjectURL, Source
 from replayproxy.trace.writer import TraceWriter, write_columns, write_trace
 
 __all__ = [
+    "Named",
+    "ObjectURL",
+    "Source",
     "require_requests",
     "SpilledArray",
     "CODED_KINDS",

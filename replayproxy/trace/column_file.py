@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
-import mmap
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,10 +18,12 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
-from replayproxy.errors import FileAccessError, MissingFile, user_file
+from replayproxy.errors import FileAccessError, user_file
+from replayproxy.trace import storage
 from replayproxy.trace.frames import FrameWriter, Part, ReadReport, frame_totals, iter_frame_payloads
 from replayproxy.trace.header import SUFFIX, TraceFormatError
 from replayproxy.trace.mapped import SpilledArray
+from replayproxy.trace.storage import Source
 
 # Column kinds: fixed-width numbers as raw little-endian arrays, strings and small maps
 # dictionary-coded, ragged fields as one blob plus per-row byte lengths.
@@ -189,7 +189,7 @@ class ColumnFileWriter:
 class ColumnFileData:
     """One file's header and its columns: numpy arrays by field, ragged ones as (flat, lengths)."""
 
-    path: Path
+    path: Source
     header: dict[str, Any]
     n: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
@@ -447,29 +447,8 @@ def _unpack_at(view: memoryview, at: int) -> tuple[Any, int]:
             step *= 4
 
 
-@contextlib.contextmanager
-def _file_bytes(path: Path) -> Iterator[bytes | mmap.mmap]:
-    """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first.
-
-    The map is closed on leaving, even on an error: an exception's traceback would otherwise keep
-    it (and the file's pages) alive. Nothing read from it may view it past then: every column is
-    copied out of decompressed frames, never out of the map.
-    """
-    with user_file(path), open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < 1 << 20:
-            data: bytes | mmap.mmap = f.read()
-        else:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        yield data
-    finally:
-        if isinstance(data, mmap.mmap):
-            data.close()
-
-
 def read_column_file(
-    path: Path,
+    path: Source,
     format_name: str,
     max_version: int,
     report: ReadReport,
@@ -492,7 +471,10 @@ def read_column_file(
     """
     name = str(path)
     seen_warnings = len(report.warnings)
-    with _file_bytes(path) as data, contextlib.closing(iter_frame_payloads(data, name, report)) as payloads:
+    with (
+        storage.opened(path) as data,
+        contextlib.closing(iter_frame_payloads(data, name, report)) as payloads,
+    ):
         report.paths.append(name)
         if report.content is not None:
             report.content.update(data)
@@ -599,13 +581,14 @@ T = TypeVar("T")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # spilling columns to temporary files: the CLI names where
 
 
-def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) -> list[T]:
+def read_each(paths: list[Source], read: Callable[[Source], T], report: ReadReport) -> list[T]:
     """`read` applied to each file; of several files, one that is empty, unreadable or not of
     the format is skipped and reported (a directory after a full disk reads the rest). Raises
     only when no file could be read."""
     loaded: list[T] = []
     first: Exception | None = None
-    for path in paths:
+    for at, path in enumerate(paths):
+        storage.prefetch(paths[at : at + storage.AHEAD])
         try:
             loaded.append(read(path))
         except (TraceFormatError, OSError) as e:
@@ -622,25 +605,12 @@ def read_each(paths: list[Path], read: Callable[[Path], T], report: ReadReport) 
     return loaded
 
 
-def _cause(e: Exception, path: Path | None) -> str:
+def _cause(e: Exception, path: Source | None) -> str:
     text = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     return text.removeprefix(f"{path}: ") if path is not None else text
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]], suffix: str = SUFFIX) -> list[Path]:
-    """Files, directories (their *suffix files) and globs, in name order; missing ones raise."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found.extend(sorted(path.glob(f"*{suffix}")))
-        elif path.exists():
-            found.append(path)
-        else:
-            matches = sorted(Path(m) for m in glob.glob(str(raw)))
-            if not matches:
-                raise MissingFile(f"no such file: {raw}")
-            found.extend(matches)
-    if not found:
-        raise MissingFile(f"no {suffix} files in {', '.join(map(str, paths))}")
-    return found
+def expand_paths(paths: Iterable[storage.Named], suffix: str = SUFFIX) -> list[Source]:
+    """Files, directories (their *suffix files), globs and object-store URLs (trace.storage), in
+    name order; missing ones raise."""
+    return storage.expand(paths, suffix)

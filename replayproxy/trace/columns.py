@@ -6,7 +6,6 @@ import hashlib
 import os
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -18,27 +17,53 @@ from replayproxy.trace.column_file import (
     read_each,
     with_defaults,
 )
+from replayproxy.trace.fleet import join_sessions
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
 from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
+from replayproxy.trace.storage import Named, ObjectURL, Source
 
 
 def read_trace_files(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: Iterable[Named],
     report: ReadReport | None = None,
     wanted: Collection[str] | None = None,
     spill: Collection[str] = (),
 ) -> list[tuple[TraceHeader, ColumnFileData]]:
     """Every trace file's header and rows (only the `wanted` fields, if given), oldest start first;
-    ragged fields in `spill` are kept in a mapped temporary file (trace.mapped)."""
+    ragged fields in `spill` are kept in a mapped temporary file (trace.mapped). A file holding
+    the same records as one read before (a segment uploaded twice, or named twice) is dropped."""
     report = report if report is not None else ReadReport()
     pairs = read_each(expand_paths(paths), lambda path: _read_trace(path, report, wanted, spill), report)
+    pairs = _distinct(pairs, report)
     pairs.sort(key=lambda pair: pair[0].start_wall_ns)
     return pairs
 
 
+def _distinct(
+    pairs: list[tuple[TraceHeader, ColumnFileData]], report: ReadReport
+) -> list[tuple[TraceHeader, ColumnFileData]]:
+    """The files whose records were not seen in an earlier one: same header (which carries the
+    file's own creation time) and the same arrival offsets. A duplicate's records leave the count."""
+    seen: dict[bytes, str] = {}
+    kept = []
+    for header, table in pairs:
+        identity = hashlib.blake2b(repr(sorted(table.header.items())).encode(), digest_size=16)
+        identity.update(table.n.to_bytes(8, "little"))
+        identity.update(np.ascontiguousarray(table.columns["offset_ns"]).data)
+        key = identity.digest()
+        if key in seen:
+            report.duplicate_files += 1
+            report.records -= table.n
+            report.warnings.append(f"{table.path}: the same records as {seen[key]}; read once")
+            continue
+        seen[key] = str(table.path)
+        kept.append((header, table))
+    return kept
+
+
 def _read_trace(
-    path: Path, report: ReadReport, wanted: Collection[str] | None, spill: Collection[str]
+    path: Source, report: ReadReport, wanted: Collection[str] | None, spill: Collection[str]
 ) -> tuple[TraceHeader, ColumnFileData]:
     table = read_column_file(
         path, FORMAT_NAME, FORMAT_VERSION, report, expected=FIELD_KINDS, wanted=wanted, spill=spill
@@ -124,7 +149,7 @@ class Columns:
         return np.fromiter((len(r) for r in self.roles[rows]), dtype=np.int64)
 
 
-def require_requests(columns: Columns, paths: Iterable[str | os.PathLike[str]]) -> None:
+def require_requests(columns: Columns, paths: Iterable[Named]) -> None:
     """Refuse traces with no readable request, in one line that says what the read skipped."""
     if len(columns):
         return
@@ -134,7 +159,7 @@ def require_requests(columns: Columns, paths: Iterable[str | os.PathLike[str]]) 
 
 
 def load(
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    paths: Named | Iterable[Named],
     *,
     digest: bool = False,
     fields: Collection[str] | None = None,
@@ -156,7 +181,7 @@ def load(
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
     """
-    if isinstance(paths, str | os.PathLike):
+    if isinstance(paths, str | os.PathLike | ObjectURL):
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
     wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}
@@ -178,6 +203,8 @@ def load(
     del sort
     if order is not None:
         scalar = {name: take_rows(column, order) for name, column in scalar.items()}
+    if len(pairs) > 1:  # turns of one conversation recorded by several sidecars (or restarts)
+        report.joined_turns = join_sessions(scalar)
     ragged = {
         name: _reorder_ragged(
             _joined([t.ragged[name][0] for t in tables], ragged_on_disk),

@@ -71,6 +71,8 @@ class ReadReport:
     skipped_frames: int = 0
     lost_records: int = 0  # records known to be in skipped frames
     skipped_files: int = 0  # of several files, ones that could not be read at all
+    duplicate_files: int = 0  # files holding the same records as one read before (read once)
+    joined_turns: int = 0  # turns another file's reply continues, joined to that session (trace.fleet)
     footers: int = 0
     content: Any = None  # a hashlib object to digest every file's bytes as read, in order (None: not asked)
     paths: list[str] = field(default_factory=list)  # the files read, in order

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replayproxy.trace import expand_paths
+from replayproxy.trace import expand_paths, storage
 from replayproxy.tune.candidates import Config
 
 OUTCOME_FILE = "outcome.json"
@@ -71,9 +71,8 @@ def identity(config: Config, trace_digest: str, settings: Mapping[str, Any]) -> 
 def trace_digest(paths: Iterable[str | os.PathLike[str]]) -> str:
     digest = hashlib.sha256()
     for path in expand_paths(paths):
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
+        with storage.opened(path) as data:
+            digest.update(data)
     return digest.hexdigest()[:32]
 
 

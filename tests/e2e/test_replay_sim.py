@@ -285,8 +285,8 @@ def test_workers_and_shards_split_the_trace(tmp_path: Path) -> None:
     assert set(merged.column("worker").tolist()) == {0, 1}
     assert not any(merged.column("error"))
     assert [s.header.shard for s in shards] == ["0/2", "1/2"]
-    assert sorted(shards[0].column("index").tolist()) == list(range(0, 40, 2))
-    assert sorted(shards[1].column("index").tolist()) == list(range(1, 40, 2))
+    first, second = (set(s.column("index").tolist()) for s in shards)
+    assert first and second and not first & second and sorted(first | second) == list(range(40))
     starts = [s.header.start_wall_ns for s in shards]
     assert abs(starts[0] - starts[1]) < 5_000_000  # one start time for both pods
     assert abs(starts[0] - float(start) * 1e9) < 5_000_000

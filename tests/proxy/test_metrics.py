@@ -15,7 +15,7 @@ from replayproxy.clock import now_ns
 from replayproxy.proxy.metrics import METRIC_NAMES, METRICS, Buckets
 from tests.proxy.helpers import RawRequest, RawUpstream, proxy, run
 
-ALLOWED_LABELS = {"endpoint", "status_class", "error", "reason", "kind", "le"}
+ALLOWED_LABELS = {"endpoint", "status_class", "error", "reason", "kind", "outcome", "le"}
 
 
 def answer(request: RawRequest) -> None:
