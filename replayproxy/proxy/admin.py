@@ -66,7 +66,7 @@ class Health:
     accepting: Callable[[], bool]  # False once draining
     recording: Callable[[], str]  # why recording fails; "" while it keeps up; "off" when not recording
     upstream: Callable[[], Awaitable[str]]  # why the upstream does not answer; "" when it does
-    ready_requires_recording: bool = True
+    ready_requires_recording: bool = False
 
 
 class Budget:

@@ -38,7 +38,7 @@ class ProxySettings:
         "/health", "path /readyz asks the upstream (after the upstream URL's path); a status < 500 is ready"
     )
     ready_requires_recording: bool = _opt(
-        True, "/readyz fails while recording falls behind; off keeps serving whatever recording does"
+        False, "/readyz also fails while recording falls behind (off: recording never takes the proxy out)"
     )
     trace_dir: Path | None = _opt(None, "directory for trace files (required when record is on)")
     record: bool = _opt(True, "record request shapes; off makes a plain transparent proxy")

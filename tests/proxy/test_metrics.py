@@ -102,13 +102,19 @@ def test_buckets_are_inclusive_and_cumulative_like_prometheus_client() -> None:
 
 def test_a_stopped_recorder_process_turns_failing_on_and_recovery_turns_it_off(tmp_path: Path) -> None:
     """SIGSTOP the recorder process under ~100 req/s: records pile up unread, then are dropped;
-    /healthz and the gauge say so (liveness stays 200) and /readyz stops sending clients here.
+    /healthz and the gauge say so (liveness stays 200) and /readyz, asked to, stops sending clients here.
     SIGCONT: it catches up, and both go back to ok once the drop window has passed."""
 
     async def main() -> None:
         async with (
             RawUpstream(answer) as up,
-            proxy(up.url, tmp_path, queue_records=50, upstream_health_path="/v1/models") as px,
+            proxy(
+                up.url,
+                tmp_path,
+                queue_records=50,
+                upstream_health_path="/v1/models",
+                ready_requires_recording=True,
+            ) as px,
             aiohttp.ClientSession() as session,
         ):
             assert px.recorder is not None
