@@ -73,7 +73,6 @@ def test_replay_reuses_the_prefix_cache_as_production_did(
     assert np.all(np.abs(replayed[siblings] - produced[siblings]) <= 16)
     assert abs(replayed[first].sum() / produced[first].sum() - 1) <= 0.05
     if replies == "live":  # later turns carry the sim's own replies, so their hits are production's
-        print(replayed.sum(), produced.sum())
         assert abs(replayed.sum() / produced.sum() - 1) <= 0.01
     else:  # planned replies stand where the sim's replies stood: those blocks miss
         assert replayed[~first].sum() < produced[~first].sum()
