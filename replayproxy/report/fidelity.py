@@ -37,6 +37,9 @@ LAG_MS = 5.0  # schedule lag p99 above this delays sends noticeably
 CACHE_GAP = 0.01  # prefix-cache hits further than this from production's change prefill work
 LOAD_GAP = 0.05  # mean concurrency further than this from production's changes batching
 REPRODUCES = "the replay reproduces production"
+PLANNED_REPLIES = (
+    "; planned replies: later turns do not carry the engine's own replies, which production's cache held"
+)
 
 
 def _values(m: Measures, key: str) -> np.ndarray:
@@ -171,7 +174,8 @@ def _differences(
             "name": "prefix-cache hits",
             "size": (f"{vs_production:.1%} of production's cached tokens" if vs_production is not None else
                      "production's per-request cached tokens not recorded")
-            + (f"; engine / implied {np.mean(engine_share):.1%}" if engine_share else ""),
+            + (f"; engine / implied {np.mean(engine_share):.1%}" if engine_share else "")
+            + (PLANNED_REPLIES if any(r.options.get("replies") == "planned" for r in runs) else ""),
             "value": hits,
             "effect": _effect(hits, CACHE_GAP, more="lighter"),
         },

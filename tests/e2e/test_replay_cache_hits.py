@@ -9,6 +9,7 @@ reuse as many tokens of it as production did (per request, the sim's `cached_tok
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
+from replayproxy.cli import main
 from replayproxy.trace import load
 from tests.e2e.test_replay_sim import replay
 from tests.servers import sim, start_proxy
@@ -56,7 +58,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, bpe_tokenizer: Path) -> P
 
 @pytest.mark.parametrize("replies", ["live", "planned"])
 def test_replay_reuses_the_prefix_cache_as_production_did(
-    recorded: Path, bpe_tokenizer: Path, tmp_path: Path, replies: str
+    recorded: Path, bpe_tokenizer: Path, tmp_path: Path, replies: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cols = load(recorded)
     assert len(cols) == SESSIONS * TURNS and cols.headers[0].block_unit == "char"
@@ -74,5 +76,10 @@ def test_replay_reuses_the_prefix_cache_as_production_did(
     assert abs(replayed[first].sum() / produced[first].sum() - 1) <= 0.05
     if replies == "live":  # later turns carry the sim's own replies, so their hits are production's
         assert abs(replayed.sum() / produced.sum() - 1) <= 0.01
-    else:  # planned replies stand where the sim's replies stood: those blocks miss
+    else:  # planned replies stand where the sim's replies stood: those blocks miss, and the report says why
         assert replayed[~first].sum() < produced[~first].sum()
+        capsys.readouterr()
+        assert main(["report", str(tmp_path / "r.rpr"), "--baseline", str(recorded), "--json"]) == 0
+        [fidelity] = json.loads(capsys.readouterr().out)["fidelity"]
+        hits = next(d for d in fidelity["differences"] if d["name"] == "prefix-cache hits")
+        assert hits["value"] < -0.01 and "planned replies" in hits["size"]
