@@ -131,6 +131,11 @@ def main_(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--replies", choices=("live", "planned"), default="live")
+    parser.add_argument(
+        "--via-proxy",
+        action="store_true",
+        help="replay through a proxy as production went (replay --via-proxy)",
+    )
     parser.add_argument("--sim-speed", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -147,8 +152,9 @@ def main_(argv: list[str] | None = None) -> int:
             runs, replayed = [], []
             for i in range(args.repeat):
                 out = work / f"run{i + 1}.rpr"
+                via = ["--via-proxy", str(work / "via")] if args.via_proxy else []
                 cli("replay", str(work / "trace"), "--target", url, "-o", str(out), "--quiet",
-                    "--replies", args.replies, "--label", "replay")  # fmt: skip
+                    "--replies", args.replies, "--label", "replay", *via)  # fmt: skip
                 runs.append(str(out))
                 report = json.loads(cli("report", str(out), "--json"))
                 replayed.append(report["runs"][0]["prefix_cache"] or {})
@@ -157,7 +163,8 @@ def main_(argv: list[str] | None = None) -> int:
     start = text_report.find("Fidelity")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{args.sessions} sessions x {args.turns} turns at {args.rate}/s, {args.replies} replies, "
-          f"{args.repeat} replays; production requests failed: {failed}; load average {load}")  # fmt: skip
+          f"{args.repeat} replays{' via a proxy' if args.via_proxy else ''}; production requests failed: "
+          f"{failed}; load average {load}")  # fmt: skip
     print(text_report[start : text_report.find("\n\n", text_report.find("known differences", start))])
     print(f"prefix-cache hit tokens, engine counters: production {produced}")
     for i, cache in enumerate(replayed, 1):

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 from replayproxy import clock, config
 from replayproxy.errors import BadOption, RunAborted
+from replayproxy.launch import run_server
 from replayproxy.replay import (
     contract,
     procedure,
@@ -216,6 +219,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="memory the ready bodies may take, per sender process (default: 512)",
     )
+    add(
+        "--via-proxy",
+        metavar="DIR",
+        help="send through a replayproxy proxy started in front of the target, which records each run's "
+        "own trace in DIR/<result name>: the report then times the replay at a proxy, as production "
+        "was (default: straight to the target)",
+    )
     add("--config", metavar="FILE", help="TOML file; settings under [replay] (default: none)")
 
 
@@ -339,11 +349,35 @@ async def measure(
     plan.repetition = repetition
     plan.pre_run.update(await procedure.reset_target(options, plan))
     output = procedure.output_for(options.output, repetition, options.repeat)
-    return await _measure(dataclasses.replace(options, output=output), plan, progress_mode)
+    options = dataclasses.replace(options, output=output)
+    if not options.via_proxy:
+        return await _measure(options, plan, progress_mode, options)
+    trace_dir = Path(options.via_proxy) / Path(output).stem
+    options = dataclasses.replace(options, via_proxy=str(trace_dir))
+    with _proxy_in_front(options.target, trace_dir) as url:
+        return await _measure(options, plan, progress_mode, dataclasses.replace(options, target=url))
 
 
-async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:
-    """One measured run into `options.output`."""
+@contextlib.contextmanager
+def _proxy_in_front(target: str, trace_dir: Path) -> Iterator[str]:
+    """A proxy in front of `target` recording into `trace_dir`, as production's was, for one run: the
+    replay's timings are then taken at the same point as production's. Stopped (its trace written)
+    when the run ends."""
+    argv = ["replayproxy", "proxy", "--upstream", Target.parse(target).url, "--listen", "127.0.0.1:0"]
+    argv += ["--admin-listen", "", "--trace-dir", str(trace_dir)]
+    with contextlib.ExitStack() as stack:
+        try:
+            proxy = stack.enter_context(run_server(argv))
+        except RuntimeError as e:  # its last line says why
+            raise BadOption(f"--via-proxy: the proxy did not start: {str(e).splitlines()[-1]}") from e
+        yield proxy.url
+
+
+async def _measure(
+    options: ReplayOptions, plan: RunPlan, progress_mode: str, sending: ReplayOptions
+) -> dict[str, Any]:
+    """One measured run into `options.output`; `sending`: the options the senders use (their target
+    is the proxy's address with --via-proxy)."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     tracker: progress.Tracker | None = None
     try:
@@ -358,13 +392,13 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
         outcome = session.Outcome()
         try:
             if options.workers > 1:
-                await workers.run_workers(options, plan, tracker.update, start, outcome)
+                await workers.run_workers(sending, plan, tracker.update, start, outcome)
             else:
                 readings = session.RunnerReadings()
                 show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
                 await session.run_local(
-                    options,
-                    plan.share(options, plan.send),
+                    sending,
+                    plan.share(sending, plan.send),
                     plan.pool_size,
                     start,
                     progress=show,

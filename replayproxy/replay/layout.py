@@ -3,16 +3,18 @@
 A templated prompt is the structure's template tokens with content between them (replay.exact);
 every content word is one token, so a layout of content lengths fixes the total and every
 position. A request that shares `S` tokens with its donor copies the donor's layout up to `S` and
-puts its own content at `S`; message ends are put on block boundaries where they fit, so a later
-request's divergence point falls on content, not inside template tokens. Words are chosen by
-position: inside recorded block b from (h_b, position in block), past the recorded blocks from the
-request's own key, and the first content position of each block takes a *branch word*: the i-th
-distinct continuation of a prefix gets the i-th word after a base drawn from that prefix, so
-siblings differ from their first token on (for up to the alphabet's size of siblings). All pure.
+puts its own content at `S`; message ends are put on block bounds where they fit, so a later
+request's divergence point falls on content, not inside template tokens. Recorded block b holds
+positions [bounds[b], bounds[b + 1]) (replay.block_bounds), the tail those from bounds[len(blocks)].
+Words are chosen by position: inside recorded block b from (h_b, position in block), in the tail
+from the request's own key, and the first content position of each block takes a *branch word*:
+the i-th distinct continuation of a prefix gets the i-th word after a base drawn from that prefix,
+so siblings differ from their first token on (for up to the alphabet's size of siblings). All pure.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,9 +41,15 @@ class Layout:
 
 
 def _fill(
-    roles: Sequence[str], structure: Structure, fixed: Sequence[int], first_min: int, total: int, block: int
+    roles: Sequence[str],
+    structure: Structure,
+    fixed: Sequence[int],
+    first_min: int,
+    total: int,
+    marks: Sequence[int],
 ) -> Layout | None:
-    """Lengths for messages after `fixed` (the first at least `first_min`), ends on block boundaries."""
+    """Lengths for messages after `fixed` (the first at least `first_min`), each end moved to the
+    nearest block bound (`marks`, increasing) where it falls among them and the move fits."""
     n = len(roles)
     budget = total - structure.overhead - sum(fixed)
     free = n - len(fixed)
@@ -61,10 +69,9 @@ def _fill(
             size = budget
         else:
             size = max(low, budget // (after + 1))
-            if block > 1:
-                aligned = round((start + size) / block) * block - start
-                if low <= aligned <= budget - after:
-                    size = aligned
+            aligned = _nearest(marks, start + size) - start
+            if low <= aligned <= budget - after:
+                size = aligned
             size = min(size, budget - after)
         lengths.append(size)
         starts.append(start)
@@ -73,12 +80,26 @@ def _fill(
     return Layout(tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure)
 
 
-def fresh(roles: Sequence[str], structure: Structure, total: int, block: int) -> Layout | None:
-    return _fill(roles, structure, (), 1, total, block)
+def _nearest(marks: Sequence[int], end: int) -> int:
+    """The bound nearest to `end` when `end` lies between two of them (the lower on a tie), else `end`."""
+    i = bisect_left(marks, end)
+    if i == 0 or i >= len(marks):
+        return end
+    low, high = marks[i - 1], marks[i]
+    return low if end - low <= high - end else high
+
+
+def fresh(roles: Sequence[str], structure: Structure, total: int, marks: Sequence[int]) -> Layout | None:
+    return _fill(roles, structure, (), 1, total, marks)
 
 
 def shared_layout(
-    roles: Sequence[str], structure: Structure, total: int, block: int, shared: int, donor: Layout | None
+    roles: Sequence[str],
+    structure: Structure,
+    total: int,
+    marks: Sequence[int],
+    shared: int,
+    donor: Layout | None,
 ) -> tuple[Layout | None, int]:
     """A layout sharing `shared` tokens with `donor` where the template allows; (layout, tokens shared).
 
@@ -87,7 +108,7 @@ def shared_layout(
     prompt), else at the donor's content end. None when the length cannot hold the prompt at all.
     """
     if donor is None or shared <= 0:
-        return fresh(roles, structure, total, block), 0
+        return fresh(roles, structure, total, marks), 0
     shared = min(shared, donor.total, total - len(structure.closing) - 1)
     n = len(donor.lengths)
     m = next((i for i in range(n) if shared <= donor.end(i)), n - 1)
@@ -100,7 +121,7 @@ def shared_layout(
             gap, next_start = donor.structure.closing, donor.total
         else:  # inside the template tokens before message m: those after message m - 1
             if m == 0:
-                return fresh(roles, structure, total, block), 0
+                return fresh(roles, structure, total, marks), 0
             m -= 1
             gap, next_start = donor.structure.between[m], donor.starts[m + 1]
         if len(roles) > m + 1 and m < len(structure.between) and structure.between[m] == gap:
@@ -113,9 +134,9 @@ def shared_layout(
         and structure.head == donor.structure.head
         and structure.between[: copied - 1] == donor.structure.between[: copied - 1]
     )
-    layout = _fill(roles, structure, fixed, first_min, total, block) if same_template else None
+    layout = _fill(roles, structure, fixed, first_min, total, marks) if same_template else None
     if layout is None:
-        return fresh(roles, structure, total, block), 0
+        return fresh(roles, structure, total, marks), 0
     return layout, realized
 
 
@@ -176,30 +197,36 @@ def word_indices(
     hashes: np.ndarray,
     own_key: np.uint64,
     branch: np.ndarray,
-    block: int,
+    marks: Sequence[int],
     codes: PositionCodes,
     size: int,
-    start: int = 0,
+    first: int = 0,
 ) -> np.ndarray:
-    """Alphabet index of the word at each absolute position p of one request's prompt from `start`
-    (a block boundary, the words before it known already) up to its last content, at p - start
-    (template positions hold values nobody reads).
+    """Alphabet index of the word at each absolute position p of one request's prompt from
+    marks[first] (the start of block `first`, the words before it known already) up to its last
+    content, at p - marks[first] (template positions hold values nobody reads).
 
-    `branch` holds the branch word of each recorded block and of the tail (len(hashes) + 1 values).
-    Run for every exact prompt, so it costs a fixed dozen array operations whatever the number of
-    blocks and messages: the recorded blocks' codes in one broadcast, the tail's in one, the mix in
-    place, then the branch words by slices, one per message.
+    `marks` holds where each recorded block starts and then where the tail starts, `branch` the
+    branch word of each (len(hashes) + 1 values each). Run for every exact prompt, so it costs a
+    fixed dozen array operations whatever the number of blocks and messages: the recorded blocks'
+    codes by two repeats, the tail's in one, the mix in place, then the branch words by slices,
+    one per message.
     """
     end = plan.end(len(plan.lengths) - 1)
-    recorded = len(hashes) * block
-    first = start // block
-    covered = max(min(len(hashes), -(-end // block)), first)  # recorded blocks holding a position < end
-    z = np.empty(max(end, covered * block, start) - start, np.uint64)
-    table = codes.upto(max(end, block))
-    blocks = covered - first
-    np.bitwise_xor(table[:block], hashes[first:covered, None], out=z[: blocks * block].reshape(blocks, block))
-    if end > max(recorded, start):
-        tail = max(recorded, start)
+    blocks = len(hashes)
+    start = marks[first]
+    last = bisect_left(marks, end, first, blocks)  # blocks from `first` before `last` hold a position < end
+    recorded = min(end, marks[last])
+    z = np.empty(max(end - start, 0), np.uint64)
+    table = codes.upto(max(end, 1))
+    if recorded > start:
+        starts = np.array(marks[first : last + 1], np.int64)
+        starts[-1] = recorded
+        lengths = starts[1:] - starts[:-1]
+        within = np.arange(start, recorded) - np.repeat(starts[:-1], lengths)
+        np.bitwise_xor(table[within], np.repeat(hashes[first:last], lengths), out=z[: recorded - start])
+    tail = max(recorded, start)
+    if end > tail:
         np.bitwise_xor(table[tail:end], own_key, out=z[tail - start : end - start])
     z += _GOLDEN
     z ^= z >> np.uint64(30)
@@ -209,27 +236,28 @@ def word_indices(
     z ^= z >> np.uint64(31)
     z %= np.uint64(size)
     chosen = z.view(np.int64)
-    _place_branch_words(chosen, plan, branch, block, len(hashes), start)
+    _place_branch_words(chosen, plan, branch, marks, start)
     return chosen
 
 
 def _place_branch_words(
-    chosen: np.ndarray, plan: Layout, branch: np.ndarray, block: int, blocks: int, offset: int
+    chosen: np.ndarray, plan: Layout, branch: np.ndarray, marks: Sequence[int], offset: int
 ) -> None:
-    """Block b's branch word goes on the first content position at or after b * block when that
-    position is still inside block b (the tail, b == blocks, has no end). Per message: the block
-    starts it holds, as one strided slice, and its own first position when it opens a block whose
-    start fell on template tokens with no content before it. Positions before `offset` are left."""
+    """Block b's branch word goes on the first content position at or after marks[b] when that
+    position is still inside block b (the tail, the last mark, has no end). Per message: the block
+    starts it holds, and its own first position when it opens a block whose start fell on
+    template tokens with no content before it. Positions before `offset` are left."""
     before = -1  # end of the previous message's content
     for start, length in zip(plan.starts, plan.lengths, strict=True):
         if length <= 0:
             continue
         stop = start + length
         if stop > offset:
-            low, high = -(-max(start, offset) // block), min((stop - 1) // block, blocks)
-            if low <= high:
-                chosen[low * block - offset : high * block - offset + 1 : block] = branch[low : high + 1]
-            opened = min(start // block, blocks)
-            if start >= offset and opened * block < start and before <= opened * block:
+            low, high = bisect_left(marks, max(start, offset)), bisect_right(marks, stop - 1)
+            if low < high:
+                at = np.asarray(marks[low:high], np.int64) - offset
+                chosen[at] = branch[low:high]
+            opened = bisect_right(marks, start) - 1
+            if start >= offset and marks[opened] < start and before <= marks[opened]:
                 chosen[start - offset] = branch[opened]
         before = stop

@@ -61,6 +61,9 @@ class ReplayOptions:
     prepare: str = "stream"  # stream: bodies prepared ahead of the clock in a window; upfront: all first
     prepare_window: float = 20.0  # seconds of schedule whose bodies are held ready ahead of the clock
     prepare_memory: int = 512  # MiB the ready bodies may take (per sender process)
+    via_proxy: str = (
+        ""  # directory: send through a proxy started in front of the target, its trace of each run there
+    )
 
     def __post_init__(self) -> None:
         check_finite(self)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from replayproxy.replay import continuations, exact, flavors, layout, prefix_words, synth, turns
+from replayproxy.replay import block_bounds, continuations, exact, flavors, layout, prefix_words, synth, turns
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
 from replayproxy.trace import Columns, ragged_rows
@@ -162,9 +162,11 @@ class Planner:
         self._spelled = _Spelled(book.alphabet, self._words, rows) if book is not None else None
         self._ranks: np.ndarray | None = None
         self._rank_index: np.ndarray | None = None
+        self._marks: np.ndarray | None = None  # where each block's words start (block_bounds), as _ranks
         if self._spelled is not None:
             size = len(self._spelled.words)
             self._ranks, self._rank_index = _branch_words(self._salted, self._sub_index, salts, rows, size)
+            self._marks = block_bounds.bounds(cols, rows, self._sub_index, owners)
         self._layouts: dict[int, synth.Layout | layout.Layout | None] = {}
         self._sessions: continuations.Continuations | None = None
         if options.closed_loop:
@@ -202,17 +204,18 @@ class Planner:
         recorded_in = int(cols.input_tokens[row])
         expected_shared = min(shared * block, max(recorded_in, 0))
         exact_plan = None
-        spelled, ranks, rank_index = self._spelled, self._ranks, self._rank_index
+        spelled, ranks, rank_index, marks = self._spelled, self._ranks, self._rank_index, self._marks
         if options.book is not None and ranks is not None and rank_index is not None and spelled is not None:
+            assert marks is not None
+            own = slice(int(rank_index[position]), int(rank_index[position + 1]))
             exact_plan = _plan_exact(
-                cols, row, self._salted[span], shared * block,
-                donor if isinstance(donor, layout.Layout) else None,
-                ranks[rank_index[position] : rank_index[position + 1]], position, options,
-                options.book, spelled, flavor.token_id_prompts, block, render,
+                cols, row, self._salted[span], shared, donor if isinstance(donor, layout.Layout) else None,
+                ranks[own], marks[own].tolist(), position, options, options.book, spelled,
+                flavor.token_id_prompts, render,
             )  # fmt: skip
         plan_layout: synth.Layout | layout.Layout
         if exact_plan is not None:
-            planned, plan_layout, key, expected_in, planned_shared = exact_plan
+            planned, plan_layout, key, expected_in, planned_shared, expected_shared = exact_plan
         else:
             planned, plan_layout, key, expected_in = _plan_one(
                 cols, row, self._sub_hashes[span], shared, donor if isinstance(donor, synth.Layout) else None,
@@ -318,19 +321,22 @@ def _plan_exact(
     cols: Columns,
     row: int,
     salted: np.ndarray,
-    shared_tokens: int,
+    shared: int,
     donor: layout.Layout | None,
     branch: np.ndarray,
+    marks: list[int],
     position: int,
     options: PlanOptions,
     book: exact.Book,
     spelled: _Spelled,
     token_ids: bool,
-    block: int,
     render: bool = True,
-) -> tuple[flavors.Planned, layout.Layout, str, int, int] | None:
-    """One request built from the measured alphabet and template; None when its template is unknown.
-    Without `render` only the layout is made (the prompt is left empty)."""
+) -> tuple[flavors.Planned, layout.Layout, str, int, int, int] | None:
+    """One request built from the measured alphabet and template, sharing its first `shared` blocks
+    (up to marks[shared] tokens, block_bounds); None when its template is unknown. Without
+    `render` only the layout is made (the prompt is left empty). Returns the planned request, its
+    layout, template key, expected input tokens, tokens shared with the donor as planned and as the
+    trace implies."""
     endpoint = str(cols.endpoint[row])
     recorded_in = int(cols.input_tokens[row])
     n_tokens = recorded_in if recorded_in > 0 else DEFAULT_INPUT_TOKENS
@@ -347,40 +353,44 @@ def _plan_exact(
         structure = _TOKEN_ID_PROMPT if token_ids else book.text
     token_ids = token_ids and endpoint != "chat"
     n_tokens = max(n_tokens, structure.overhead + len(roles))
-    plan, shared = layout.shared_layout(roles, structure, n_tokens, block, shared_tokens, donor)
+    shared_tokens = marks[shared]
+    plan, realized = layout.shared_layout(roles, structure, n_tokens, marks, shared_tokens, donor)
     if plan is None:
         return None
+    implied = min(shared_tokens, max(recorded_in, 0))
     if not render:
         expected = plan.total if recorded_in > 0 else -1
-        return _planned(cols, row, endpoint, None, options), plan, key, expected, shared
-    contents = _contents(plan, salted, branch, position, shared_tokens, spelled, token_ids, block)
+        return _planned(cols, row, endpoint, None, options), plan, key, expected, realized, implied
+    contents = _contents(plan, salted, branch, marks, position, shared, spelled, token_ids)
     prompt: Any
     if endpoint == "chat":
         prompt = [{"role": role, "content": text} for role, text in zip(roles, contents, strict=True)]
     else:
         prompt = contents[0]
     planned = _planned(cols, row, endpoint, prompt, options)
-    return planned, plan, key, plan.total if recorded_in > 0 else -1, shared
+    return planned, plan, key, plan.total if recorded_in > 0 else -1, realized, implied
 
 
 def _contents(
     plan: layout.Layout,
     salted: np.ndarray,
     branch: np.ndarray,
+    marks: list[int],
     position: int,
-    shared_tokens: int,
+    shared: int,
     spelled: _Spelled,
     token_ids: bool,
-    block: int,
 ) -> list[Any]:
-    """Each message's words (text, or token ids); those before `shared_tokens` (a prefix an
-    earlier request had) copied from `spelled.prefixes` when kept there, else kept there."""
+    """Each message's words (text, or token ids); those before the first `shared` blocks' end (a
+    prefix an earlier request had) copied from `spelled.prefixes` when kept there, else kept there."""
+    shared_tokens = marks[shared]
     known = shared_tokens >= prefix_words.MIN_TOKENS
-    at = prefix_words.key(plan, salted, branch, block, shared_tokens, token_ids) if known else None
+    at = prefix_words.key(plan, salted, branch, shared, shared_tokens, token_ids) if known else None
     kept = spelled.prefixes.get(at) if at is not None else None
-    start = shared_tokens if kept is not None else 0
+    first = shared if kept is not None else 0
+    start = marks[first]
     chosen = layout.word_indices(
-        plan, salted, spelled.tails[position], branch, block, spelled.codes, len(spelled.words), start
+        plan, salted, spelled.tails[position], branch, marks, spelled.codes, len(spelled.words), first
     )
 
     def words(low: int, high: int) -> Any:

@@ -2,8 +2,9 @@
 choosing and joining them again for every request that shares them (a system prompt, a session's
 earlier turns).
 
-Inside its recorded blocks an exact prompt's words depend only on those blocks' hashes, their
-branch words and where the messages fall (replay.layout), so a key of exactly these gives the same
+Inside its recorded blocks an exact prompt's words depend only on those blocks' hashes (which,
+within one preparation, also fix where the blocks fall), their branch words and where the
+messages fall (replay.layout), so a key of exactly these gives the same
 pieces to every request that has them: bodies stay byte-identical whether a prefix was found here
 or built afresh. A prefix is kept once a second request has it (the planner's shared blocks), up
 to a memory budget, oldest out first.
@@ -24,10 +25,9 @@ _ID_BYTES = 40  # a token id in a list: the pointer and the int object
 Key = tuple[Any, ...]
 
 
-def key(plan: Layout, hashes: np.ndarray, branch: np.ndarray, block: int, upto: int, token_ids: bool) -> Key:
-    """What fixes the words before `upto` (a block boundary inside the recorded blocks): the
-    blocks' hashes and branch words, and each message's span before `upto`."""
-    blocks = upto // block
+def key(plan: Layout, hashes: np.ndarray, branch: np.ndarray, blocks: int, upto: int, token_ids: bool) -> Key:
+    """What fixes the words before `upto` (where recorded block `blocks` starts): the blocks'
+    hashes and branch words, and each message's span before `upto`."""
     spans = tuple((s, min(s + n, upto)) for s, n in zip(plan.starts, plan.lengths, strict=True) if s < upto)
     return (upto, token_ids, hashes[:blocks].tobytes(), branch[:blocks].tobytes(), spans)
 

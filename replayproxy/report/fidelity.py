@@ -10,6 +10,11 @@ prepared late, calls the replayer made to the target that production did not (to
 live replies), the prefix-cache hits against production's, the proxy's hop (production is timed at
 the proxy) and the load each side ran at. When every figure is within noise the statement says the
 replay reproduces production; otherwise it names, per figure, the differences that push its way.
+
+Production is timed at its proxy. A replay sent through a proxy in the same position (`replay
+--via-proxy`) is timed there too: its figures come from that proxy's trace of the run, so both
+sides are measured at one point; otherwise the replayer's own timings stand in, and the proxy's
+hop is listed as a difference of unknown size.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import math
 
 import numpy as np
 
+from replayproxy.errors import BadInputFile
 from replayproxy.report import cache, noise
+from replayproxy.report.baseline import baseline_run
 from replayproxy.report.compare import comparable
 from replayproxy.report.document_types import FidelityDifferenceDoc, FidelityDoc, FidelityFigureDoc
 from replayproxy.report.measures import Measures, concurrency
@@ -30,6 +37,9 @@ LAG_MS = 5.0  # schedule lag p99 above this delays sends noticeably
 CACHE_GAP = 0.01  # prefix-cache hits further than this from production's change prefill work
 LOAD_GAP = 0.05  # mean concurrency further than this from production's changes batching
 REPRODUCES = "the replay reproduces production"
+PLANNED_REPLIES = (
+    "; planned replies: later turns do not carry the engine's own replies, which production's cache held"
+)
 
 
 def _values(m: Measures, key: str) -> np.ndarray:
@@ -38,10 +48,10 @@ def _values(m: Measures, key: str) -> np.ndarray:
 
 
 def _figure(
-    production: Run, runs: list[Run], name: str, key: str, q: int, seed: int, resamples: int
+    production: Run, runs: list[Measures], name: str, key: str, q: int, seed: int, resamples: int
 ) -> FidelityFigureDoc:
     base = [_values(production.measures, key)]
-    replays = [_values(r.measures, key) for r in runs]
+    replays = [_values(m, key) for m in runs]
     prod = noise.run_quantiles(base, q / 100)[0]
     replay = float(np.mean(noise.run_quantiles(replays, q / 100)))
     diff = noise.quantile_difference(base, replays, q / 100, resamples=resamples, seed=seed)
@@ -83,7 +93,48 @@ def _cached_share(production: Run, runs: list[Run]) -> float | None:
     return float(np.mean(shares)) if shares else None
 
 
-def _differences(production: Run, runs: list[Run]) -> list[FidelityDifferenceDoc]:
+def timed_at_proxy(run: Run) -> Measures | None:
+    """The run's timings as the proxy it was sent through recorded them (`replay --via-proxy`);
+    None when it went straight to the target or that trace cannot be read."""
+    where = run.options.get("via_proxy")
+    if not isinstance(where, str) or not where:
+        return None
+    try:
+        return baseline_run(where).measures
+    except (OSError, BadInputFile):  # moved or removed since the run, or not a trace
+        return None
+
+
+def _hop(runs: list[Run], at_proxy: list[Measures | None]) -> FidelityDifferenceDoc:
+    """Whether both sides were timed at a proxy, and what the hop added as the replayer saw it."""
+    sent_through = [r for r in runs if r.options.get("via_proxy")]
+    if at_proxy and all(m is not None for m in at_proxy):
+        added = [
+            float(np.nanpercentile(r.measures.ttft_ms, 50) - np.nanpercentile(m.ttft_ms, 50))
+            for r, m in zip(runs, at_proxy, strict=True)
+            if m is not None and np.isfinite(r.measures.ttft_ms).any() and np.isfinite(m.ttft_ms).any()
+        ]
+        seen = f"; at the replayer it added {np.mean(added):+.2f} ms to TTFT p50" if added else ""
+        return {
+            "name": "proxy hop",
+            "size": "none: the replay went through a proxy in production's position (--via-proxy) and is "
+            "timed there, as production was" + seen,
+            "value": float(np.mean(added)) if added else None,
+            "effect": "",
+        }
+    missing = f" ({len(sent_through)} runs' proxy traces not readable)" if sent_through else ""
+    return {
+        "name": "proxy hop",
+        "size": "production is timed at the proxy (its forwarding included), the replay at the replayer; "
+        f"its size is not in these files{missing} (replay --via-proxy DIR times both at a proxy)",
+        "value": None,
+        "effect": "",
+    }
+
+
+def _differences(
+    production: Run, runs: list[Run], at_proxy: list[Measures | None]
+) -> list[FidelityDifferenceDoc]:
     lags = [
         float(np.nanpercentile(r.measures.lag_ms, 99)) for r in runs if np.isfinite(r.measures.lag_ms).any()
     ]
@@ -123,17 +174,12 @@ def _differences(production: Run, runs: list[Run]) -> list[FidelityDifferenceDoc
             "name": "prefix-cache hits",
             "size": (f"{vs_production:.1%} of production's cached tokens" if vs_production is not None else
                      "production's per-request cached tokens not recorded")
-            + (f"; engine / implied {np.mean(engine_share):.1%}" if engine_share else ""),
+            + (f"; engine / implied {np.mean(engine_share):.1%}" if engine_share else "")
+            + (PLANNED_REPLIES if any(r.options.get("replies") == "planned" for r in runs) else ""),
             "value": hits,
             "effect": _effect(hits, CACHE_GAP, more="lighter"),
         },
-        {
-            "name": "proxy hop",
-            "size": "production is timed at the proxy (its forwarding included), the replay at the "
-            "replayer; its size is not in these files",
-            "value": None,
-            "effect": "",
-        },
+        _hop(runs, at_proxy),
         {
             "name": "load",
             "size": f"mean concurrency {replay_load:.2f} replayed vs {prod_load:.2f} in production"
@@ -177,12 +223,14 @@ def fidelity_doc(
     for group in candidates(runs):
         if not comparable(group[0], baseline):
             continue
+        at_proxy = [timed_at_proxy(r) for r in group]
+        timed = [m if m is not None else r.measures for r, m in zip(group, at_proxy, strict=True)]
         figures = [
-            _figure(baseline, group, name, key, q, seed + 10 * i + q, resamples)
+            _figure(baseline, timed, name, key, q, seed + 10 * i + q, resamples)
             for i, (name, key) in enumerate(FIGURES)
             for q in QUANTILES
         ]
-        differences = _differences(baseline, group)
+        differences = _differences(baseline, group, at_proxy)
         docs.append(
             {
                 "candidate": group[0].label,

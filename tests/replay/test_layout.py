@@ -21,27 +21,31 @@ def _mix(x: int) -> int:
 
 
 def _reference(
-    plan: layout.Layout, hashes: list[int], own: int, branch: list[int], block: int, size: int
+    plan: layout.Layout, hashes: list[int], own: int, branch: list[int], marks: list[int], size: int
 ) -> list[int]:
-    """The layout module's rule, read literally: inside recorded block b the word comes from
-    (h_b, position in block), past the blocks from (own key, position); then block b's branch
-    word replaces the first content word at or after b * block when it is still inside block b
-    (the tail, b == len(hashes), has no end)."""
+    """The layout module's rule, read literally: inside recorded block b, [marks[b], marks[b + 1]),
+    the word comes from (h_b, position in block), past the blocks from (own key, position); then
+    block b's branch word replaces the first content word at or after marks[b] when it is still
+    inside block b (the tail, b == len(hashes), has no end)."""
     content = [p for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
-    recorded = len(hashes) * block
+    recorded = marks[len(hashes)]
     words = {}
     for p in content:
-        key, within = (hashes[p // block], p % block) if p < recorded else (own, p)
+        if p < recorded:
+            b = max(i for i in range(len(hashes)) if marks[i] <= p)
+            key, within = hashes[b], p - marks[b]
+        else:
+            key, within = own, p
         words[p] = _mix(_mix(within ^ int(SEED)) ^ key) % size
     for b in range(len(hashes) + 1):
-        first = next((p for p in content if p >= b * block), None)
-        if first is not None and (first < (b + 1) * block or b == len(hashes)):
+        first = next((p for p in content if p >= marks[b]), None)
+        if first is not None and (b == len(hashes) or first < marks[b + 1]):
             words[first] = branch[b]
     return [words[p] for p in content]
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], int, int, int]:
+def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], list[int], int, int]:
     block = draw(st.sampled_from([1, 3, 16, 64]))
     lengths = draw(st.lists(st.integers(1, 90), min_size=1, max_size=5))
     head = draw(st.integers(0, 5))
@@ -59,24 +63,31 @@ def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], in
     hashes = draw(st.lists(st.integers(0, _MASK), min_size=n_hashes, max_size=n_hashes))
     size = draw(st.integers(2, 300))
     branch = draw(st.lists(st.integers(0, size - 1), min_size=n_hashes + 1, max_size=n_hashes + 1))
-    start = draw(st.integers(0, n_hashes)) * block  # the words before this block boundary are known
-    return plan, hashes, draw(st.integers(0, _MASK)), branch, block, size, start
+    # Blocks of `block` tokens, or of widths around it with the first shifted (block_bounds).
+    widths = draw(st.lists(st.integers(1, 2 * block), min_size=n_hashes, max_size=n_hashes))
+    uneven = draw(st.booleans())
+    marks = [0] + [sum(widths[: i + 1]) + (block // 2 if uneven else 0) for i in range(n_hashes)]
+    if not uneven:
+        marks = [i * block for i in range(n_hashes + 1)]
+    first = draw(st.integers(0, n_hashes))  # the words before this block's start are known
+    return plan, hashes, draw(st.integers(0, _MASK)), branch, marks, size, first
 
 
 @settings(max_examples=400, deadline=None)
 @given(cases())
 def test_word_indices_follow_the_rule_at_every_content_position(
-    case: tuple[layout.Layout, list[int], int, list[int], int, int, int],
+    case: tuple[layout.Layout, list[int], int, list[int], list[int], int, int],
 ) -> None:
-    """From position 0, and from a block boundary inside the recorded blocks (what a known prefix leaves)."""
-    plan, hashes, own, branch, block, size, start = case
+    """From position 0, and from a block's start inside the recorded blocks (what a known prefix leaves)."""
+    plan, hashes, own, branch, marks, size, first = case
     codes = layout.PositionCodes(SEED)
-    args = (np.array(hashes, np.uint64), np.uint64(own), np.array(branch, np.int64), block, codes, size)
+    args = (np.array(hashes, np.uint64), np.uint64(own), np.array(branch, np.int64), marks, codes, size)
     content = [p for s, n in zip(plan.starts, plan.lengths, strict=True) for p in range(s, s + n)]
-    expected = dict(zip(content, _reference(plan, hashes, own, branch, block, size), strict=True))
+    expected = dict(zip(content, _reference(plan, hashes, own, branch, marks, size), strict=True))
     chosen = layout.word_indices(plan, *args)
     assert [int(chosen[p]) for p in content] == [expected[p] for p in content]
-    later = layout.word_indices(plan, *args, start=start)
+    start = marks[first]
+    later = layout.word_indices(plan, *args, first=first)
     assert [int(later[p - start]) for p in content if p >= start] == [
         expected[p] for p in content if p >= start
     ]

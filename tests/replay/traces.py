@@ -13,8 +13,15 @@ from replayproxy.trace import TraceHeader, write_trace
 SIM_MODEL = "sim-llama-3.1-8b"
 
 
-def write(path: Path, shapes: Iterable[RequestShape], *, block_size: int = 16, unit: str = "token") -> Path:
-    header = TraceHeader(start_wall_ns=0, source="synth", block_size=block_size, block_unit=unit)
+def write(
+    path: Path,
+    shapes: Iterable[RequestShape],
+    *,
+    block_size: int = 16,
+    unit: str = "token",
+    source: str = "synth",
+) -> Path:
+    header = TraceHeader(start_wall_ns=0, source=source, block_size=block_size, block_unit=unit)
     write_trace(path, header, shapes, mono_ns=clock.now_ns, wall_ns=clock.wall_ns)
     return path
 
