@@ -47,11 +47,18 @@ def test_synth_is_byte_identical_for_a_seed_and_inspect_reads_it(tmp_path: Path)
     text = run_cli("inspect", str(a))
     assert text.returncode == 0 and text.stderr == ""
     assert text.stdout.startswith("requests           300 in 1 file(s)") and "prefix reuse" in text.stdout
-    result = run_cli("inspect", "--json", str(a), str(b))
+    copy = run_cli("inspect", "--json", str(a), str(b))  # a file given twice (a segment uploaded twice)
+    assert (
+        json.loads(copy.stdout)["requests"] == 300
+        and f"{b}: the same records as {a}; read once" in copy.stderr
+    )
+    other = tmp_path / "c.rpt"
+    assert fresh("synth", "-o", str(other), *SYNTH[:-1], "10").returncode == 0
+    result = run_cli("inspect", "--json", str(a), str(other))
     profile = json.loads(result.stdout)
     assert profile["requests"] == 600 and profile["files"] == 2
     assert set(profile["input_tokens"]) == {"count", "p50", "p90", "p99", "max", "mean"}
-    assert profile["prefix_reuse"] > 0.5  # the second file repeats the first one's hashes
+    assert profile["prefix_reuse"] is None  # two seeds, two hash keys: not comparable
     assert profile["endpoints"] == {"chat": 600} and profile["peak_concurrency"] is None
 
 
