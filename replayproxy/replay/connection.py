@@ -315,11 +315,7 @@ class Pool:
     async def replace(self) -> None:
         """Open one connection in the place of one the server closes after each stream."""
         with contextlib.suppress(OSError):  # TimeoutError included; a send then opens its own
-            connection = await self.open()
-            if self._closed:
-                connection.close()
-            else:
-                self.release(connection)
+            self.release(await self.open())
 
     def _end_probation(self, connection: Connection) -> None:
         connection.on_probation = False
@@ -337,6 +333,11 @@ class Pool:
                 self.closes_after_stream = False
 
     def release(self, connection: Connection) -> None:
+        """Idle again; closed instead once the pool is (a response, a grace or a reconnect that
+        ends after the run would otherwise leave an open socket nobody hands out or closes)."""
+        if self._closed:
+            connection.close()
+            return
         connection.idle_since = self.clock()
         self.idle.append(connection)
 

@@ -4,8 +4,10 @@ At most VERDICT_LINES lines: each candidate's goodput under the SLO (req/s and s
 highest rate under the SLO when a sweep measured one, one sentence naming the winner with its
 margin, interval and number of runs (or "no clear difference"), the metric that decided it, and
 every warning that weakens it. Intervals come from report.noise (runs, then requests); a winner
-is named only when the interval excludes "equal" and the margin exceeds the spread between the
-candidates' own repetitions.
+is named only when the interval excludes "equal", the margin exceeds the spread between the
+candidates' own repetitions, and a goodput margin is at least GOODPUT_EQUIVALENCE: when both meet
+the SLO for every request, goodput is the offered rate and differs only by when each run's last
+reply ended, a difference no engine choice should rest on.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ VERDICT_LINES = 13  # plus the title and its rule: the report opens with at most
 MAX_CANDIDATE_LINES = 6
 LAG_WARN_MS = 5.0  # schedule lag p99 above this: the client, not the target, limited the run
 REPEAT_HINT = "--repeat 3"
+GOODPUT_EQUIVALENCE = 0.01  # goodput ratios within 1 % of 1.00 are "no clear difference"
 
 
 def pool(runs: list[Run]) -> list[list[Run]]:
@@ -182,7 +185,7 @@ def _decide_goodput(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: i
             f"for no request, {runs}"
         )
         return replace(base, sentence=sentence, winner=best[0].label, margin={"goodput_over_none": rate})
-    if noise.clear(ratio, 1.0, spreads):
+    if noise.clear(ratio, 1.0, spreads) and abs(ratio.estimate - 1.0) >= GOODPUT_EQUIVALENCE:
         sentence = (
             f"{best[0].label} sustains {ratio.estimate:.2f}x {second[0].label}'s goodput at this SLO, "
             f"{_ci(ratio)}, {runs}"

@@ -15,8 +15,17 @@ from tests.report.helpers import opening_of, result
 SLO = "ttft<=100ms"
 
 
-def _run(path: Path, label: str, good_share: float, *, n: int = 200, seed: int = 0, **header: object) -> str:
-    """n requests 50 ms apart; `good_share` of them meet the SLO (TTFT 20 ms), the rest miss (400 ms)."""
+def _run(
+    path: Path,
+    label: str,
+    good_share: float,
+    *,
+    n: int = 200,
+    seed: int = 0,
+    gap_ms: float = 50.0,
+    **header: object,
+) -> str:
+    """n requests `gap_ms` apart; `good_share` of them meet the SLO (TTFT 20 ms), the rest miss (400 ms)."""
     rng = np.random.default_rng(seed)
     good = rng.random(n) < good_share
     header.setdefault("start_wall_ns", 1)
@@ -24,7 +33,7 @@ def _run(path: Path, label: str, good_share: float, *, n: int = 200, seed: int =
     with ResultWriter(path, head) as writer:
         for i in range(n):
             ttft = 20.0 if good[i] else 400.0
-            writer.write(result(i, ttft_ms=ttft, e2e_ms=ttft + 100, sent_ms=50.0 * i, completion_tokens=5,
+            writer.write(result(i, ttft_ms=ttft, e2e_ms=ttft + 100, sent_ms=gap_ms * i, completion_tokens=5,
                                 gaps_us=[25_000] * 4))  # fmt: skip
     return str(path)
 
@@ -58,6 +67,20 @@ def test_noisy_repetitions_declare_no_winner(tmp_path: Path, capsys: pytest.Capt
         _run(tmp_path / f"b{i}.rpr", "B", share, seed=9 + i) for i, share in enumerate((0.5, 0.9, 0.75))
     ]
     doc, text = _report(paths, capsys)
+    assert doc["verdict"]["winner"] is None
+    assert "no clear difference" in "\n".join(opening_of(text))
+
+
+def test_a_goodput_margin_under_one_percent_is_no_clear_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both meet the SLO for every request: goodput is the offered rate, and B's runs ending 0.5 %
+    sooner (tight repetitions, an interval excluding 1.00) is no reason to pick an engine."""
+    paths = [_run(tmp_path / f"a{i}.rpr", "A", 1.0, seed=i, gap_ms=50.0 + 0.001 * i) for i in range(3)]
+    paths += [_run(tmp_path / f"b{i}.rpr", "B", 1.0, seed=9 + i, gap_ms=49.75 + 0.001 * i) for i in range(3)]
+    doc, text = _report(paths, capsys)
+    margin = doc["verdict"]["margin"]
+    assert margin["ci95_low"] > 1.0 and margin["estimate"] < 1.01  # the interval alone would name B
     assert doc["verdict"]["winner"] is None
     assert "no clear difference" in "\n".join(opening_of(text))
 

@@ -86,9 +86,13 @@ def test_tune_finds_the_best_configuration_stops_every_engine_and_resumes(tmp_pa
     (header,) = load_runs([winner["probes"][0]["path"]])[0].headers
     assert header.contract["engine_args"] == winner["command"] and "--max-num-seqs 16" in winner["command"]
     assert header.contract["note"] == f"tune sim: {winner_key}"
-    # The early stop: later configurations started at the best speed and, failing there, cost one run.
-    stopped = [o for o in outcomes.values() if o["engine"] == "sim" and o["stopped"]]
-    assert stopped and all(len(o["probes"]) == 1 for o in stopped)
+    # The early stop: later configurations started at the best speed and, failing there beyond the
+    # noise, cost one run. On a busy machine a replay can be client-bound instead: such a step is
+    # marked and searched past, never counted as the engine's failure (so never an early stop).
+    sims = [o for o in outcomes.values() if o["engine"] == "sim"]
+    early = [o for o in sims if o["stopped"].startswith("cannot beat the best so far: fails at")]
+    assert all(len(o["probes"]) == 1 for o in early)
+    assert early or any("client-bound" in o["stopped"] for o in sims), [o["stopped"] for o in sims]
 
     # Brute force: every configuration replayed a little below the winner's answer; only the winner holds it.
     (engine,) = parse_candidates({"engine": [_sim_engine()]}, "c")
