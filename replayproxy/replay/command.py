@@ -134,8 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--tokenizer",
         metavar="PATH",
-        help="local Hugging Face tokenizer.json (or its model directory) for exact prompt lengths "
-        "(default: the engine's tokenize endpoint)",
+        help="local Hugging Face tokenizer.json (or its model directory), or a llama.cpp .gguf, for exact "
+        "prompt lengths (default: the served one found on this host, else the engine's tokenize endpoint)",
     )
     add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
     add(
