@@ -139,6 +139,7 @@ BAD_OPTIONS = [
     ["check", "--target", "A=http://127.0.0.1:99999", "--builtin", "-o", "O.rpc"],
     ["check", "--target", f"A={CLOSED}", "--builtin", "--repeat", "100000", "-o", "O.rpc"],
     ["sweep", "T", "--target", CLOSED, "--speeds", "x", "-o", "D"],
+    ["compare", "T", "--target", f"A={CLOSED}", "-o", "D"],
     ["tune", "T", "--candidates", "C", "--slo", "nonsense", "-o", "D"],
     ["demo", "--progress", "loud"],
 ]

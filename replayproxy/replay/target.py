@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from replayproxy.config import API_KEY_SOURCES
 from replayproxy.errors import TargetRefused, TargetUnreachable
 from replayproxy.replay import probe_http
 from replayproxy.replay.flavors import Flavor
@@ -53,7 +54,7 @@ async def describe(
             models = None
     elif status in (401, 403):
         raise TargetRefused(
-            f"target {url} answered {status} to GET /v1/models: give its API key (--api-key, OPENAI_API_KEY)"
+            f"target {url} answered {status} to GET /v1/models: give its API key ({API_KEY_SOURCES})"
         )
     version = ""
     for path in flavor.version_paths:

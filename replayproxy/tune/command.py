@@ -18,6 +18,7 @@ from pathlib import Path
 
 from replayproxy import children
 from replayproxy.clock import now_ns
+from replayproxy.config import API_KEY_HELP, api_key_environment
 from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
@@ -68,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--retry-failed", action="store_true", help="measure configurations that failed before again")
     add("--no-final", dest="final", action="store_false", help="skip the best-vs-best replays at one rate")
+    add("--api-key", metavar="KEY", help=API_KEY_HELP + " (to the replays)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +90,8 @@ def _tune(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(f"tune: {text}", file=sys.stderr, flush=True)
 
-    tuner = Tuner(settings, root, facts, trace_digest(settings.traces), say, args.retry_failed)
+    digest = trace_digest(settings.traces)
+    tuner = Tuner(settings, root, facts, digest, say, args.retry_failed, api_key_environment(args.api_key))
     outcomes: list[Outcome] = []
 
     def measured(config: Config, beat: float | None) -> Outcome:

@@ -9,7 +9,7 @@ the last lines of its log, and the caller goes on with the next one.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +68,11 @@ class Tuner:
         digest: str,
         say: Callable[[str], None],
         retry_failed: bool = False,
+        replay_env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings, self.root, self.facts, self.digest = settings, root, facts, digest
         self.say, self.retry_failed = say, retry_failed
+        self.replay_env = replay_env  # carries --api-key to the replays (config.api_key_environment)
         self.reused = 0  # outcomes taken from disk in this run
 
     def measure(self, config: Config, beat: float | None) -> Outcome:
@@ -108,7 +110,8 @@ class Tuner:
                 "--speed", f"{speed:g}", "-o", str(path), "--quiet", "--label", config.label,
                 *contract, "--note", f"tune {config.engine.name}: {config.key}",
                 *config.engine.replay_args, *extra,
-            ]
+            ],
+            self.replay_env,
         )  # fmt: skip
         run = load_runs([path])[0]
         run.options["speed"] = speed
