@@ -23,7 +23,7 @@ from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
 from replayproxy.tune.candidates import Config, Engine, load_candidates
-from replayproxy.tune.engine import EngineFailed, running
+from replayproxy.tune.engine import EngineFailed, Fresh
 from replayproxy.tune.fit import trace_facts
 from replayproxy.tune.render import best_vs_best, table
 from replayproxy.tune.runner import Settings, Tuner
@@ -213,10 +213,10 @@ def _final_runs(
         directory = root / "final" / name
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            with running(config, directory / "engine.log") as engine:
+            with Fresh(config, directory / "engine.log") as fresh:
                 for repetition in range(1, repeat + 1):
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    tuner.replay(engine, config, speed, path)
+                    tuner.replay(fresh.for_run(), config, speed, path)
                     paths.append(str(path))
         except (EngineFailed, ValueError) as e:
             tuner.say(f"{config.label}: the comparison run failed: {' '.join(str(e).split())}")

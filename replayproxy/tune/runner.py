@@ -20,7 +20,7 @@ from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import Step, client_bound, fails_beyond_noise, meets, step_of
 from replayproxy.report.sweep_command import run_replay
 from replayproxy.tune.candidates import Config
-from replayproxy.tune.engine import EngineFailed, RunningEngine, log_tail, running
+from replayproxy.tune.engine import EngineFailed, Fresh, RunningEngine, log_tail
 from replayproxy.tune.fit import TraceFacts, check_fit
 from replayproxy.tune.search import search
 from replayproxy.tune.store import Outcome, config_dir, identity, load_outcome, save_outcome
@@ -130,21 +130,23 @@ class Tuner:
         log = directory / ENGINE_LOG
         launched_ns = now_ns()
         try:
-            with running(config, log) as engine:
+            with Fresh(config, log) as fresh:
+                engine = fresh.engine
                 outcome.pid, outcome.command = engine.pid, engine.command
                 outcome.start_s = (now_ns() - launched_ns) / 1e9
                 self.say(f"{config.label}: healthy after {outcome.start_s:.1f} s at {engine.url}")
-                if s.warmup:
+                if s.warmup and not config.engine.restart_between_runs:  # a restart would undo it
                     warmup = directory / "warmup.rpr"
                     self.replay(engine, config, 1.0, warmup, "--limit", str(s.warmup))
                     warmup.unlink()
 
                 def run_step(speed: float, repetition: int) -> tuple[Step, str]:
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    step = self.replay(engine, config, speed, path)
+                    step = self.replay(fresh.for_run(), config, speed, path)
+                    fresh_start = ", engine restarted before it" if config.engine.restart_between_runs else ""
                     self.say(
                         f"{config.label}: {speed:g}x ({speed * self.facts.rate:.3g} req/s offered) "
-                        f"run {repetition}: {_verdict(self.passes(step), step)}, "
+                        f"run {repetition}{fresh_start}: {_verdict(self.passes(step), step)}, "
                         f"{step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
                         f"errors {step.error_rate:.1%}"
                     )
