@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from replayproxy import config
 from replayproxy.check.command import labelled
 from replayproxy.errors import BadOption, user_file
 from replayproxy.replay import command as replay_command
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gate-base", metavar="LABEL", help="the candidate BASE stands for (default: the first)")
     add("--html", metavar="FILE", help="also write the HTML report (default: none)")
     add("--quiet", action="store_true", help="no progress lines")
+    add("--api-key", metavar="KEY", help=config.API_KEY_HELP + "; sent to every candidate")
     add(
         "--replay-args",
         nargs=argparse.REMAINDER,
@@ -86,6 +88,7 @@ def candidate_options(args: argparse.Namespace) -> dict[str, ReplayOptions]:
     for label, url in targets.items():
         argv = [*args.traces, "--target", url, "--label", label, "-o", str(out / f"{label}.rpr")]
         argv += ["--repeat", str(args.repeat), "--warmup", args.warmup, "--quiet", *args.replay_args]
+        argv += ["--api-key", args.api_key] if args.api_key else []  # parsed here, in this process
         options[label] = replay_command.options_from_args(parser.parse_args(argv))
     return options
 

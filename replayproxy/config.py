@@ -52,6 +52,34 @@ def read_toml(path: str | os.PathLike[str] | None) -> dict[str, Any]:
         ) from e
 
 
+# The bearer token for a target, read alike by every command that sends to one (replay, compare,
+# sweep, tune, check): the flag, then one variable of ours, then the one the OpenAI SDK reads.
+API_KEY_VARIABLE = "REPLAYPROXY_API_KEY"
+API_KEY_ALIASES = ("REPLAYPROXY_CHECK_API_KEY",)  # check's own name, before the shared one
+API_KEY_FALLBACK = "OPENAI_API_KEY"
+API_KEY_SOURCES = f"--api-key, ${API_KEY_VARIABLE} or ${API_KEY_FALLBACK}"
+API_KEY_HELP = (
+    f"bearer token for the target, never stored (default: ${API_KEY_VARIABLE}, else ${API_KEY_FALLBACK})"
+)
+
+
+def api_key(given: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """`given` (the flag, or a command's own setting), else the first of the variables that is set."""
+    if given:
+        return given
+    env = os.environ if environ is None else environ
+    for name in (API_KEY_VARIABLE, *API_KEY_ALIASES, API_KEY_FALLBACK):
+        if env.get(name):
+            return env[name]
+    return ""
+
+
+def api_key_environment(given: str | None) -> dict[str, str] | None:
+    """The environment for a child command that should use the key `given` on our command line: it
+    travels in the variable, never in an argument vector that `ps` shows. None: inherit ours."""
+    return {**os.environ, API_KEY_VARIABLE: given} if given else None
+
+
 def http_url(url: str, what: str) -> SplitResult:
     """`url` split, refused in one line unless it is http(s) with a host and a port in 0..65535
     (urlsplit defers the port's check to the first `.port`, which raises a bare ValueError)."""

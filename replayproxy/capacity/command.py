@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from replayproxy import gguf_model
 from replayproxy.capacity import residency
 from replayproxy.capacity.memory import (
     GIB,
@@ -54,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "paths", nargs="*", metavar="TRACE|RESULT", help="trace (.rpt) or result (.rpr) files"
     )
     parser.add_argument(
-        "--model", required=True, help=f"config.json (or its folder), or a preset: {', '.join(PRESETS)}"
+        "--model",
+        required=True,
+        help=f"config.json (or its folder), a llama.cpp .gguf, or a preset: {', '.join(PRESETS)}",
     )
     parser.add_argument(
         "--gpu-memory", required=True, help="memory of one GPU: 80GiB, 81559MiB, 24GB (G = GiB)"
@@ -148,6 +151,8 @@ def parse_memory_size(text: str) -> int:
 def load_model(text: str) -> tuple[ModelSpec, str]:
     """A local config.json (file or folder) or a preset; never downloads."""
     path = Path(text).expanduser()
+    if path.suffix == ".gguf":
+        return from_gguf(path)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
@@ -172,6 +177,20 @@ def load_model(text: str) -> tuple[ModelSpec, str]:
     raise BadOption(
         f"unknown model preset {text!r}; valid: {', '.join(PRESETS)} (or a path to a config.json)"
     )
+
+
+def from_gguf(path: Path) -> tuple[ModelSpec, str]:
+    """A llama.cpp model file: its dimensions from the GGUF metadata; the weights counted in the
+    nearest format capacity knows (said in the source line)."""
+    if not path.is_file():
+        raise MissingFile(f"no such model file: {path}")
+    found = gguf_model.dimensions(path)
+    counted = "" if found.file_type in gguf_model.WEIGHT_FORMATS else ", weights counted as 16-bit"
+    try:
+        spec = ModelSpec.from_hf_config(found.config, name=found.name)
+    except ModelConfigError as e:
+        raise ModelConfigError(f"{path}: {e}") from e
+    return spec, f"{path}, GGUF {found.file_type}{counted}"
 
 
 def analyse(args: argparse.Namespace, result: Plan) -> residency.TraceFit:

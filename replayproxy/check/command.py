@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import aiohttp
 
-from replayproxy import children
+from replayproxy import children, config
 from replayproxy.check.builtin import builtin_prompts
 from replayproxy.check.prompts import PromptSet, read_prompts
 from replayproxy.check.requests import DEFAULT_MAX_TOKENS, DEFAULT_SEED, Sampling
@@ -25,11 +24,11 @@ from replayproxy.replay.target import describe
 from replayproxy.report.check_report import check_documents, render_checks
 from replayproxy.results import CHECK_MAX_REPEAT, CHECK_SUFFIX, CheckTarget
 
-API_KEY_ENV = "REPLAYPROXY_CHECK_API_KEY"
 DESCRIPTION_EPILOG = (
     "Prompts are your own evaluation set (JSON lines of OpenAI request bodies, optional `id`\n"
     "and `reference`) or --builtin. They are not production traffic: the proxy never records\n"
-    f"text. The bearer token, if the targets need one, is read from ${API_KEY_ENV}."
+    "text. The bearer token, if the targets need one, comes from\n"
+    f"{config.API_KEY_SOURCES} (also ${config.API_KEY_ALIASES[0]})."
 )
 EXAMPLES = (
     "replayproxy check --target prod=http://10.0.0.1:8000 --target cand=http://10.0.0.2:8000 "
@@ -94,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help='user scorer: reads {"id","prompt","output","reference"}, prints a number (default: none)',
     )
+    add("--api-key", metavar="KEY", help=config.API_KEY_HELP + "; sent to every target")
     add("--quiet", action="store_true", help="no progress lines")
 
 
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if output.suffix != CHECK_SUFFIX:
         raise BadOption(f"-o {output}: a check result file ends in {CHECK_SUFFIX}")
     prompts: PromptSet = builtin_prompts() if args.builtin else read_prompts(args.prompts)
-    api_key = os.environ.get(API_KEY_ENV, "")
+    api_key = config.api_key(args.api_key)
     targets, models = asyncio.run(_describe_all(urls, forced, args.model, api_key))
     options = CheckOptions(
         targets=targets,

@@ -73,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer",
         metavar="PATH",
-        help="tokenizer.json (or its model directory) of the target: text prompts get exact lengths "
-        "for it (default: none)",
+        help="tokenizer.json (or its model directory, or a .gguf) of the target: text prompts get "
+        "exact lengths for it (default: none)",
     )
     parser.add_argument(
         "--model", help="model name in the printed command lines (default: the trace's, if it has one)"

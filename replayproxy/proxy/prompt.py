@@ -1,9 +1,9 @@
 """Prompts as hashable units: the canonical rendering and its keyed block hashes.
 
 Without a tokenizer the prompt is rendered as text and cut into 64-character blocks; with one
-(`tokenizer = "tokenizer.json"`, extra `tokenizers`) the rendering is tokenized and cut into
-16-token blocks. Equal hash chains mean equal rendered prefixes, which is what prefix caches
-reuse. The rendering (docs/proxy.md) is: tools first, then per message `<|role|>` (plus
+(`tokenizer = "tokenizer.json"` or a llama.cpp `.gguf`; extras `tokenizers`, `gguf`) the rendering
+is tokenized and cut into 16-token blocks. Equal hash chains mean equal rendered prefixes, which is
+what prefix caches reuse. The rendering (docs/proxy.md) is: tools first, then per message `<|role|>` (plus
 `:name`), a newline, the text, a newline; non-text parts become a type tag and a digest.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from replayproxy import gguf_model
 from replayproxy.config import ConfigError
 from replayproxy.shape import BlockHashes, prefix_block_hashes
 
@@ -45,6 +46,11 @@ class PromptHasher:
 
 
 def _load_tokenizer(path: Path) -> Any:
+    if path.suffix == ".gguf":  # a llama.cpp model file: its tokenizer rebuilt from the metadata
+        try:
+            return gguf_model.hf_tokenizer(gguf_model.vocabulary(path), path)
+        except gguf_model.GGUFError as e:
+            raise ConfigError(f"tokenizer: {e}") from e
     try:
         from tokenizers import Tokenizer  # optional extra: replayproxy[tokenizers]
     except ImportError as e:

@@ -50,7 +50,7 @@ class ProxySettings:
     exclude_endpoints: tuple[str, ...] = _opt((), "endpoint classes never recorded (applied after include)")
     inject_usage: bool = _opt(True, "ask streaming upstreams for usage, hiding the extra chunk from clients")
     hash_key_file: Path | None = _opt(None, "file with the prefix-hash key (created 0600 if missing)")
-    tokenizer: Path | None = _opt(None, "tokenizer.json: hash token blocks instead of character blocks")
+    tokenizer: Path | None = _opt(None, "tokenizer.json or .gguf: hash token blocks, not character blocks")
     block_size: int = _opt(0, "prefix-hash block size in the unit used (0: 16 tokens or 64 characters)")
     allow_small_blocks: bool = _opt(
         False, "accept a block_size under 16 tokens or 64 characters (a key holder can guess short blocks)"

@@ -19,6 +19,7 @@ import aiohttp
 import numpy as np
 import orjson
 
+from replayproxy.config import API_KEY_SOURCES
 from replayproxy.errors import UserError
 from replayproxy.replay import flavors, probe_http, synth
 from replayproxy.replay.plan import Prepared
@@ -94,7 +95,7 @@ def probe_failure(status: int, raw: bytes, path: str, model: str) -> str:
     """The likely cause of a failed probe, in the user's terms, with the server's own words after it."""
     said = " ".join(raw[:200].decode("utf-8", "replace").split())
     if status in (401, 403):
-        cause = "the target refused the request: give its API key (--api-key or OPENAI_API_KEY)"
+        cause = f"the target refused the request: give its API key ({API_KEY_SOURCES})"
     elif status in (400, 404) and model and model in said:
         cause = f"the target does not serve model {model!r}: choose one with --model"
     elif status in (404, 405):

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Coroutine, Iterator
@@ -103,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--api-key",
         metavar="KEY",
-        help="bearer token for the target (default: $OPENAI_API_KEY), never stored",
+        help=config.API_KEY_HELP,
     )
     add(
         "--max-error-rate",
@@ -142,8 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--tokenizer",
         metavar="PATH",
-        help="local Hugging Face tokenizer.json (or its model directory) for exact prompt lengths "
-        "(default: the engine's tokenize endpoint)",
+        help="local Hugging Face tokenizer.json (or its model directory), or a llama.cpp .gguf, for exact "
+        "prompt lengths (default: the served one found on this host, else the engine's tokenize endpoint)",
     )
     add("--chat-template", metavar="FILE", help="Jinja chat template for --tokenizer (default: its own)")
     add(
@@ -251,9 +250,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         procedure.Warmup.parse(options.warmup)
     if options.repeat > 1 and options.start_at:
         raise config.ConfigError("--repeat cannot share one --start-at: each run starts after the last")
-    if not options.api_key and os.environ.get("OPENAI_API_KEY"):  # what the OpenAI SDK and peers read
-        options = dataclasses.replace(options, api_key=os.environ["OPENAI_API_KEY"])
-    return options
+    return dataclasses.replace(options, api_key=config.api_key(options.api_key))
 
 
 def run(args: argparse.Namespace) -> int:

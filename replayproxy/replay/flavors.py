@@ -29,7 +29,8 @@ ENGINE_SAMPLING = (*COMMON_SAMPLING, "top_k", "min_p", "repetition_penalty")
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """An HTTP call made once before the clock starts; its outcome goes into the result header."""
+    """An HTTP call made once before the clock starts; its outcome goes into the result header.
+    A `{slot}` in the path makes it one call per slot the engine lists (llama.cpp's slot erase)."""
 
     name: str
     method: str
@@ -86,6 +87,8 @@ FLAVORS: dict[str, Flavor] = {
         sampling=(*COMMON_SAMPLING, "top_k", "min_p"),
         n=False,
         version_paths=("/props",),
+        # Works only on a server started with --slot-save-path (else 501): the run is then cache-warm.
+        pre_run=(Action("erase_slots", "POST", "/slots/{slot}?action=erase"),),
     ),
     "ollama": Flavor("ollama", n=False, version_paths=("/api/version",)),
     "openai": Flavor("openai"),

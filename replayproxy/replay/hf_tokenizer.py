@@ -1,11 +1,13 @@
 """A local Hugging Face tokenizer (`tokenizer.json`) and chat template, as the `Tokenizer` seam.
 
 For targets without a tokenize endpoint, or to prepare offline: `--tokenizer PATH` names a
-`tokenizer.json` or the model directory holding it. The chat template is read the way Hugging Face
-and vLLM read it (`chat_template` in `tokenizer_config.json`, or `chat_template.jinja`) and rendered
-with Jinja's sandbox and the same options (`trim_blocks`, `lstrip_blocks`); the rendering is then
-encoded without added special tokens, as `apply_chat_template(tokenize=True)` does. Needs the
-`tokenizers` and `jinja2` packages (extra `replayproxy[tokenizers]`); nothing is downloaded.
+`tokenizer.json`, the model directory holding it, or a llama.cpp `.gguf` file (its tokenizer and
+chat template rebuilt from the metadata by gguf_model, extra `replayproxy[gguf]`). The chat
+template is read the way Hugging Face and vLLM read it (`chat_template` in `tokenizer_config.json`,
+or `chat_template.jinja`) and rendered with Jinja's sandbox and the same options (`trim_blocks`,
+`lstrip_blocks`); the rendering is then encoded without added special tokens, as
+`apply_chat_template(tokenize=True)` does. Needs the `tokenizers` and `jinja2` packages (extra
+`replayproxy[tokenizers]`); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from replayproxy import gguf_model
 from replayproxy.errors import user_file
 from replayproxy.replay.tokenizer import Chat, TokenizerError, chat_messages
 
@@ -29,45 +32,66 @@ def _special(config: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _template_of(config: dict[str, Any], directory: Path) -> str:
+def _template_of(config: dict[str, Any], directory: Path | None) -> str:
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: the default one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default") or next(iter(named.values()), None)
     if isinstance(template, str) and template:
         return template
-    standalone = directory / "chat_template.jinja"
-    if standalone.is_file():
+    standalone = directory / "chat_template.jinja" if directory is not None else None
+    if standalone is not None and standalone.is_file():
         return standalone.read_text(encoding="utf-8")
     return ""
 
 
+def _from_json(file: Path) -> Any:
+    try:
+        from tokenizers import Tokenizer as HfTokenizer  # optional extra: replayproxy[tokenizers]
+    except ImportError as e:
+        raise TokenizerError(
+            "--tokenizer needs the 'tokenizers' package: pip install 'replayproxy[tokenizers]'"
+        ) from e
+    try:
+        return HfTokenizer.from_file(str(file))
+    except Exception as e:  # noqa: BLE001 — tokenizers raises its own exception types
+        hint = "; a llama.cpp model file must end in .gguf" if "UTF-8" in str(e) else ""
+        raise TokenizerError(f"tokenizer {file}: cannot load ({type(e).__name__}: {e}){hint}") from e
+
+
+def _config_next_to(file: Path) -> dict[str, Any]:
+    config_file = file.parent / "tokenizer_config.json"
+    if not config_file.is_file():
+        return {}
+    try:
+        loaded = orjson.loads(config_file.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise TokenizerError(f"{config_file}: not JSON ({e})") from e
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _from_gguf(file: Path) -> tuple[Any, dict[str, Any]]:
+    """llama.cpp's tokenizer rebuilt from the GGUF metadata, and its template and special tokens."""
+    try:
+        vocab = gguf_model.vocabulary(file)
+        tokenizer = gguf_model.hf_tokenizer(vocab, file)
+    except gguf_model.GGUFError as e:
+        raise TokenizerError(str(e)) from e
+    return tokenizer, {"chat_template": vocab.chat_template, "bos_token": vocab.bos, "eos_token": vocab.eos}
+
+
 class LocalTokenizer:
-    """`tokenizer.json` plus the chat template next to it (or given); encodes in-process."""
+    """`tokenizer.json` and the chat template next to it, or a GGUF's (or one given); encodes in-process."""
 
     def __init__(self, path: str | Path, chat_template: str | Path | None = None) -> None:
         path = Path(path)
         file = path / "tokenizer.json" if path.is_dir() else path
-        directory = file.parent
         self.name = file.name
-        try:
-            from tokenizers import Tokenizer as HfTokenizer  # optional extra: replayproxy[tokenizers]
-        except ImportError as e:
-            raise TokenizerError(
-                "--tokenizer needs the 'tokenizers' package: pip install 'replayproxy[tokenizers]'"
-            ) from e
-        try:
-            self._tokenizer = HfTokenizer.from_file(str(file))
-        except Exception as e:  # noqa: BLE001 — tokenizers raises its own exception types
-            raise TokenizerError(f"tokenizer {file}: cannot load ({type(e).__name__}: {e})") from e
-        config: dict[str, Any] = {}
-        config_file = directory / "tokenizer_config.json"
-        if config_file.is_file():
-            try:
-                loaded = orjson.loads(config_file.read_bytes())
-            except orjson.JSONDecodeError as e:
-                raise TokenizerError(f"{config_file}: not JSON ({e})") from e
-            config = loaded if isinstance(loaded, dict) else {}
+        directory: Path | None = file.parent
+        if file.suffix == ".gguf":
+            (self._tokenizer, config), directory = _from_gguf(file), None
+        else:
+            self._tokenizer, config = _from_json(file), _config_next_to(file)
         if chat_template is not None:
             source = Path(chat_template)
             with user_file(source):

@@ -14,9 +14,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from replayproxy.config import API_KEY_SOURCES
 from replayproxy.errors import TargetRefused, TargetUnreachable
 from replayproxy.replay import probe_http
-from replayproxy.replay.flavors import Flavor
+from replayproxy.replay.flavors import Action, Flavor
 from replayproxy.replay.models import served_models
 
 _log = logging.getLogger("replayproxy.replay")
@@ -53,7 +54,7 @@ async def describe(
             models = None
     elif status in (401, 403):
         raise TargetRefused(
-            f"target {url} answered {status} to GET /v1/models: give its API key (--api-key, OPENAI_API_KEY)"
+            f"target {url} answered {status} to GET /v1/models: give its API key ({API_KEY_SOURCES})"
         )
     version = ""
     for path in flavor.version_paths:
@@ -70,17 +71,46 @@ async def describe(
 async def pre_run(
     session: aiohttp.ClientSession, url: str, flavor: Flavor, skip: set[str], headers: Mapping[str, str]
 ) -> dict[str, str]:
-    """Run the flavor's pre-run actions not in `skip`; outcome per action ("ok", "skipped", "failed: ...")."""
+    """Run the flavor's pre-run actions not in `skip`; outcome per action ("ok", "skipped", "failed: ...").
+
+    Also says whether the run starts from an emptied cache: `cache_start` is "cold" when a reset
+    worked, else "cache-warm" (no reset action, skipped, or failed), which the report shows."""
     outcome: dict[str, str] = {}
     for action in flavor.pre_run:
         if action.name in skip:
             outcome[action.name] = "skipped"
             continue
         try:
-            status, _ = await probe_http.request(session, action.method, f"{url}{action.path}", headers)
-            outcome[action.name] = "ok" if status < 300 else f"failed: HTTP {status}"
+            outcome[action.name] = await _act(session, url, action, headers)
         except (aiohttp.ClientError, TimeoutError) as e:
             outcome[action.name] = f"failed: {type(e).__name__}"
         if outcome[action.name] != "ok":
             _log.warning("pre-run action %s %s", action.name, outcome[action.name])
+    cold = any(outcome.get(a.name) == "ok" for a in flavor.pre_run)
+    outcome["cache_start"] = "cold" if cold else "cache-warm"
     return outcome
+
+
+async def _act(session: aiohttp.ClientSession, url: str, action: Action, headers: Mapping[str, str]) -> str:
+    """One action's outcome; a `{slot}` action is called for every slot, and fails at the first refusal."""
+    slots = await slot_ids(session, url, headers) if "{slot}" in action.path else [0]
+    if not slots:
+        return "failed: no slots listed (GET /slots, /props total_slots)"
+    for slot in slots:
+        path = action.path.replace("{slot}", str(slot))
+        status, _ = await probe_http.request(session, action.method, f"{url}{path}", headers)
+        if status >= 300:
+            return f"failed: HTTP {status}"
+    return "ok"
+
+
+async def slot_ids(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> list[int]:
+    """llama.cpp's slots: the ids `/slots` lists (served unless --no-slots), else `/props` total_slots."""
+    listed = await get_json(session, f"{url}/slots", headers)
+    if isinstance(listed, list):
+        ids = [s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), int)]
+        if ids:
+            return ids
+    props = await get_json(session, f"{url}/props", headers)
+    total = props.get("total_slots") if isinstance(props, dict) else None
+    return list(range(total)) if isinstance(total, int) and 0 < total <= 4096 else []

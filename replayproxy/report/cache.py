@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from replayproxy.report import contracts
 from replayproxy.report.document_types import PrefixCacheDoc
 from replayproxy.report.runs import Run
-
-NOT_RESET_VLLM = "prefix cache not reset: start vLLM with VLLM_SERVER_DEV_MODE=1"
 
 
 def implied_hits(shared: np.ndarray, inputs: np.ndarray, block: int) -> int:
@@ -64,24 +63,45 @@ def prefix_cache_doc(run: Run) -> PrefixCacheDoc | None:
     }
 
 
+# llama-server (build 11434) keeps a host-memory prompt cache (--cache-ram, 8 GiB by default) that
+# the slot erase leaves: evicted prompts come back from it.
+WARM_AFTER_ERASE = (
+    "llama-server's host-memory prompt cache outlives the slot erase: start it with --cache-ram 0"
+)
+
+
+def first_cached(run: Run) -> int:
+    """Cached tokens the engine said it served the run's first request (nothing ran before it in
+    the run, so any came from before it); 0 when unknown."""
+    req = run.measures.requests
+    if not len(req) or len(req.cached_tokens) != len(req):
+        return 0
+    return max(int(req.cached_tokens[int(np.argmin(req.sent_ns))]), 0)
+
+
 def header_notes(runs: list[Run]) -> list[str]:
-    """What the run headers say about the cache at each run's start: a reset that failed, and a
-    run of a trace the same engine already served without a reset in between (cache-warm)."""
+    """What the run headers say about the cache at each run's start: a reset that failed, a reset
+    after which the first request still found cached tokens (not a cold start), and a run of a
+    trace the same engine already served without a reset in between (cache-warm)."""
     notes: list[str] = []
     served: set[tuple[str, str]] = set()
     for run in sorted(runs, key=lambda r: min((h.start_wall_ns for h in r.headers), default=0)):
         if run.kind != "replay" or not run.headers:
             continue
         header = run.headers[0]
-        outcome = next(
-            (str(v) for k, v in header.pre_run.items() if k in ("reset_prefix_cache", "flush_cache")), ""
+        action, outcome = next(
+            ((k, str(v)) for k, v in header.pre_run.items() if k in contracts.RESET_ACTIONS), ("", "")
         )
         reset = outcome == "ok"
         if outcome.startswith("failed"):
-            hint = (
-                NOT_RESET_VLLM if header.flavor == "vllm" and "404" in outcome else "prefix cache not reset"
+            notes.append(f"{run.label}: prefix cache not reset ({contracts.reset_failure(action, outcome)})")
+        warm_tokens = first_cached(run) if reset else 0
+        if warm_tokens:
+            why = f": {WARM_AFTER_ERASE}" if action == "erase_slots" else ""
+            notes.append(
+                f"{run.label}: not a cold start: after the {action} its first request was served "
+                f"{warm_tokens:,} cached tokens{why}"
             )
-            notes.append(f"{run.label}: {hint} ({outcome})")
         key = (run.trace_digest, run.target)
         if key in served and not reset:
             notes.append(

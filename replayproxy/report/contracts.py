@@ -16,7 +16,12 @@ from replayproxy.report.runs import Run
 
 # Fields whose difference makes a comparison not like for like, by where they are found.
 LIKE_FOR_LIKE_CONFIG = ("cache_dtype", "kv_cache_dtype", "dtype", "quantization")
-RESET_ACTIONS = ("reset_prefix_cache", "flush_cache")
+RESET_ACTIONS = ("reset_prefix_cache", "flush_cache", "erase_slots")  # vLLM, SGLang, llama.cpp
+# What to change when a reset is refused, by (action, outcome).
+RESET_FIXES = {
+    ("reset_prefix_cache", "failed: HTTP 404"): "start vLLM with VLLM_SERVER_DEV_MODE=1",
+    ("erase_slots", "failed: HTTP 501"): "start llama-server with --slot-save-path DIR",
+}
 
 
 def contract_of(run: Run) -> ContractDoc:
@@ -52,12 +57,21 @@ def prompt_lengths(run: Run) -> str:
 
 def cache_reset(run: Run) -> str:
     """ "ok" when every run's cache reset worked, else the first other outcome ("skipped", "failed:
-    ...", or "no reset action" when the flavor has none)."""
-    outcomes = [h.pre_run.get(name) for h in run.headers for name in RESET_ACTIONS if name in h.pre_run]
-    if not outcomes:
-        return "no reset action"
-    bad = [str(o) for o in outcomes if o != "ok"]
-    return bad[0] if bad else "ok"
+    ...", or "no reset action" when the flavor has none) with the fix where one is known; "cache-warm
+    (...)" when the run header says the run started on whatever the engine had cached."""
+    outcomes = [(n, str(h.pre_run[n])) for h in run.headers for n in RESET_ACTIONS if n in h.pre_run]
+    bad = [(name, outcome) for name, outcome in outcomes if outcome != "ok"]
+    if outcomes and not bad:
+        return "ok"
+    why = reset_failure(*bad[0]) if bad else "no reset action"
+    warm = any(h.pre_run.get("cache_start") == "cache-warm" for h in run.headers)
+    return f"cache-warm ({why})" if warm else why
+
+
+def reset_failure(action: str, outcome: str) -> str:
+    """ "erase_slots failed: HTTP 501; start llama-server with --slot-save-path DIR" """
+    fix = RESET_FIXES.get((action, outcome))
+    return f"{action} {outcome}" + (f"; {fix}" if fix else "")
 
 
 def differences(contracts: list[ContractDoc]) -> list[str]:

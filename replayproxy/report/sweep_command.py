@@ -14,10 +14,10 @@ import argparse
 import math
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from replayproxy import children
+from replayproxy import children, config
 from replayproxy.errors import BadInputFile, BadOption, RunAborted
 from replayproxy.report.document import build_document, sweep_doc
 from replayproxy.report.goodput import Slo, parse_slo
@@ -79,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each step's progress line every 10 s on stderr (auto, log) or none",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines (--progress none)")
+    parser.add_argument("--api-key", metavar="KEY", help=config.API_KEY_HELP)
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print Markdown tables")
@@ -161,16 +162,17 @@ def replay_command(args: argparse.Namespace, speed: float, path: Path, *extra: s
     ]
 
 
-def run_replay(command: Sequence[str]) -> None:
+def run_replay(command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
     """Run one replay step; a failed step stops the sweep with the replayer's last words.
 
     Exit status 1 with the result written is a run with too many errors: a sweep step like any other.
     The step runs in its own process group (with its preparer and workers); when the caller is
     interrupted the group gets SIGTERM, which a replay ends like Ctrl-C, writing what it has.
+    `env` (config.api_key_environment) carries an --api-key given to the caller.
     """
     last = ""
     with children.owned(
-        command, REPLAY_GRACE_S, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command, REPLAY_GRACE_S, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     ) as step:
         assert step.stderr is not None
         for line in step.stderr:  # its progress lines pass through as they come
@@ -219,7 +221,7 @@ def _sweep(args: argparse.Namespace) -> int:
         path = step_path(directory, value or speed, kind)
         what = {"speed": f"{speed:g}x", "rate": f"{value:g} req/s", "concurrency": f"concurrency {value:g}"}
         print(f"sweep: replaying at {what[kind]} -> {path}", file=sys.stderr, flush=True)
-        run_replay(replay_command(args, speed, path, *extra))
+        run_replay(replay_command(args, speed, path, *extra), config.api_key_environment(args.api_key))
         speeds[str(path)] = speed
         step = step_of(_with_speed(load_runs([path]), speeds)[0], slos)
         print(

@@ -71,6 +71,11 @@ class SimConfig:
         0, "connections served at once; beyond them idle keep-alive ones are closed (llama.cpp); 0: no limit"
     )
     keepalive_timeout: float = _opt(75.0, "close a keep-alive connection idle this many seconds")
+    slots: int = _opt(4, "dialect llamacpp: parallel slots listed on GET /slots (llama-server -np)")
+    slot_save_path: str | None = _opt(
+        None,
+        "dialect llamacpp: as llama-server's --slot-save-path, POST /slots/N?action=erase works (else 501)",
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):  # inf or NaN passes every comparison below in a way that breaks timers
@@ -86,6 +91,7 @@ class SimConfig:
             "block_size",
             "mean_output_tokens",
             "tokens_per_chunk",
+            "slots",
         )
         for name in positive:
             if not getattr(self, name) > 0:
@@ -121,7 +127,7 @@ class SimConfig:
 
 
 _FIELDS = {f.name: f for f in fields(SimConfig)}
-_OPTIONAL_STRINGS = ("truth_log", "tokenizer", "chat_template")
+_OPTIONAL_STRINGS = ("truth_log", "tokenizer", "chat_template", "slot_save_path")
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -80,6 +80,9 @@ def make_app(config: SimConfig | None = None) -> web.Application:
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/tokenize", _tokenize)
+    if config.dialect == "llamacpp":
+        app.router.add_get("/slots", _slots)
+        app.router.add_post("/slots/{slot}", _slot_action)
     return app
 
 
@@ -201,6 +204,39 @@ async def _reset_prefix_cache(request: web.Request) -> web.Response:
     """Like vLLM's endpoint: forget cached prefix blocks (those in use stay until released)."""
     request.app[SIM].engine.reset_prefix_cache()
     return web.Response()
+
+
+async def _slots(request: web.Request) -> web.Response:
+    """llama.cpp's `GET /slots`: one entry per parallel slot."""
+    config = request.app[SIM].config
+    per_slot = config.max_model_len
+    slots = [
+        {"id": i, "n_ctx": per_slot, "speculative": False, "is_processing": False}
+        for i in range(config.slots)
+    ]
+    return web.Response(body=orjson.dumps(slots), content_type=JSON)
+
+
+def _llama_error(status: int, message: str, kind: str) -> web.Response:
+    body = {"error": {"code": status, "message": message, "type": kind}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type=JSON)
+
+
+async def _slot_action(request: web.Request) -> web.Response:
+    """llama.cpp's `POST /slots/N?action=erase`: 501 unless started with --slot-save-path, as
+    build 11434 answers. The sim's prefix cache is shared by its slots, so an erase forgets all of
+    it (erasing every slot, as a cold start does, leaves the same empty cache on a real server)."""
+    sim = request.app[SIM]
+    if not sim.config.slot_save_path:
+        message = "This server does not support slots action. Start it with `--slot-save-path`"
+        return _llama_error(501, message, "not_supported_error")
+    if not request.match_info["slot"].isdigit():
+        return _llama_error(400, "Invalid slot ID", "invalid_request_error")
+    if request.query.get("action") != "erase":
+        return _llama_error(400, "Invalid action", "invalid_request_error")
+    erased = sim.engine.reset_prefix_cache() * sim.config.block_size
+    answer = {"id_slot": int(request.match_info["slot"]), "n_erased": erased}
+    return web.Response(body=orjson.dumps(answer), content_type=JSON)
 
 
 async def _tokenize(request: web.Request) -> web.Response:

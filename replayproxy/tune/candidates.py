@@ -31,7 +31,7 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ENGINE_KEYS = {
     "name", "url", "command", "health", "env", "start_timeout", "stop_timeout", "grid", "baseline",
-    "strategy", "replay_args", "capacity",
+    "strategy", "replay_args", "capacity", "restart_between_runs",
 }  # fmt: skip
 _CAPACITY_KEYS = {"model", "gpu_memory", "gpus", "tp", "kv_dtype", "weight_dtype"}
 
@@ -53,6 +53,8 @@ class Engine:
     strategy: str = "grid"
     replay_args: tuple[str, ...] = ()
     capacity: Mapping[str, Any] = field(default_factory=dict)  # model + GPU facts for the fit check
+    # Each measured replay on a freshly started engine: a cold cache where the engine has no reset.
+    restart_between_runs: bool = False
 
     @property
     def launched(self) -> bool:
@@ -162,6 +164,11 @@ def _engine(table: Any, number: int, source: str, default_strategy: Any) -> Engi
     if not health.startswith("/"):
         raise ConfigError(f"{where}: 'health' must be a path starting with '/', got {health!r}")
     arguments = _arguments(command, grid, where) if command else ()
+    restart = table.get("restart_between_runs", False)
+    if not isinstance(restart, bool):
+        raise ConfigError(f"{where}: 'restart_between_runs' must be true or false, got {restart!r}")
+    if restart and url:
+        raise ConfigError(f"{where}: 'restart_between_runs' needs a 'command' to start the engine again")
     return Engine(
         name=name,
         url=url.rstrip("/"),
@@ -176,6 +183,7 @@ def _engine(table: Any, number: int, source: str, default_strategy: Any) -> Engi
         strategy=str(strategy),
         replay_args=_strings(table.get("replay_args", []), "replay_args", where),
         capacity=_capacity(table.get("capacity", {}), where),
+        restart_between_runs=restart,
     )
 
 

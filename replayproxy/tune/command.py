@@ -18,11 +18,12 @@ from pathlib import Path
 
 from replayproxy import children
 from replayproxy.clock import now_ns
+from replayproxy.config import API_KEY_HELP, api_key_environment
 from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
 from replayproxy.tune.candidates import Config, Engine, load_candidates
-from replayproxy.tune.engine import EngineFailed, running
+from replayproxy.tune.engine import EngineFailed, Fresh
 from replayproxy.tune.fit import trace_facts
 from replayproxy.tune.render import best_vs_best, table
 from replayproxy.tune.runner import Settings, Tuner
@@ -68,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--retry-failed", action="store_true", help="measure configurations that failed before again")
     add("--no-final", dest="final", action="store_false", help="skip the best-vs-best replays at one rate")
+    add("--api-key", metavar="KEY", help=API_KEY_HELP + " (to the replays)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +90,8 @@ def _tune(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(f"tune: {text}", file=sys.stderr, flush=True)
 
-    tuner = Tuner(settings, root, facts, trace_digest(settings.traces), say, args.retry_failed)
+    digest = trace_digest(settings.traces)
+    tuner = Tuner(settings, root, facts, digest, say, args.retry_failed, api_key_environment(args.api_key))
     outcomes: list[Outcome] = []
 
     def measured(config: Config, beat: float | None) -> Outcome:
@@ -210,10 +213,10 @@ def _final_runs(
         directory = root / "final" / name
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            with running(config, directory / "engine.log") as engine:
+            with Fresh(config, directory / "engine.log") as fresh:
                 for repetition in range(1, repeat + 1):
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    tuner.replay(engine, config, speed, path)
+                    tuner.replay(fresh.for_run(), config, speed, path)
                     paths.append(str(path))
         except (EngineFailed, ValueError) as e:
             tuner.say(f"{config.label}: the comparison run failed: {' '.join(str(e).split())}")

@@ -70,6 +70,33 @@ def running(config: Config, log_path: Path) -> Iterator[RunningEngine]:
         yield RunningEngine(url, process.pid, command)
 
 
+class Fresh:
+    """The engine of `config` for a series of replays; with `restart_between_runs` every replay after
+    the first gets a newly started one (a cold cache for an engine that has no reset, e.g. a
+    llama-server without --slot-save-path). Stopped on every way out, as `running` stops it."""
+
+    def __init__(self, config: Config, log_path: Path) -> None:
+        self.config, self.log_path = config, log_path
+        self._stack = contextlib.ExitStack()
+        self._used = False
+        self.engine = RunningEngine("", None, "")
+
+    def __enter__(self) -> Fresh:
+        self.engine = self._stack.enter_context(running(self.config, self.log_path))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def for_run(self) -> RunningEngine:
+        """The engine to replay on now: restarted first when asked and it served a replay before."""
+        if self._used and self.config.engine.restart_between_runs:
+            self._stack.close()
+            self.engine = self._stack.enter_context(running(self.config, self.log_path))
+        self._used = True
+        return self.engine
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOCAL_HOST, 0))

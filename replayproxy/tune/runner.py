@@ -9,7 +9,7 @@ the last lines of its log, and the caller goes on with the next one.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import Step, client_bound, fails_beyond_noise, meets, step_of
 from replayproxy.report.sweep_command import run_replay
 from replayproxy.tune.candidates import Config
-from replayproxy.tune.engine import EngineFailed, RunningEngine, log_tail, running
+from replayproxy.tune.engine import EngineFailed, Fresh, RunningEngine, log_tail
 from replayproxy.tune.fit import TraceFacts, check_fit
 from replayproxy.tune.search import search
 from replayproxy.tune.store import Outcome, config_dir, identity, load_outcome, save_outcome
@@ -68,9 +68,11 @@ class Tuner:
         digest: str,
         say: Callable[[str], None],
         retry_failed: bool = False,
+        replay_env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings, self.root, self.facts, self.digest = settings, root, facts, digest
         self.say, self.retry_failed = say, retry_failed
+        self.replay_env = replay_env  # carries --api-key to the replays (config.api_key_environment)
         self.reused = 0  # outcomes taken from disk in this run
 
     def measure(self, config: Config, beat: float | None) -> Outcome:
@@ -108,7 +110,8 @@ class Tuner:
                 "--speed", f"{speed:g}", "-o", str(path), "--quiet", "--label", config.label,
                 *contract, "--note", f"tune {config.engine.name}: {config.key}",
                 *config.engine.replay_args, *extra,
-            ]
+            ],
+            self.replay_env,
         )  # fmt: skip
         run = load_runs([path])[0]
         run.options["speed"] = speed
@@ -127,21 +130,23 @@ class Tuner:
         log = directory / ENGINE_LOG
         launched_ns = now_ns()
         try:
-            with running(config, log) as engine:
+            with Fresh(config, log) as fresh:
+                engine = fresh.engine
                 outcome.pid, outcome.command = engine.pid, engine.command
                 outcome.start_s = (now_ns() - launched_ns) / 1e9
                 self.say(f"{config.label}: healthy after {outcome.start_s:.1f} s at {engine.url}")
-                if s.warmup:
+                if s.warmup and not config.engine.restart_between_runs:  # a restart would undo it
                     warmup = directory / "warmup.rpr"
                     self.replay(engine, config, 1.0, warmup, "--limit", str(s.warmup))
                     warmup.unlink()
 
                 def run_step(speed: float, repetition: int) -> tuple[Step, str]:
                     path = directory / f"speed-{speed:g}-r{repetition}.rpr"
-                    step = self.replay(engine, config, speed, path)
+                    step = self.replay(fresh.for_run(), config, speed, path)
+                    fresh_start = ", engine restarted before it" if config.engine.restart_between_runs else ""
                     self.say(
                         f"{config.label}: {speed:g}x ({speed * self.facts.rate:.3g} req/s offered) "
-                        f"run {repetition}: {_verdict(self.passes(step), step)}, "
+                        f"run {repetition}{fresh_start}: {_verdict(self.passes(step), step)}, "
                         f"{step.requests_per_s:.3g} req/s, TTFT p95 {step.ttft_ms.p95:.4g} ms, "
                         f"errors {step.error_rate:.1%}"
                     )

@@ -56,7 +56,7 @@ def config_dir(root: Path, config: Config) -> Path:
 
 def identity(config: Config, trace_digest: str, settings: Mapping[str, Any]) -> str:
     engine = config.engine
-    material = {
+    material: dict[str, object] = {
         "command": engine.command,
         "url": engine.url,
         "knobs": dict(config.knobs),
@@ -65,6 +65,8 @@ def identity(config: Config, trace_digest: str, settings: Mapping[str, Any]) -> 
         "trace": trace_digest,
         "settings": dict(settings),
     }
+    if engine.restart_between_runs:  # measured otherwise; kept out when off so older outcomes still match
+        material["restart_between_runs"] = True
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

@@ -50,7 +50,11 @@ def test_an_explicit_model_must_be_served_unless_the_target_lists_nothing() -> N
             "does not serve model 'synth'",
         ),
         (404, b"Not Found", "has no /v1/chat/completions: --target must be the server's base URL"),
-        (401, b'{"error":"Unauthorized"}', "give its API key (--api-key or OPENAI_API_KEY)"),
+        (
+            401,
+            b'{"error":"Unauthorized"}',
+            "give its API key (--api-key, $REPLAYPROXY_API_KEY or $OPENAI_API_KEY)",
+        ),
         (200, b'{"choices":[]}', "no usage.prompt_tokens; --no-calibrate skips calibration"),
     ],
 )

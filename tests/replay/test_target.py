@@ -24,7 +24,8 @@ def test_describe_and_pre_run_against_the_sim() -> None:
 
     info, done, skipped = asyncio.run(main())
     assert info.default_model == "sim-llama-3.1-8b" and info.engine_version
-    assert done == {"reset_prefix_cache": "ok"} and skipped == {"reset_prefix_cache": "skipped"}
+    assert done == {"reset_prefix_cache": "ok", "cache_start": "cold"}
+    assert skipped == {"reset_prefix_cache": "skipped", "cache_start": "cache-warm"}
 
 
 async def forbidden(request: web.Request) -> web.Response:
@@ -45,7 +46,7 @@ def test_unusable_targets_are_refused_with_a_reason() -> None:
                 with pytest.raises(PermissionError, match="API key"):
                     await target.describe(session, url, flavors.get("openai"), {})
                 outcome = await target.pre_run(session, url, flavors.get("sglang"), set(), {})
-                assert outcome == {"flush_cache": "failed: HTTP 404"}
+                assert outcome == {"flush_cache": "failed: HTTP 404", "cache_start": "cache-warm"}
                 with pytest.raises(ConnectionError, match="cannot reach"):
                     await target.describe(session, "http://127.0.0.1:9", flavors.get("openai"), {})
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ REQUESTS, INTERVAL_MS = 100, 100.0  # the trace: 10 req/s at 1x
 def fake_replay(capacity_per_s: float, calls: list[list[str]]):  # type: ignore[no-untyped-def]
     """One server with a FIFO queue: service time 1/capacity; TTFT is queueing + service."""
 
-    def run(command: Sequence[str]) -> None:
+    def run(command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         calls.append(list(command))
         speed = float(command[command.index("--speed") + 1])
         out = Path(command[command.index("-o") + 1])

@@ -104,7 +104,9 @@ def test_every_warning_that_weakens_the_verdict_is_in_it(
     b = _run(tmp_path / "b.rpr", "B", 0.9, seed=1, contract={"engine_config": {"cache_dtype": "auto"}})
     doc, text = _report([a, b], capsys)
     opening = "\n".join(opening_of(text))
-    assert "cache not reset before the run: A (failed: HTTP 404)" in opening
+    assert (
+        "cache not reset before the run: A (reset_prefix_cache failed: HTTP 404; start vLLM with" in opening
+    )
     assert "not a like-for-like comparison: A and B differ in cache_dtype (fp8 vs auto)" in opening
     assert len(doc["verdict"]["lines"]) <= 13
     assert any("not a like-for-like" in w for w in doc["warnings"])

@@ -106,6 +106,8 @@ def test_one_at_a_time_starts_from_the_baseline() -> None:
         ({"url": "http://h", "replay_args": "--model m"}, "list of strings"),
         ({"url": "http://h", "capacity": {"model": "llama-3.1-8b"}}, "both 'model' and 'gpu_memory'"),
         ({"url": "http://h", "colour": "red"}, "unknown key(s) colour"),
+        ({"url": "http://h", "restart_between_runs": True}, "needs a 'command' to start the engine again"),
+        ({"command": "serve --port {port}", "restart_between_runs": "yes"}, "must be true or false"),
     ],
 )
 def test_every_mistake_is_one_line_naming_the_engine(engine: dict[str, Any], message: str) -> None:

@@ -12,7 +12,7 @@ from replayproxy.tune.fit import TraceFacts, check_fit
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "tune"
 
 
-@pytest.mark.parametrize("name", ["vllm.toml", "sglang.toml", "sim.toml"])
+@pytest.mark.parametrize("name", ["vllm.toml", "sglang.toml", "sim.toml", "llamacpp.toml"])
 def test_documented_candidates_files_load(name: str) -> None:
     engines = load_candidates(DOCS / name)
     facts = TraceFacts(requests=1000, span_s=600.0, longest_tokens=8192, mean_tokens=1500.0)

@@ -138,3 +138,43 @@ def _sim_engine() -> dict[str, object]:
         "grid": {"max_num_seqs": [16, 4, 1], "max_num_batched_tokens": [4096, 64]},
         "stop_timeout": 10,
     }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_restart_between_runs_gives_each_run_a_cold_cache_where_the_engine_has_no_reset(
+    tmp_path: Path, bpe_tokenizer: Path
+) -> None:
+    """A sim speaking llama.cpp without --slot-save-path: the slot erase answers 501, so every run
+    is cache-warm; restarting the engine before each run is then the only cold start."""
+    trace, candidates, out = tmp_path / "w.rpt", tmp_path / "candidates.toml", tmp_path / "tune"
+    synth = ["synth", "-o", str(trace), "--requests", "16", "--rate", "20", "--input-len", "fixed:300"]
+    synth += ["--prefix-groups", "1", "--prefix-len", "200", "--output-len", "fixed:4", "--seed", "2"]
+    assert _cli(*synth).returncode == 0
+    llama = f"{SIM} --dialect llamacpp --tokenizer {bpe_tokenizer} --speed {{speed}}"
+    replay_args = f'["--flavor", "llamacpp", "--tokenizer", "{bpe_tokenizer}", "--model", "sim-llama-3.1-8b"]'
+    engines = [
+        f'[[engine]]\nname = "{name}"\ncommand = "{llama}"\ngrid = {{ speed = [50] }}\n'
+        f"replay_args = {replay_args}\nrestart_between_runs = {flag}\n"
+        for name, flag in (("warm", "false"), ("cold", "true"))
+    ]
+    candidates.write_text("\n".join(engines))
+    tune = ["--slo", "ttft:p95<=10s", "--repeat", "2", "--max-runs", "3", "--warmup", "0", "--no-final"]
+    done = _cli("tune", str(trace), "--candidates", str(candidates), "-o", str(out), *tune)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "engine restarted before it" in done.stderr
+    summary = json.loads((out / "tune.json").read_text())
+    for outcome in summary["outcomes"]:
+        paths = [p["path"] for p in outcome["probes"]]
+        assert len(paths) >= 2
+        firsts = []
+        for run in load_runs(paths):
+            (header,) = run.headers
+            assert header.pre_run["erase_slots"] == "failed: HTTP 501"
+            assert header.pre_run["cache_start"] == "cache-warm"
+            req = run.measures.requests
+            firsts.append(int(req.cached_tokens[int(req.sent_ns.argmin())]))
+        if outcome["engine"] == "cold":
+            assert firsts == [0] * len(firsts), firsts  # every run on a fresh engine
+        else:
+            assert firsts[0] == 0 and all(f > 0 for f in firsts[1:]), firsts  # the cache outlived runs
