@@ -26,7 +26,7 @@ import orjson
 from replayproxy import sse
 from replayproxy.replay import continuations, exact, exactness, flavors
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, calls_made
 

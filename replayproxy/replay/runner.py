@@ -34,7 +34,7 @@ import numpy as np
 from replayproxy.clock import now_ns
 from replayproxy.replay.alarm import Alarm, Interrupt
 from replayproxy.replay.connection import Connection, Pool
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.schedule import Waiter
 from replayproxy.replay.window import Window

@@ -33,8 +33,8 @@ from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
 from replayproxy.replay import replies, session
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.plan import Schedule
 from replayproxy.replay.preparation import RunPlan, Share
+from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult

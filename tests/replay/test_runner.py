@@ -15,7 +15,7 @@ from replayproxy.errors import RunAborted
 from replayproxy.replay import feed
 from replayproxy.replay import runner as runner_module
 from replayproxy.replay.connection import Pool, Target
-from replayproxy.replay.plan import Prepared, Schedule, schedule_of
+from replayproxy.replay.prepared import Prepared, Schedule, schedule_of
 from replayproxy.replay.runner import Runner, restore_memory, settle_memory
 from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
