@@ -12,11 +12,11 @@ import pytest
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted
-from replayproxy.replay import feed
-from replayproxy.replay import runner as runner_module
+from replayproxy.replay import feed, housekeeping
 from replayproxy.replay.connection import Pool, Target
+from replayproxy.replay.housekeeping import restore_memory, settle_memory
 from replayproxy.replay.prepared import Prepared, Schedule, schedule_of
-from replayproxy.replay.runner import Runner, restore_memory, settle_memory
+from replayproxy.replay.runner import Runner
 from replayproxy.replay.window import Window
 from replayproxy.results import ReplayResult
 from tests.replay.sse_server import serving, sse_answer
@@ -180,7 +180,7 @@ def test_a_due_request_whose_body_does_not_come_is_reported_then_sent_when_it_do
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stall says what the send loop waits for (never silence), and when it goes on."""
-    monkeypatch.setattr(runner_module, "STALL_NOTICE_NS", 300_000_000)
+    monkeypatch.setattr(housekeeping, "STALL_NOTICE_NS", 300_000_000)
     first, second = plan(2, 50_000_000)
 
     async def feed_it(pipe: Connection, target: Target) -> None:
