@@ -35,7 +35,10 @@ ALLOWED: dict[str, set[str]] = {
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
 GLUE_MODULES = {"cli", "demo", "launch", "__main__", "__init__"}
-GLUE_PACKAGES = {"tune"}  # glue joining features (starts engines, drives replays, hands results to report)
+GLUE_PACKAGES = {
+    "tune",
+    "sweep",
+}  # glue joining features (starts engines, drives replays, hands results to report)
 
 
 def _is_glue(path: Path) -> bool:
