@@ -91,6 +91,40 @@ def test_imports_follow_the_design_table(path: Path) -> None:
     )
 
 
+def _is_command(path: Path) -> bool:
+    return path.stem == "command" or path.stem.endswith("_command")
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The project modules `path` imports, `from a import b` counted as `a.b` where b is a module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("replayproxy.") and _is_module(name)}
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_library_imports_a_command_module(path: Path) -> None:
+    """A command module is the CLI's (cli.py loads it lazily by name): what other modules need
+    lives in a library module. A command may build on another command (`compare` runs replay's
+    and report's)."""
+    if _is_command(path) or path == PACKAGE / "cli.py":
+        return
+    commands = sorted(
+        name for name in _imported_modules(path) if _is_command(Path(name.rsplit(".", 1)[-1]))
+    )  # fmt: skip
+    assert not commands, f"{path.relative_to(PACKAGE)} imports {commands}: move what it needs out of them"
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_only_clock_reads_clocks_and_tasks_are_spawned(path: Path) -> None:
     if path.name == "clock.py" or _owner(path) == "sim":
