@@ -18,7 +18,7 @@ from replayproxy.replay import (
     procedure,
     progress,
     result_file,
-    session,
+    sender,
     telemetry,
     workers,
 )
@@ -122,18 +122,18 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
         tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
         def start() -> int:
-            start_ns = session.start_ns_for(options)
+            start_ns = sender.start_ns_for(options)
             sidecars.start(start_ns)
             return start_ns
 
-        outcome = session.Outcome()
+        outcome = sender.Outcome()
         try:
             if options.workers > 1:
                 await workers.run_workers(options, plan, tracker.update, start, outcome)
             else:
-                readings = session.RunnerReadings()
+                readings = sender.RunnerReadings()
                 show = None if tracker.display is None else lambda r: tracker.update(readings(r), r.start_ns)
-                await session.run_local(
+                await sender.run_local(
                     options,
                     plan.share(options, plan.send),
                     plan.pool_size,
@@ -160,7 +160,7 @@ async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) ->
 def _save_partial(
     options: ReplayOptions,
     plan: RunPlan,
-    outcome: session.Outcome,
+    outcome: sender.Outcome,
     tracker: progress.Tracker,
     sidecars: Sidecars,
     how: str,
