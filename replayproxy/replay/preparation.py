@@ -160,7 +160,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         )
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
-    window = schedule.Window(options.start_offset, options.duration, options.limit)
+    window = schedule.TraceSlice(options.start_offset, options.duration, options.limit)
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
