@@ -25,7 +25,7 @@ _TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class TokenLayout:
     """Content lengths of one prompt and the absolute position where each content starts."""
 
     roles: tuple[str, ...]
@@ -40,7 +40,7 @@ class Layout:
 
 def _fill(
     roles: Sequence[str], structure: Structure, fixed: Sequence[int], first_min: int, total: int, block: int
-) -> Layout | None:
+) -> TokenLayout | None:
     """Lengths for messages after `fixed` (the first at least `first_min`), ends on block boundaries."""
     n = len(roles)
     budget = total - structure.overhead - sum(fixed)
@@ -70,16 +70,18 @@ def _fill(
         starts.append(start)
         budget -= size
         start += size + (gaps[m] if m < len(gaps) else 0)
-    return Layout(tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure)
+    return TokenLayout(
+        tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure
+    )
 
 
-def fresh(roles: Sequence[str], structure: Structure, total: int, block: int) -> Layout | None:
+def fresh(roles: Sequence[str], structure: Structure, total: int, block: int) -> TokenLayout | None:
     return _fill(roles, structure, (), 1, total, block)
 
 
 def shared_layout(
-    roles: Sequence[str], structure: Structure, total: int, block: int, shared: int, donor: Layout | None
-) -> tuple[Layout | None, int]:
+    roles: Sequence[str], structure: Structure, total: int, block: int, shared: int, donor: TokenLayout | None
+) -> tuple[TokenLayout | None, int]:
     """A layout sharing `shared` tokens with `donor` where the template allows; (layout, tokens shared).
 
     Sharing that would end inside the donor's template tokens ends at the next content instead
@@ -172,7 +174,7 @@ class PositionCodes:
 
 
 def word_indices(
-    plan: Layout,
+    plan: TokenLayout,
     hashes: np.ndarray,
     own_key: np.uint64,
     branch: np.ndarray,
@@ -214,7 +216,7 @@ def word_indices(
 
 
 def _place_branch_words(
-    chosen: np.ndarray, plan: Layout, branch: np.ndarray, block: int, blocks: int, offset: int
+    chosen: np.ndarray, plan: TokenLayout, branch: np.ndarray, block: int, blocks: int, offset: int
 ) -> None:
     """Block b's branch word goes on the first content position at or after b * block when that
     position is still inside block b (the tail, b == blocks, has no end). Per message: the block

@@ -112,7 +112,7 @@ class Planner:
         if self._spelled is not None:
             size = len(self._spelled.words)
             self._ranks, self._rank_index = _branch_words(self._salted, self._sub_index, salts, rows, size)
-        self._layouts: dict[int, synth.Layout | layout.Layout | None] = {}
+        self._layouts: dict[int, synth.Layout | layout.TokenLayout | None] = {}
         self._sessions: continuations.Continuations | None = None
         if options.closed_loop:
             self._sessions = continuations.Continuations(
@@ -153,11 +153,11 @@ class Planner:
         if options.book is not None and ranks is not None and rank_index is not None and spelled is not None:
             exact_plan = _plan_exact(
                 cols, row, self._salted[span], shared * block,
-                donor if isinstance(donor, layout.Layout) else None,
+                donor if isinstance(donor, layout.TokenLayout) else None,
                 ranks[rank_index[position] : rank_index[position + 1]], position, options,
                 options.book, spelled, flavor.token_id_prompts, block, render,
             )  # fmt: skip
-        plan_layout: synth.Layout | layout.Layout
+        plan_layout: synth.Layout | layout.TokenLayout
         if exact_plan is not None:
             planned, plan_layout, key, expected_in, planned_shared = exact_plan
         else:
@@ -266,7 +266,7 @@ def _plan_exact(
     row: int,
     salted: np.ndarray,
     shared_tokens: int,
-    donor: layout.Layout | None,
+    donor: layout.TokenLayout | None,
     branch: np.ndarray,
     position: int,
     options: PlanOptions,
@@ -275,7 +275,7 @@ def _plan_exact(
     token_ids: bool,
     block: int,
     render: bool = True,
-) -> tuple[flavors.Planned, layout.Layout, str, int, int] | None:
+) -> tuple[flavors.Planned, layout.TokenLayout, str, int, int] | None:
     """One request built from the measured alphabet and template; None when its template is unknown.
     Without `render` only the layout is made (the prompt is left empty)."""
     endpoint = str(cols.endpoint[row])
@@ -311,7 +311,7 @@ def _plan_exact(
 
 
 def _contents(
-    plan: layout.Layout,
+    plan: layout.TokenLayout,
     salted: np.ndarray,
     branch: np.ndarray,
     position: int,
