@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from replayproxy.check.command import labelled
 from replayproxy.errors import BadOption, user_file
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _measure_all(
     options: dict[str, ReplayOptions], order: list[tuple[str, int]], quiet: bool
-) -> list[dict[str, Any]]:
+) -> list[summary.Summary]:
     """Prepare and warm up every candidate, then the measured runs in `order`; every plan is closed."""
     plans = {}
     try:

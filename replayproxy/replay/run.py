@@ -26,6 +26,7 @@ from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan, prepare_run
 from replayproxy.replay.sidecars import Sidecars
+from replayproxy.replay.summary import Summary
 from replayproxy.results import ReplayResult
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ async def _stopped_by_sigterm(work: Awaitable[T], terminated: list[bool]) -> T:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[dict[str, Any]]:
+async def replay(options: ReplayOptions, progress_mode: str = "none") -> list[Summary]:
     """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
     When interrupted (Ctrl-C), the results so far are written before the interruption goes on, the
@@ -103,9 +104,7 @@ async def open_candidate(options: ReplayOptions) -> RunPlan:
     return plan
 
 
-async def measure(
-    options: ReplayOptions, plan: RunPlan, repetition: int, progress_mode: str
-) -> dict[str, Any]:
+async def measure(options: ReplayOptions, plan: RunPlan, repetition: int, progress_mode: str) -> Summary:
     """Measured run `repetition` of `options.repeat`: the cache reset, then the run into its own file."""
     plan.repetition = repetition
     plan.pre_run.update(await procedure.reset_target(options, plan))
@@ -113,7 +112,7 @@ async def measure(
     return await _measure(dataclasses.replace(options, output=output), plan, progress_mode)
 
 
-async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> dict[str, Any]:
+async def _measure(options: ReplayOptions, plan: RunPlan, progress_mode: str) -> Summary:
     """One measured run into `options.output`."""
     sidecars = Sidecars(options.metrics_url, options.scrape_interval, options.gpu_sampler)
     tracker: progress.Tracker | None = None
@@ -188,7 +187,7 @@ def _finish(
     sidecars: Sidecars,
     stopped_s: float | None = None,
     live_replies: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
     `live_replies` (counts of the turns built from replies) becomes a side record."""
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]

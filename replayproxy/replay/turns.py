@@ -9,7 +9,7 @@ the prefix reuse between turns survives. Pure numpy over trace columns, before t
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from replayproxy.replay.schedule import TraceSlice, select
 from replayproxy.trace import Columns
 
 Mode = Literal["closed", "open"]
-MODES = ("auto", "closed", "open")
+SessionsOption = Literal["auto", "closed", "open"]  # auto: closed when a session has several turns
+MODES: tuple[SessionsOption, ...] = get_args(SessionsOption)
 NONE = -1
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
