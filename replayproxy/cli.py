@@ -40,7 +40,7 @@ COMMANDS: dict[str, Command] = {
     "check": Command(
         "replayproxy.check.command", "send the same prompts to every candidate and compare the answers"
     ),
-    "sweep": Command("replayproxy.report.sweep_command", "replay a trace at rising speeds and find the knee"),
+    "sweep": Command("replayproxy.sweep.command", "replay a trace at rising speeds and find the knee"),
     "tune": Command(
         "replayproxy.tune.command", "tune each engine on a trace, then compare best against best"
     ),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from replayproxy import config
 from replayproxy.check.command import labelled
 from replayproxy.errors import BadOption, user_file
+from replayproxy.launch import proxy_in_front
 from replayproxy.replay import command as replay_command
 from replayproxy.replay import procedure, summary
+from replayproxy.replay import run as replay_run
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.report import command as report_command
 
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     with user_file(args.output):
         Path(args.output).mkdir(parents=True, exist_ok=True)
     order = procedure.interleaved(list(options), args.repeat, args.seed)
-    summaries = replay_command.run_loop(_measure_all(options, order, args.quiet))
+    summaries = replay_run.run_loop(_measure_all(options, order, args.quiet))
     failed = 0
     for (label, repetition), facts in zip(order, summaries, strict=True):
         failure = summary.failure(facts, options[label].max_error_rate)
@@ -113,12 +114,12 @@ def run(args: argparse.Namespace) -> int:
 
 async def _measure_all(
     options: dict[str, ReplayOptions], order: list[tuple[str, int]], quiet: bool
-) -> list[dict[str, Any]]:
+) -> list[summary.Summary]:
     """Prepare and warm up every candidate, then the measured runs in `order`; every plan is closed."""
     plans = {}
     try:
         for label, opts in options.items():
-            plans[label] = await replay_command.open_candidate(opts)
+            plans[label] = await replay_run.open_candidate(opts)
         summaries = []
         for n, (label, repetition) in enumerate(order, 1):
             if not quiet:
@@ -126,7 +127,9 @@ async def _measure_all(
                     f"replayproxy compare: run {n}/{len(order)}: {label}, repetition {repetition}",
                     file=sys.stderr,
                 )
-            summaries.append(await replay_command.measure(options[label], plans[label], repetition, "none"))
+            summaries.append(
+                await replay_run.measure(options[label], plans[label], repetition, "none", proxy_in_front)
+            )
         return summaries
     finally:
         for plan in plans.values():

@@ -16,8 +16,10 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from replayproxy import children
+from replayproxy.errors import BadOption
 
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
@@ -90,3 +92,18 @@ def _served(
     finally:
         server.stop()
         reader.join(5)
+
+
+@contextlib.contextmanager
+def proxy_in_front(target_url: str, trace_dir: Path) -> Iterator[str]:
+    """A proxy in front of `target_url` recording into `trace_dir`, as production's was, for one run
+    (`replay --via-proxy`): the replay's timings are then taken at the same point as production's.
+    Stopped (its trace written) when the run ends."""
+    argv = ["replayproxy", "proxy", "--upstream", target_url, "--listen", "127.0.0.1:0"]
+    argv += ["--admin-listen", "", "--trace-dir", str(trace_dir)]
+    with contextlib.ExitStack() as stack:
+        try:
+            proxy = stack.enter_context(run_server(argv))
+        except RuntimeError as e:  # its last line says why
+            raise BadOption(f"--via-proxy: the proxy did not start: {str(e).splitlines()[-1]}") from e
+        yield proxy.url

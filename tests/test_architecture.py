@@ -36,7 +36,10 @@ ALLOWED: dict[str, set[str]] = {
 # CLI glue has cli.py's rights (everything but sim): cli itself, the demo, its launcher, and each subcommand's
 # `command.py` / `*_command.py` handler, which cli.py delegates to.
 GLUE_MODULES = {"cli", "demo", "launch", "__main__", "__init__"}
-GLUE_PACKAGES = {"tune"}  # glue joining features (starts engines, drives replays, hands results to report)
+GLUE_PACKAGES = {
+    "tune",
+    "sweep",
+}  # glue joining features (starts engines, drives replays, hands results to report)
 
 
 def _is_glue(path: Path) -> bool:
@@ -87,6 +90,40 @@ def test_imports_follow_the_design_table(path: Path) -> None:
         f"{path.relative_to(PACKAGE)} may not import {sorted(forbidden)} (DESIGN.md import table; "
         "only CLI glue modules — cli.py, demo.py, command.py, *_command.py — may combine feature packages)"
     )
+
+
+def _is_command(path: Path) -> bool:
+    return path.stem == "command" or path.stem.endswith("_command")
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The project modules `path` imports, `from a import b` counted as `a.b` where b is a module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("replayproxy.") and _is_module(name)}
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_library_imports_a_command_module(path: Path) -> None:
+    """A command module is the CLI's (cli.py loads it lazily by name): what other modules need
+    lives in a library module. A command may build on another command (`compare` runs replay's
+    and report's)."""
+    if _is_command(path) or path == PACKAGE / "cli.py":
+        return
+    commands = sorted(
+        name for name in _imported_modules(path) if _is_command(Path(name.rsplit(".", 1)[-1]))
+    )  # fmt: skip
+    assert not commands, f"{path.relative_to(PACKAGE)} imports {commands}: move what it needs out of them"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -22,7 +22,7 @@ import orjson
 from replayproxy.config import API_KEY_SOURCES
 from replayproxy.errors import UserError
 from replayproxy.replay import flavors, probe_http, synth
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 
 _log = logging.getLogger("replayproxy.replay")
 SHORT_WORDS = 8

@@ -13,15 +13,13 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
+from replayproxy.replay.prepared import Prepared
 from replayproxy.trace import Columns
-
-if TYPE_CHECKING:
-    from replayproxy.replay.plan import Prepared
 
 TOKEN_ID_FLAVORS = ("vllm",)  # answer `return_token_ids` with each choice's generated ids
 

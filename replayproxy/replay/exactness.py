@@ -26,7 +26,7 @@ from replayproxy import trace
 from replayproxy.errors import BadOption
 from replayproxy.replay import exact, flavors, synth, tokenizer_discovery
 from replayproxy.replay.calibrate import Prober
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, engine_tokenizer
 
 _log = logging.getLogger("replayproxy.replay")

@@ -24,7 +24,7 @@ import msgpack
 
 from replayproxy.errors import RunAborted
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 
 BATCH_BYTES = 128 * 1024  # a batch is written once it holds this many wire bytes...
 BATCH_REQUESTS = 16  # ...or this many requests, so that reading one stays short (~0.1 ms)

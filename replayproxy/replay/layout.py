@@ -27,7 +27,7 @@ _TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class TokenLayout:
     """Content lengths of one prompt and the absolute position where each content starts."""
 
     roles: tuple[str, ...]
@@ -47,7 +47,7 @@ def _fill(
     first_min: int,
     total: int,
     marks: Sequence[int],
-) -> Layout | None:
+) -> TokenLayout | None:
     """Lengths for messages after `fixed` (the first at least `first_min`), each end moved to the
     nearest block bound (`marks`, increasing) where it falls among them and the move fits."""
     n = len(roles)
@@ -77,7 +77,9 @@ def _fill(
         starts.append(start)
         budget -= size
         start += size + (gaps[m] if m < len(gaps) else 0)
-    return Layout(tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure)
+    return TokenLayout(
+        tuple(roles), tuple(lengths), tuple(starts), structure.overhead + sum(lengths), structure
+    )
 
 
 def _nearest(marks: Sequence[int], end: int) -> int:
@@ -89,7 +91,7 @@ def _nearest(marks: Sequence[int], end: int) -> int:
     return low if end - low <= high - end else high
 
 
-def fresh(roles: Sequence[str], structure: Structure, total: int, marks: Sequence[int]) -> Layout | None:
+def fresh(roles: Sequence[str], structure: Structure, total: int, marks: Sequence[int]) -> TokenLayout | None:
     return _fill(roles, structure, (), 1, total, marks)
 
 
@@ -99,8 +101,8 @@ def shared_layout(
     total: int,
     marks: Sequence[int],
     shared: int,
-    donor: Layout | None,
-) -> tuple[Layout | None, int]:
+    donor: TokenLayout | None,
+) -> tuple[TokenLayout | None, int]:
     """A layout sharing `shared` tokens with `donor` where the template allows; (layout, tokens shared).
 
     Sharing that would end inside the donor's template tokens ends at the next content instead
@@ -193,7 +195,7 @@ class PositionCodes:
 
 
 def word_indices(
-    plan: Layout,
+    plan: TokenLayout,
     hashes: np.ndarray,
     own_key: np.uint64,
     branch: np.ndarray,
@@ -241,7 +243,7 @@ def word_indices(
 
 
 def _place_branch_words(
-    chosen: np.ndarray, plan: Layout, branch: np.ndarray, marks: Sequence[int], offset: int
+    chosen: np.ndarray, plan: TokenLayout, branch: np.ndarray, marks: Sequence[int], offset: int
 ) -> None:
     """Block b's branch word goes on the first content position at or after marks[b] when that
     position is still inside block b (the tail, the last mark, has no end). Per message: the block

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from replayproxy.config import check_finite
 from replayproxy.errors import BadOption
 from replayproxy.replay import replies, schedule, turns
 from replayproxy.replay.connection import Target
-from replayproxy.replay.progress import MODES
+from replayproxy.replay.progress import MODES, ProgressMode
 
-PREPARE_MODES = ("stream", "upfront")
+PrepareMode = Literal["stream", "upfront"]
+PREPARE_MODES: tuple[PrepareMode, ...] = get_args(PrepareMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class ReplayOptions:
     timeout: float = 600.0  # per request, seconds
     label: str = ""
     quiet: bool = False  # no progress display at all (as progress = "none")
-    progress: str = "auto"  # auto | tty (live panel) | log (a line every 10 s) | none
+    progress: ProgressMode = "auto"  # auto | tty (live panel) | log (a line every 10 s) | none
     workers: int = 1
     shard: str = ""  # "i/N": only requests with index % N == i
     start_at: str = ""  # UTC ISO time or unix seconds: a start shared by several replayers
@@ -55,10 +56,16 @@ class ReplayOptions:
     repeat: int = 1  # measured runs, each after the flavor's cache reset
     engine_args: str = ""  # how the engine was started, as the user tells it (the contract)
     note: str = ""  # free text kept with the run
-    sessions: str = "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
+    sessions: turns.SessionsOption = (
+        "auto"  # turns.MODES: closed loop within sessions, open loop, or closed if multi-turn
+    )
     sample_sessions: float | None = None  # keep this fraction of whole sessions (seeded)
-    replies: str = "live"  # replies.MODES: a later turn carries the candidate's reply, or the planned one
-    prepare: str = "stream"  # stream: bodies prepared ahead of the clock in a window; upfront: all first
+    replies: replies.ReplyMode = (
+        "live"  # replies.MODES: a later turn carries the candidate's reply, or the planned one
+    )
+    prepare: PrepareMode = (
+        "stream"  # stream: bodies prepared ahead of the clock in a window; upfront: all first
+    )
     prepare_window: float = 20.0  # seconds of schedule whose bodies are held ready ahead of the clock
     prepare_memory: int = 512  # MiB the ready bodies may take (per sender process)
     via_proxy: str = (

@@ -7,14 +7,15 @@ options and template give byte-identical bodies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
 
 from replayproxy.replay import block_bounds, continuations, exact, flavors, layout, prefix_words, synth, turns
+from replayproxy.replay.prepared import Prepared, Schedule
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
 from replayproxy.trace import Columns, ragged_rows
@@ -40,34 +41,6 @@ class PlanOptions:
     live_replies: bool = False  # ...and carry the candidate's replies to them
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """One request, fully serialized; `scheduled_ns` is relative to the run start."""
-
-    index: int  # row in the arrival-sorted trace
-    scheduled_ns: int
-    endpoint: str
-    path: str
-    body: bytes
-    stream: bool
-    expected_input_tokens: int
-    expected_output_tokens: int
-    template_key: str = ""  # chat calibration key ("" for completions)
-    expected_shared_tokens: int = 0  # prefix tokens an earlier request had, as the trace says
-    planned_shared_tokens: int = 0  # prefix tokens the bodies share with the donor's (-1: approximate)
-    exact: bool = False  # built through the target's tokenizer: length and sharing are exact
-    session: int = 0  # the trace's session id; 0 outside sessions
-    turn: int = 0
-    after: int = turns.NONE  # trace index of the session's previous selected turn (closed loop waits for it)
-    think_ns: int = turns.NONE  # wait after that turn's end (ns, at the run's speed)
-    first: int = turns.NONE  # trace index of the session's first replayed turn (sessions stay together)
-
-    @property
-    def group(self) -> int:
-        """What keeps a session on one worker or shard: its first turn's index, else its own."""
-        return self.first if self.first >= 0 else self.index
-
-
 def block_tokens(cols: Columns) -> int:
     """The trace's prefix block size in tokens; char blocks are converted with the trace's ratio."""
     header = cols.headers[0]
@@ -89,26 +62,6 @@ def model_for(recorded: str, options: PlanOptions) -> str:
     return options.model_map.get(recorded, recorded) or options.default_model
 
 
-class Schedule(NamedTuple):
-    """When and after what each planned request goes, per position in planning order: all a
-    sender needs before the bodies arrive (a few numbers per request, so any trace fits)."""
-
-    trace_index: np.ndarray  # int64: row in the arrival-sorted trace
-    scheduled_ns: np.ndarray  # int64: relative to the run start
-    after: np.ndarray  # int64: trace index of the session's previous selected turn, or turns.NONE
-    think_ns: np.ndarray  # int64: wait after that turn's end (at the run's speed), or turns.NONE
-    first: np.ndarray  # int64: trace index of the session's first replayed turn, or turns.NONE
-
-    @property
-    def group(self) -> np.ndarray:
-        """What keeps a session on one worker or shard (Prepared.group, for every position)."""
-        out: np.ndarray = np.where(self.first >= 0, self.first, self.trace_index)
-        return out
-
-    def take(self, positions: np.ndarray) -> Schedule:
-        return Schedule(*(column[positions] for column in self))
-
-
 def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
     """The schedule of the replayable requests among `rows` (arrival order)."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
@@ -116,12 +69,6 @@ def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
     first = turns.first_turns(rows, links.after)
     times = scheduled_ns(cols.offset_ns[rows], speed)
     return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
-
-
-def schedule_of(prepared: Sequence[Prepared]) -> Schedule:
-    """The schedule of requests prepared up front (in schedule order)."""
-    names = ("index", "scheduled_ns", "after", "think_ns", "first")  # Schedule's fields, in order
-    return Schedule(*(np.array([getattr(p, name) for p in prepared], np.int64) for name in names))
 
 
 class Planner:
@@ -167,7 +114,7 @@ class Planner:
             size = len(self._spelled.words)
             self._ranks, self._rank_index = _branch_words(self._salted, self._sub_index, salts, rows, size)
             self._marks = block_bounds.bounds(cols, rows, self._sub_index, owners)
-        self._layouts: dict[int, synth.Layout | layout.Layout | None] = {}
+        self._layouts: dict[int, synth.Layout | layout.TokenLayout | None] = {}
         self._sessions: continuations.Continuations | None = None
         if options.closed_loop:
             self._sessions = continuations.Continuations(
@@ -209,11 +156,11 @@ class Planner:
             assert marks is not None
             own = slice(int(rank_index[position]), int(rank_index[position + 1]))
             exact_plan = _plan_exact(
-                cols, row, self._salted[span], shared, donor if isinstance(donor, layout.Layout) else None,
-                ranks[own], marks[own].tolist(), position, options, options.book, spelled,
-                flavor.token_id_prompts, render,
+                cols, row, self._salted[span], shared,
+                donor if isinstance(donor, layout.TokenLayout) else None, ranks[own], marks[own].tolist(),
+                position, options, options.book, spelled, flavor.token_id_prompts, render,
             )  # fmt: skip
-        plan_layout: synth.Layout | layout.Layout
+        plan_layout: synth.Layout | layout.TokenLayout
         if exact_plan is not None:
             planned, plan_layout, key, expected_in, planned_shared, expected_shared = exact_plan
         else:
@@ -322,7 +269,7 @@ def _plan_exact(
     row: int,
     salted: np.ndarray,
     shared: int,
-    donor: layout.Layout | None,
+    donor: layout.TokenLayout | None,
     branch: np.ndarray,
     marks: list[int],
     position: int,
@@ -331,7 +278,7 @@ def _plan_exact(
     spelled: _Spelled,
     token_ids: bool,
     render: bool = True,
-) -> tuple[flavors.Planned, layout.Layout, str, int, int, int] | None:
+) -> tuple[flavors.Planned, layout.TokenLayout, str, int, int, int] | None:
     """One request built from the measured alphabet and template, sharing its first `shared` blocks
     (up to marks[shared] tokens, block_bounds); None when its template is unknown. Without
     `render` only the layout is made (the prompt is left empty). Returns the planned request, its
@@ -372,7 +319,7 @@ def _plan_exact(
 
 
 def _contents(
-    plan: layout.Layout,
+    plan: layout.TokenLayout,
     salted: np.ndarray,
     branch: np.ndarray,
     marks: list[int],

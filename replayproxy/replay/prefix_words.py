@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.replay.layout import Layout
+from replayproxy.replay.layout import TokenLayout
 
 MIN_TOKENS = 64  # shorter shared prefixes cost more to look up than to build
 MAX_BYTES = 64 << 20  # rendered pieces kept at most (roughly: characters, or 40 bytes a token id)
@@ -25,7 +25,9 @@ _ID_BYTES = 40  # a token id in a list: the pointer and the int object
 Key = tuple[Any, ...]
 
 
-def key(plan: Layout, hashes: np.ndarray, branch: np.ndarray, blocks: int, upto: int, token_ids: bool) -> Key:
+def key(
+    plan: TokenLayout, hashes: np.ndarray, branch: np.ndarray, blocks: int, upto: int, token_ids: bool
+) -> Key:
     """What fixes the words before `upto` (where recorded block `blocks` starts): the blocks'
     hashes and branch words, and each message's span before `upto`."""
     spans = tuple((s, min(s + n, upto)) for s, n in zip(plan.starts, plan.lengths, strict=True) if s < upto)

@@ -36,6 +36,7 @@ from replayproxy.replay import (
 )
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
 from replayproxy.trace.reuse import prefix_reuse
@@ -52,14 +53,14 @@ class Share:
     preparer."""
 
     feed: Pipe | None  # None: no requests
-    schedule: plan.Schedule
+    schedule: Schedule
 
 
 @dataclass(slots=True)
 class RunPlan:
     """What the preparation produced, for the local runner or the workers."""
 
-    schedule: plan.Schedule  # every planned request, in planning (arrival) order
+    schedule: Schedule  # every planned request, in planning (arrival) order
     send: np.ndarray  # positions into `schedule` this replayer sends (its shard), ascending
     rows: np.ndarray  # the trace rows planned
     plan_options: plan.PlanOptions
@@ -119,7 +120,7 @@ class RunPlan:
             self.preparer.close()
 
 
-def deal(planned: plan.Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
+def deal(planned: Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
     """The positions `send` dealt to `count` senders round-robin in schedule order; by session (a
     worker waits only for turns it sent itself), sessions taken in the order of their first turns.
     A request the planner links to another session's turn (an edited reply) is moved to that turn's
@@ -160,7 +161,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         )
     for warning in cols.report.warnings:
         _log.warning("%s", warning)
-    window = schedule.Window(options.start_offset, options.duration, options.limit)
+    window = schedule.TraceSlice(options.start_offset, options.duration, options.limit)
     mode = turns.resolve(options.sessions, cols)
     rows = turns.select_rows(cols, window, mode, options.sample_sessions, options.seed)
     rows, failed_left_out = _without_failures(cols, rows, options.include_failed)
@@ -332,7 +333,7 @@ def _checked(cols: trace.Columns, rows: np.ndarray) -> np.ndarray:
     return head[: int(np.searchsorted(tokens, CHECKED_TOKENS)) + 1]
 
 
-def _peak(cols: trace.Columns, planned: plan.Schedule) -> int:
+def _peak(cols: trace.Columns, planned: Schedule) -> int:
     if not len(planned.trace_index):
         return 0
     rows = planned.trace_index

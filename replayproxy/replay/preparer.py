@@ -29,7 +29,8 @@ from replayproxy import trace
 from replayproxy.errors import UserError
 from replayproxy.replay import feed, flavors
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Planner, PlanOptions, Prepared, Schedule
+from replayproxy.replay.plan import Planner, PlanOptions
+from replayproxy.replay.prepared import Prepared, Schedule
 
 PIPE_BYTES = 1 << 20  # asked of the kernel for each sender's pipe (Linux; the default is 64 KiB)
 PREPARER_NICE = 10  # on the sender's only core, the sender wins the CPU whenever it wakes for a send

@@ -22,7 +22,7 @@ import numpy as np
 
 from replayproxy import clock
 from replayproxy.errors import BadOption
-from replayproxy.replay import probe_http, session, telemetry
+from replayproxy.replay import probe_http, sender, telemetry
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan
@@ -90,7 +90,7 @@ async def warm_up(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
     chosen = plan.send[:count]
     share = plan.share(options, chosen, shift_ns=int(plan.schedule.scheduled_ns[chosen[0]]))
     started = clock.now_ns()
-    outcome = await session.run_local(
+    outcome = await sender.run_local(
         options, share, min(plan.pool_size, count), clock.now_ns() + WARMUP_LEAD_NS
     )
     return {

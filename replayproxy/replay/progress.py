@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, NamedTuple, Protocol
+from typing import IO, Literal, NamedTuple, Protocol, get_args
 
 import numpy as np
 from rich.console import Console, RenderableType
@@ -26,7 +26,8 @@ from rich.table import Table
 from replayproxy import clock
 from replayproxy.errors import BadOption
 
-MODES = ("auto", "tty", "log", "none")
+ProgressMode = Literal["auto", "tty", "log", "none"]
+MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
 LOG_EVERY_S = 10.0
 TTFT_WINDOW = 2000  # running TTFT percentiles over the most recent successful requests
 

@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import aiohttp
 import orjson
@@ -26,12 +26,13 @@ import orjson
 from replayproxy import sse
 from replayproxy.replay import continuations, exact, exactness, flavors
 from replayproxy.replay.connection import Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, calls_made
 
 _log = logging.getLogger("replayproxy.replay")
-MODES = ("live", "planned")
+ReplyMode = Literal["live", "planned"]
+MODES: tuple[ReplyMode, ...] = get_args(ReplyMode)
 
 
 class Reply(NamedTuple):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import orjson
 
 from replayproxy import sse
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.results import ReplayResult
 from replayproxy.shape import ErrorClass
 

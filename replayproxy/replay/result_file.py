@@ -44,7 +44,7 @@ def write_results(
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
     stopped_s: float | None = None,
-) -> dict[str, Any]:
+) -> summary.Summary:
     """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
 
     `stopped_s`: the run was interrupted that many seconds after its start; the footer says it is
@@ -58,7 +58,9 @@ def write_results(
     facts["lengths"] = prompts.get("lengths", "approximate")
     facts["tokenizer"] = prompts.get("tokenizer")
     if stopped_s is not None:
-        facts.update(partial=True, stopped_after_s=round(stopped_s, 3), planned_requests=run.requests)
+        facts["partial"] = True
+        facts["stopped_after_s"] = round(stopped_s, 3)
+        facts["planned_requests"] = run.requests
     writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
     for result in ordered:
         writer.write(result)

@@ -1,4 +1,4 @@
-"""When each request is sent: selection of the trace window, absolute deadlines, and the waiter.
+"""When each request is sent: selection of the trace slice, absolute deadlines, and the waiter.
 
 Pure arithmetic over numpy columns plus one awaitable that reaches an absolute monotonic deadline
 (coarse sleep, then a short busy-yield), with the clock and the sleep injected so tests need no
@@ -24,7 +24,7 @@ EST_DEFAULT_OUTPUT_TOKENS = 256
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class TraceSlice:
     """Which part of a trace to replay: offsets in seconds from the trace start, and a count."""
 
     start_offset_s: float = 0.0
@@ -32,16 +32,16 @@ class Window:
     limit: int | None = None
 
 
-def select(offsets_ns: np.ndarray, window: Window) -> np.ndarray:
-    """Indices (into the arrival-sorted trace) of the requests inside `window`, in arrival order."""
+def select(offsets_ns: np.ndarray, part: TraceSlice) -> np.ndarray:
+    """Indices (into the arrival-sorted trace) of the requests inside `part`, in arrival order."""
     if len(offsets_ns) == 0:
         return np.zeros(0, np.int64)
-    begin = offsets_ns[0] + int(window.start_offset_s * 1e9)
+    begin = offsets_ns[0] + int(part.start_offset_s * 1e9)
     keep = offsets_ns >= begin
-    if window.duration_s is not None:
-        keep &= offsets_ns < begin + int(window.duration_s * 1e9)
+    if part.duration_s is not None:
+        keep &= offsets_ns < begin + int(part.duration_s * 1e9)
     chosen = np.flatnonzero(keep).astype(np.int64)
-    return chosen[: window.limit] if window.limit is not None else chosen
+    return chosen[: part.limit] if part.limit is not None else chosen
 
 
 def scheduled_ns(offsets_ns: np.ndarray, speed: float) -> np.ndarray:

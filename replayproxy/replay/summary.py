@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -21,7 +21,32 @@ def _ms(values: np.ndarray, q: float) -> float | None:
     return round(float(np.percentile(values, q)) / 1e6, 3) if len(values) else None
 
 
-def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A run's footer (milliseconds rounded to microseconds; shares of 1; None: nothing to measure)."""
+
+    requests: int
+    errors: int
+    errors_by_class: dict[str, int]
+    new_connections: int
+    prepared_late: int
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    input_exact: float | None
+    output_exact: float | None
+    client_bottleneck: bool
+    timing_preserved: NotRequired[bool]  # with --max-concurrency
+    recorded_failures_left_out: NotRequired[int]  # the rest from the result file's writer
+    lengths: NotRequired[str]  # "exact" or "approximate"
+    tokenizer: NotRequired[str | None]
+    partial: NotRequired[bool]  # an interrupted run...
+    stopped_after_s: NotRequired[float]  # ...stopped this long after its start
+    planned_requests: NotRequired[int]
+
+
+def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> Summary:
     """Counts, lag and TTFT percentiles, length exactness; goes into the footer as is."""
     sent = np.array([r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0], np.int64)
     ok = [r for r in results if not r.error]
@@ -30,7 +55,7 @@ def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict
     checked_in = [r for r in ok if r.expected_input_tokens > 0 and r.prompt_tokens >= 0]
     checked_out = [r for r in ok if r.expected_output_tokens > 0 and r.completion_tokens >= 0]
     lag_p99 = _ms(sent, 99)
-    summary: dict[str, Any] = {
+    summary: Summary = {
         "requests": len(results),
         "errors": sum(errors.values()),
         "errors_by_class": dict(sorted(errors.items())),
@@ -54,7 +79,7 @@ def summarize(results: Sequence[ReplayResult], max_concurrency: int = 0) -> dict
     return summary
 
 
-def failure(summary: dict[str, Any], max_error_rate: float) -> str:
+def failure(summary: Summary, max_error_rate: float) -> str:
     """Why the run counts as failed (no request succeeded, too many errors), or "" when it did not."""
     requests, errors = summary["requests"], summary["errors"]
     classes = ", ".join(f"{k} {v}" for k, v in summary["errors_by_class"].items())
@@ -72,7 +97,7 @@ def _share(hits: int, total: int) -> float | None:
     return round(hits / total, 4) if total else None
 
 
-def render(summary: dict[str, Any], max_concurrency: int = 0) -> str:
+def render(summary: Summary, max_concurrency: int = 0) -> str:
     """A short human summary; the first line is the one a script greps."""
 
     def fmt(value: float | None) -> str:

@@ -9,16 +9,17 @@ the prefix reuse between turns survives. Pure numpy over trace columns, before t
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import numpy as np
 
 from replayproxy.errors import BadOption
-from replayproxy.replay.schedule import Window, select
+from replayproxy.replay.schedule import TraceSlice, select
 from replayproxy.trace import Columns
 
 Mode = Literal["closed", "open"]
-MODES = ("auto", "closed", "open")
+SessionsOption = Literal["auto", "closed", "open"]  # auto: closed when a session has several turns
+MODES: tuple[SessionsOption, ...] = get_args(SessionsOption)
 NONE = -1
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -51,7 +52,7 @@ def groups(cols: Columns) -> np.ndarray:
 
 
 def select_rows(
-    cols: Columns, window: Window, mode: Mode, sample_sessions: float | None = None, seed: int = 0
+    cols: Columns, window: TraceSlice, mode: Mode, sample_sessions: float | None = None, seed: int = 0
 ) -> np.ndarray:
     """Rows to replay, in arrival order. Open loop cuts as before (by request); closed loop keeps
     every session whose first turn lies in the window whole, and `limit` then takes sessions in
@@ -65,12 +66,12 @@ def select_rows(
             raise BadOption(f"--sample-sessions must be in (0, 1], got {sample_sessions}")
         keep = _chosen(_group_keys(cols), seed, sample_sessions)
     if mode == "open":
-        inside = select(cols.offset_ns[keep], Window(window.start_offset_s, window.duration_s))
+        inside = select(cols.offset_ns[keep], TraceSlice(window.start_offset_s, window.duration_s))
         rows: np.ndarray = np.flatnonzero(keep)[inside]
         return rows[: window.limit] if window.limit is not None else rows
     firsts = _first_rows(group)  # per group, its first row (rows are in arrival order)
     in_window = np.zeros(len(cols), dtype=bool)
-    in_window[select(cols.offset_ns, Window(window.start_offset_s, window.duration_s))] = True
+    in_window[select(cols.offset_ns, TraceSlice(window.start_offset_s, window.duration_s))] = True
     kept_groups = np.flatnonzero(in_window[firsts] & keep[firsts])
     if window.limit is not None:
         sizes = np.bincount(group, minlength=len(firsts))[kept_groups]

@@ -1,6 +1,6 @@
 """The requests a runner holds between preparation and the socket: a window bounded by time and bytes.
 
-The runner knows its whole schedule up front (a few numbers per request, replay.plan.Schedule);
+The runner knows its whole schedule up front (a few numbers per request, replay.prepared.Schedule);
 bodies arrive from the preparer process (replay.feed) and are kept only while they are due within
 `horizon_ns` of the run clock and fit in `max_bytes`. A closed-loop turn whose previous turn
 ended early may be due before the window reached it: asking for it (`want`) reads ahead of the
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from replayproxy.errors import RunAborted
 from replayproxy.replay import feed
 from replayproxy.replay.feed import FeedReader
-from replayproxy.replay.plan import Prepared, Schedule, schedule_of
+from replayproxy.replay.prepared import Prepared, Schedule, schedule_of
 
 HORIZON_NS = 20_000_000_000  # bodies are read up to this far ahead of the run clock...
 MAX_BYTES = 512 * 1024 * 1024  # ...while they take at most this much memory

@@ -31,10 +31,10 @@ from typing import Literal
 
 from replayproxy import clock
 from replayproxy.errors import RunAborted, UserError
-from replayproxy.replay import replies, session
+from replayproxy.replay import replies, sender
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.plan import Schedule
 from replayproxy.replay.preparation import RunPlan, Share
+from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.progress import Reading, merge
 from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
@@ -142,14 +142,14 @@ async def _work(options: ReplayOptions, worker: int, pipe: Pipe, feed: Pipe | No
             raise RuntimeError(f"expected the start, got {message!r}")
         return message.start_ns
 
-    readings = session.RunnerReadings()
+    readings = sender.RunnerReadings()
 
     def progress(runner: Runner) -> None:
         pipe.send(Progress(readings(runner)))
 
-    outcome = session.Outcome()
+    outcome = sender.Outcome()
     try:
-        await session.run_local(
+        await sender.run_local(
             options,
             share,
             assignment.pool_size,
@@ -222,7 +222,7 @@ async def run_workers(
     plan: RunPlan,
     on_reading: Callable[[Reading, int], None],
     start: Callable[[], int],
-    outcome: session.Outcome,
+    outcome: sender.Outcome,
 ) -> None:
     """Run the plan over `options.workers` processes, merging their results into `outcome`.
 
@@ -323,7 +323,7 @@ class Readings:
         self._fresh = False
 
 
-async def _collect(crew: Crew, outcome: session.Outcome, readings: Readings) -> Exception | None:
+async def _collect(crew: Crew, outcome: sender.Outcome, readings: Readings) -> Exception | None:
     """Take every worker's results into `outcome`, merging their progress readings meanwhile;
     returns the first failure instead (a worker that died or raised), for the caller to stop on.
     Whatever the workers said before a failure is passed on first: a dying worker's last reading
@@ -337,7 +337,7 @@ async def _collect(crew: Crew, outcome: session.Outcome, readings: Readings) -> 
     return None
 
 
-def _receive_all(crew: Crew, outcome: session.Outcome, readings: Readings) -> Exception | None:
+def _receive_all(crew: Crew, outcome: sender.Outcome, readings: Readings) -> Exception | None:
     """Every message waiting from the pending workers; the first failure among them, if any."""
     for worker in sorted(crew.pending):
         failed = _receive(crew, worker, outcome, readings, "failed")
@@ -349,7 +349,7 @@ def _receive_all(crew: Crew, outcome: session.Outcome, readings: Readings) -> Ex
 
 
 def _receive(
-    crew: Crew, worker: int, outcome: session.Outcome, readings: Readings | None, failed_as: str
+    crew: Crew, worker: int, outcome: sender.Outcome, readings: Readings | None, failed_as: str
 ) -> Failed | None:
     """The messages waiting from `worker`: readings taken (unless None: dropped), results into
     `outcome`; its failure, if it sent one (it is then lost, `failed_as`)."""
@@ -367,7 +367,7 @@ def _receive(
     return failed
 
 
-async def _drain(crew: Crew, outcome: session.Outcome) -> None:
+async def _drain(crew: Crew, outcome: sender.Outcome) -> None:
     """After `Crew.stop`: wait for the stopped workers' last results (their readings are no longer
     shown: the results say it all); count the silent ones as lost."""
     deadline = clock.now_ns() + int(STOP_TIMEOUT_S * 1e9)

@@ -15,7 +15,7 @@ from replayproxy.report.baseline import baseline_run
 from replayproxy.report.check_types import CheckDoc
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.regression_gate import Outcome, evaluate, parse_gate
+from replayproxy.report.regression_gate import Outcome, evaluate, parse_replay_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import WIDTH, render_markdown, render_text, text_width
 from replayproxy.report.runs import read_runs
@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     slos = parse_slo(args.slo) if args.slo else ()
     check_spec, replay_spec = check_report.split_gate(args.gate or "")
-    gate_clauses = parse_gate(replay_spec) if replay_spec else ()
+    gate_clauses = parse_replay_gate(replay_spec) if replay_spec else ()
     if args.resamples < 100:
         raise BadOption(f"--resamples must be at least 100, got {args.resamples}")
     check_share("--max-error-rate", args.max_error_rate)

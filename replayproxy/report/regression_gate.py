@@ -18,8 +18,7 @@ import numpy as np
 
 from replayproxy.errors import BadOption
 from replayproxy.report import noise
-from replayproxy.report.gate import OPERATORS, GateRule
-from replayproxy.report.gate import parse_gate as parse_rules
+from replayproxy.report.gate import OPERATORS, GateRule, parse_gate
 from replayproxy.report.goodput import Slo, goodput, pooled_values
 from replayproxy.report.runs import Run
 from replayproxy.report.stats import Interval
@@ -31,10 +30,10 @@ UNITS = {"goodput": " req/s", "requests_per_s": " req/s", "goodput_fraction": ""
 STATS = ("p50", "p90", "p95", "p99", "max", "mean")
 
 
-def parse_gate(spec: str) -> tuple[GateRule, ...]:
+def parse_replay_gate(spec: str) -> tuple[GateRule, ...]:
     """Replay rules in the one `--gate` grammar (report/gate.py), each a factor of BASE; latency
     figures name a statistic, the others none. A BadOption names the rule and what is wrong."""
-    rules = parse_rules(spec, GATE_METRICS)
+    rules = parse_gate(spec, GATE_METRICS)
     for rule in rules:
         if not rule.relative:
             raise BadOption(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from replayproxy.capacity.command import load_model, parse_memory_size
+from replayproxy.capacity.loading import load_model, parse_memory_size
 from replayproxy.capacity.memory import GIB, Plan, Setup, plan
 from replayproxy.errors import BadInputFile
 from replayproxy.trace import load

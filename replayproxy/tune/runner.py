@@ -18,7 +18,7 @@ from replayproxy.clock import now_ns
 from replayproxy.report.goodput import Slo
 from replayproxy.report.runs import load_runs
 from replayproxy.report.sweep import Step, client_bound, fails_beyond_noise, meets, step_of
-from replayproxy.report.sweep_command import run_replay
+from replayproxy.sweep.steps import run_replay
 from replayproxy.tune.candidates import Config
 from replayproxy.tune.engine import EngineFailed, Fresh, RunningEngine, log_tail
 from replayproxy.tune.fit import TraceFacts, check_fit

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replayproxy.capacity.command import load_model, parse_memory_size
+from replayproxy.capacity.loading import load_model, parse_memory_size
 from replayproxy.capacity.memory import GIB
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 from replayproxy.shape import RequestShape

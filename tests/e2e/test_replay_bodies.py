@@ -93,7 +93,7 @@ def run(trace: Path, url: str, out: Path, seed: str) -> None:
                 str(out),
                 "--flavor",
                 "vllm",
-                "--allow-approximate",  # the capture server has no tokenizer
+                "--allow-approximate",  # the capture server has no tokenizer endpoint
                 "--quiet",
                 "--seed",
                 seed,

@@ -49,8 +49,8 @@ def limited() -> None:
 def replay(trace: Path, url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable, "-m", "replayproxy", "replay", str(trace), "--target", url, "-o", str(out),
-        "--flavor", "vllm", "--no-calibrate", "--progress", "none", "--prepare-window", "4",
-        "--prepare-memory", "32", "--allow-approximate", *extra,
+        "--flavor", "vllm", "--no-calibrate", "--allow-approximate", "--progress", "none",
+        "--prepare-window", "4", "--prepare-memory", "32", *extra,
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=limited)
 
@@ -88,6 +88,7 @@ def shapes(sessions: str) -> list[RequestShape]:
     return sorted(out, key=lambda shape: shape.offset_ns)
 
 
+@pytest.mark.serial  # a schedule-lag bound in milliseconds
 @pytest.mark.parametrize("sessions", ["open", "closed"])
 def test_a_trace_bigger_than_the_memory_limit_replays_to_the_end_on_schedule(
     tmp_path: Path, sessions: str
@@ -111,4 +112,5 @@ def test_a_trace_bigger_than_the_memory_limit_replays_to_the_end_on_schedule(
     assert not result.column("error").any()
     assert not result.column("prepared_late").any()  # no body was missing at its deadline
     lag_ms = (result.column("sent_ns") - result.column("scheduled_ns")) / 1e6
-    assert float(np.percentile(lag_ms, 99)) < 50.0  # generous: a shared, busy host
+    # generous (a busy host): a send loop blocked by reading bodies would miss by seconds
+    assert float(np.percentile(lag_ms, 99)) < 250.0

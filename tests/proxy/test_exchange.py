@@ -45,6 +45,7 @@ def test_each_chunk_reaches_the_client_before_the_upstream_sends_the_next() -> N
     run(main())
 
 
+@pytest.mark.serial  # a propagation bound in milliseconds
 def test_client_cancel_reaches_the_upstream_within_100_ms() -> None:
     async def script(request: RawRequest) -> None:
         request.connection.write(SSE_HEAD + sse_chunk(0))

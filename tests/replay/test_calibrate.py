@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from replayproxy.replay import calibrate, flavors, synth
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.server import serving
 

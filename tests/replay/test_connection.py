@@ -8,7 +8,7 @@ import pytest
 
 from replayproxy import clock
 from replayproxy.replay.connection import Pool, Target
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 
 from replayproxy.replay import continuations, flavors, plan
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.shape import RequestShape
 from replayproxy.trace import Columns, load
 from tests.e2e.test_replay_sessions import session_shapes

@@ -13,6 +13,7 @@ from replayproxy import trace
 from replayproxy.replay import exact, flavors, plan
 from replayproxy.replay.exactness import chat_keys
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat
 from tests.replay import traces
 
@@ -21,7 +22,7 @@ def _book(tokenizer: LocalTokenizer, cols: trace.Columns) -> exact.Book:
     return asyncio.run(exact.measure(tokenizer, chat_keys(cols, np.arange(len(cols)))))
 
 
-def _ids(tokenizer: LocalTokenizer, prepared: list[plan.Prepared]) -> list[list[int]]:
+def _ids(tokenizer: LocalTokenizer, prepared: list[Prepared]) -> list[list[int]]:
     out = []
     for p in prepared:
         body = orjson.loads(p.body)

@@ -21,7 +21,7 @@ def _mix(x: int) -> int:
 
 
 def _reference(
-    plan: layout.Layout, hashes: list[int], own: int, branch: list[int], marks: list[int], size: int
+    plan: layout.TokenLayout, hashes: list[int], own: int, branch: list[int], marks: list[int], size: int
 ) -> list[int]:
     """The layout module's rule, read literally: inside recorded block b, [marks[b], marks[b + 1]),
     the word comes from (h_b, position in block), past the blocks from (own key, position); then
@@ -45,7 +45,7 @@ def _reference(
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], list[int], int, int]:
+def cases(draw: st.DrawFn) -> tuple[layout.TokenLayout, list[int], int, list[int], list[int], int, int]:
     block = draw(st.sampled_from([1, 3, 16, 64]))
     lengths = draw(st.lists(st.integers(1, 90), min_size=1, max_size=5))
     head = draw(st.integers(0, 5))
@@ -57,7 +57,7 @@ def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], li
         starts.append(at)
         at += length + (len(between[m]) if m < len(between) else 0)
     roles = tuple("u" * len(lengths))
-    plan = layout.Layout(roles, tuple(lengths), tuple(starts), at + len(closing), structure)
+    plan = layout.TokenLayout(roles, tuple(lengths), tuple(starts), at + len(closing), structure)
     end = plan.end(len(lengths) - 1)
     n_hashes = draw(st.integers(0, -(-end // block) + 2))  # fewer, as many, or more blocks than the prompt
     hashes = draw(st.lists(st.integers(0, _MASK), min_size=n_hashes, max_size=n_hashes))
@@ -76,7 +76,7 @@ def cases(draw: st.DrawFn) -> tuple[layout.Layout, list[int], int, list[int], li
 @settings(max_examples=400, deadline=None)
 @given(cases())
 def test_word_indices_follow_the_rule_at_every_content_position(
-    case: tuple[layout.Layout, list[int], int, list[int], list[int], int, int],
+    case: tuple[layout.TokenLayout, list[int], int, list[int], list[int], int, int],
 ) -> None:
     """From position 0, and from a block's start inside the recorded blocks (what a known prefix leaves)."""
     plan, hashes, own, branch, marks, size, first = case

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from replayproxy.replay import flavors, plan, synth
+from replayproxy.replay.prepared import Prepared
 from replayproxy.shape import RequestShape
 from replayproxy.sim import tokenizer
 from replayproxy.trace import load
@@ -19,7 +20,7 @@ OPTIONS = plan.PlanOptions(chat_template=SIM_TEMPLATE)
 VLLM = flavors.get("vllm")
 
 
-def sim_prompt_ids(prepared: plan.Prepared) -> list[int]:
+def sim_prompt_ids(prepared: Prepared) -> list[int]:
     body = orjson.loads(prepared.body)
     if prepared.endpoint == "chat":
         return tokenizer.render_chat([(m["role"], m["content"]) for m in body["messages"]])

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replayproxy.replay.plan import Schedule
 from replayproxy.replay.preparation import deal, speed_for_rate
+from replayproxy.replay.prepared import Schedule
 
 
 def schedule(firsts: list[int]) -> Schedule:

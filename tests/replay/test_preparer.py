@@ -14,6 +14,7 @@ import pytest
 
 from replayproxy.replay import feed, flavors, plan, synth, window
 from replayproxy.replay.connection import Target
+from replayproxy.replay.prepared import Prepared, Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.shape import RequestShape, prefix_block_hashes
 from replayproxy.sim import tokenizer
@@ -58,12 +59,12 @@ def preparer(chat_trace: Path) -> Iterator[Preparer]:
         started.close()
 
 
-def whole_schedule(path: Path) -> plan.Schedule:
+def whole_schedule(path: Path) -> Schedule:
     cols = load(path)
     return plan.schedule(cols, np.arange(len(cols)), OPTIONS.speed)
 
 
-def upfront(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[plan.Prepared]:
+def upfront(path: Path, flavor: str = "vllm", options: plan.PlanOptions = OPTIONS) -> list[Prepared]:
     cols = load(path)
     return plan.prepare(cols, np.arange(len(cols)), flavors.get(flavor), options)
 
@@ -76,7 +77,7 @@ def upfront_wires(path: Path, flavor: str = "vllm", options: plan.PlanOptions = 
 
 def windows_for(
     preparer: Preparer,
-    schedule: plan.Schedule,
+    schedule: Schedule,
     shares: Sequence[np.ndarray],
     flavor: str = "vllm",
     options: plan.PlanOptions = OPTIONS,
@@ -89,7 +90,7 @@ def windows_for(
     ]
 
 
-def received(windows: list[window.Window]) -> list[list[tuple[plan.Prepared, bytes]]]:
+def received(windows: list[window.Window]) -> list[list[tuple[Prepared, bytes]]]:
     """Every window filled side by side (the preparer writes to them in turn), then emptied."""
 
     async def fill_all() -> None:

@@ -112,7 +112,7 @@ def test_a_stage_of_unknown_length_logs_start_ticks_and_end(capsys: pytest.Captu
 
 def test_progress_is_drawn_in_a_gap_between_sends_but_never_skipped() -> None:
     from replayproxy import clock
-    from replayproxy.replay import session
+    from replayproxy.replay import sender
 
     class Busy:  # a send always due in 1 ms: the reporter waits for a gap, then draws anyway
         @property
@@ -122,7 +122,7 @@ def test_progress_is_drawn_in_a_gap_between_sends_but_never_skipped() -> None:
     async def main() -> float:
         drawn: list[int] = []
         started = clock.now_ns()
-        reporter = session._report_progress(Busy(), lambda r: drawn.append(clock.now_ns()))  # type: ignore[arg-type]
+        reporter = sender._report_progress(Busy(), lambda r: drawn.append(clock.now_ns()))  # type: ignore[arg-type]
         task = asyncio.ensure_future(reporter)
         while not drawn:
             await asyncio.sleep(0.05)
@@ -130,4 +130,4 @@ def test_progress_is_drawn_in_a_gap_between_sends_but_never_skipped() -> None:
         return (drawn[0] - started) / 1e9
 
     waited = asyncio.run(main())
-    assert 1.0 + session.PROGRESS_WAIT_S * 0.9 <= waited < 3.0
+    assert 1.0 + sender.PROGRESS_WAIT_S * 0.9 <= waited < 3.0

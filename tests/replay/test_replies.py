@@ -11,7 +11,7 @@ import pytest
 
 from replayproxy.replay import exact, replies
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from replayproxy.replay.plan import Prepared
+from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
 from replayproxy.results import ReplayResult
 

@@ -12,11 +12,11 @@ from replayproxy.replay import schedule
 
 def test_select_window_and_limit() -> None:
     offsets = np.array([0, 1, 2, 3, 4, 5], np.int64) * 1_000_000_000 + 7
-    assert schedule.select(offsets, schedule.Window()).tolist() == [0, 1, 2, 3, 4, 5]
-    assert schedule.select(offsets, schedule.Window(start_offset_s=2)).tolist() == [2, 3, 4, 5]
-    assert schedule.select(offsets, schedule.Window(start_offset_s=1, duration_s=2)).tolist() == [1, 2]
-    assert schedule.select(offsets, schedule.Window(limit=3, start_offset_s=1.5)).tolist() == [2, 3, 4]
-    assert schedule.select(np.zeros(0, np.int64), schedule.Window()).tolist() == []
+    assert schedule.select(offsets, schedule.TraceSlice()).tolist() == [0, 1, 2, 3, 4, 5]
+    assert schedule.select(offsets, schedule.TraceSlice(start_offset_s=2)).tolist() == [2, 3, 4, 5]
+    assert schedule.select(offsets, schedule.TraceSlice(start_offset_s=1, duration_s=2)).tolist() == [1, 2]
+    assert schedule.select(offsets, schedule.TraceSlice(limit=3, start_offset_s=1.5)).tolist() == [2, 3, 4]
+    assert schedule.select(np.zeros(0, np.int64), schedule.TraceSlice()).tolist() == []
 
 
 def test_scheduled_times_are_relative_and_scaled() -> None:

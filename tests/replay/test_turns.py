@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from replayproxy.replay import turns
-from replayproxy.replay.schedule import Window
+from replayproxy.replay.schedule import TraceSlice
 from replayproxy.shape import RequestShape
 from replayproxy.trace import Columns, load
 from tests.replay import traces
@@ -42,27 +42,27 @@ def test_closed_loop_is_the_default_only_for_multi_turn_traces(tmp_path: Path) -
 
 def test_closed_loop_keeps_sessions_whole(tmp_path: Path) -> None:
     cols = columns(tmp_path)
-    assert turns.select_rows(cols, Window(limit=2), "closed").tolist() == [0, 3, 7]  # one session, whole
-    assert turns.select_rows(cols, Window(limit=4), "closed").tolist() == [0, 1, 3, 7]
-    assert turns.select_rows(cols, Window(limit=2), "open").tolist() == [0, 1]
-    window = Window(start_offset_s=1.5, duration_s=2)  # first turns at 2 s (session 2) only
+    assert turns.select_rows(cols, TraceSlice(limit=2), "closed").tolist() == [0, 3, 7]  # one session, whole
+    assert turns.select_rows(cols, TraceSlice(limit=4), "closed").tolist() == [0, 1, 3, 7]
+    assert turns.select_rows(cols, TraceSlice(limit=2), "open").tolist() == [0, 1]
+    window = TraceSlice(start_offset_s=1.5, duration_s=2)  # first turns at 2 s (session 2) only
     assert turns.select_rows(cols, window, "closed").tolist() == [2, 5]
     assert turns.select_rows(cols, window, "open").tolist() == [2, 3]
 
 
 def test_sampling_is_by_whole_session_and_seeded(tmp_path: Path) -> None:
     cols = columns(tmp_path)
-    picks = {tuple(turns.select_rows(cols, Window(), "closed", 0.5, seed).tolist()) for seed in range(12)}
+    picks = {tuple(turns.select_rows(cols, TraceSlice(), "closed", 0.5, seed).tolist()) for seed in range(12)}
     assert len(picks) > 2  # seeds choose differently
     group = turns.groups(cols)
     for pick in picks:
         kept = set(pick)
         assert all(set(np.flatnonzero(group == group[r]).tolist()) <= kept for r in kept)
-    assert turns.select_rows(cols, Window(), "closed", 0.5, 3).tolist() == list(
-        turns.select_rows(cols, Window(), "closed", 0.5, 3)
+    assert turns.select_rows(cols, TraceSlice(), "closed", 0.5, 3).tolist() == list(
+        turns.select_rows(cols, TraceSlice(), "closed", 0.5, 3)
     )
     with pytest.raises(ValueError, match="sample-sessions"):
-        turns.select_rows(cols, Window(), "closed", 0.0)
+        turns.select_rows(cols, TraceSlice(), "closed", 0.0)
 
 
 def test_links_use_recorded_think_time_else_the_recorded_gap(tmp_path: Path) -> None:

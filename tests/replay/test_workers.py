@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.errors import RunAborted
-from replayproxy.replay import preparation, session, workers
+from replayproxy.replay import preparation, sender, workers
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.progress import Reading
 from replayproxy.results import ReplayResult
@@ -44,7 +44,7 @@ def long_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 async def run(
     trace: Path, tmp_path: Path, speed: float, watch: Watch | None = None, **settings: object
-) -> tuple[preparation.RunPlan, session.Outcome, list[Reading], asyncio.CancelledError | None]:
+) -> tuple[preparation.RunPlan, sender.Outcome, list[Reading], asyncio.CancelledError | None]:
     """A two-worker run of `trace` against an in-process sim: the plan, what was collected, the
     merged readings and its interruption, if any. `watch` sees every merged reading; `settings`:
     more of the ReplayOptions."""
@@ -55,7 +55,7 @@ async def run(
             **settings,  # type: ignore[arg-type]
         )  # fmt: skip
         plan = await preparation.prepare_run(options)
-        outcome = session.Outcome()
+        outcome = sender.Outcome()
         readings: list[Reading] = []
 
         def on_reading(reading: Reading, start_ns: int) -> None:
@@ -64,7 +64,7 @@ async def run(
             if watch is not None:
                 watch(reading, task)
 
-        start = lambda: session.start_ns_for(options)  # noqa: E731
+        start = lambda: sender.start_ns_for(options)  # noqa: E731
         task = asyncio.ensure_future(workers.run_workers(options, plan, on_reading, start, outcome))
         ended: asyncio.CancelledError | None = None
         try:
@@ -175,8 +175,8 @@ async def alone_run(trace: Path, tmp_path: Path) -> list[ReplayResult]:
         )  # fmt: skip
         plan = await preparation.prepare_run(options)
         try:
-            outcome = await session.run_local(
-                options, plan.share(options, plan.send), plan.pool_size, session.start_ns_for(options),
+            outcome = await sender.run_local(
+                options, plan.share(options, plan.send), plan.pool_size, sender.start_ns_for(options),
                 closed_loop=plan.closed_loop,
             )  # fmt: skip
         finally:
@@ -235,7 +235,7 @@ def crew_of(*scripts: str) -> Iterator[workers.Crew]:
         crew.close()
 
 
-async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[Reading]) -> Exception | None:
+async def collect(crew: workers.Crew, outcome: sender.Outcome, readings: list[Reading]) -> Exception | None:
     """Ready, start, collect; on a failure stop the rest and drain them (the run's own order)."""
     for worker, pipe in enumerate(crew.pipes):
         await workers._expect_ready(crew, worker, pipe)
@@ -250,7 +250,7 @@ async def collect(crew: workers.Crew, outcome: session.Outcome, readings: list[R
 
 
 def test_a_dead_worker_costs_its_own_share_and_the_stopped_ones_answer() -> None:
-    outcome = session.Outcome()
+    outcome = sender.Outcome()
     readings: list[Reading] = []
     with crew_of("wait-for-stop", "die") as crew:
         failure = asyncio.run(collect(crew, outcome, readings))
@@ -268,7 +268,7 @@ def test_a_dead_worker_costs_its_own_share_and_the_stopped_ones_answer() -> None
 def test_a_worker_that_fails_stops_the_run_with_its_one_line(
     script: str, error: type[Exception], caplog: pytest.LogCaptureFixture
 ) -> None:
-    outcome: session.Outcome = session.Outcome()
+    outcome: sender.Outcome = sender.Outcome()
     with caplog.at_level(logging.DEBUG, logger=workers.__name__), crew_of("wait-for-stop", script) as crew:
         failure = asyncio.run(collect(crew, outcome, []))
     assert type(failure) is error and str(failure) == "worker 1: ValueError: bad"
@@ -287,7 +287,7 @@ def test_a_worker_gone_before_it_is_ready_is_named_with_its_exit() -> None:
 
 def test_a_worker_that_ignores_the_stop_is_counted_lost_and_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "STOP_TIMEOUT_S", 0.5)
-    outcome = session.Outcome()
+    outcome = sender.Outcome()
     with crew_of("stop-ignored", "die") as crew:
         asyncio.run(collect(crew, outcome, []))
         ignoring = crew.processes[0]
@@ -318,7 +318,7 @@ def test_readings_merge_across_workers_and_none_is_lost_between_polls() -> None:
     first.send(workers.Done(RESULTS[:3]))
     second.send(workers.Done(RESULTS[3:]))
     readings: list[Reading] = []
-    outcome = session.Outcome()
+    outcome = sender.Outcome()
     assert asyncio.run(workers._collect(crew, outcome, workers.Readings(readings.append))) is None
     assert outcome.results == RESULTS and not crew.pending and not crew.lost
     merged = readings[0]

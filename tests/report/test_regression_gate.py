@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
-from replayproxy.report.regression_gate import parse_gate
+from replayproxy.report.regression_gate import parse_replay_gate
 from tests.report.test_verdict import _run
 
 GATE = "goodput>=0.95*BASE,ttft:p95<=1.10*BASE"
@@ -93,7 +93,7 @@ def test_an_equal_or_better_candidate_passes(tmp_path: Path, capsys: pytest.Capt
 )
 def test_bad_gates_are_one_line_errors(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        parse_gate(spec)
+        parse_replay_gate(spec)
 
 
 def test_an_unknown_base_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""One sender's run (replayproxy/replay/session.py): the shared start time."""
+"""One sender's run (replayproxy/replay/sender.py): the shared start time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from replayproxy import clock
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.replay.session import start_ns_for
+from replayproxy.replay.sender import start_ns_for
 
 
 def test_start_ns_is_soon_by_default_in_the_future_when_asked_and_never_in_the_past() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from replayproxy.cli import main
 from replayproxy.errors import RunAborted
-from replayproxy.report import sweep_command
+from replayproxy.sweep import command as sweep_command
 from tests.report.helpers import result, write_run
 from tests.report.test_baseline import write_baseline_trace
 

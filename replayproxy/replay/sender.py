@@ -22,10 +22,11 @@ from replayproxy.replay import replies
 from replayproxy.replay import window as windows
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.feed import FeedReader
+from replayproxy.replay.housekeeping import restore_memory, settle_memory
 from replayproxy.replay.options import ReplayOptions, parse_start_at
 from replayproxy.replay.preparation import Share
 from replayproxy.replay.progress import Reading
-from replayproxy.replay.runner import Runner, restore_memory, settle_memory
+from replayproxy.replay.runner import Runner
 from replayproxy.results import ReplayResult
 from replayproxy.tasks import spawn
 
