@@ -234,7 +234,7 @@ def test_an_agent_graph_round_trips_with_its_joins_and_spawns(tmp_path: Path) ->
     assert shapes_of(tmp_path / "graph.rpt") == sorted(written, key=lambda s: s.offset_ns)
     assert loaded.joins_of(len(loaded) - 1).tolist() == [200, 201, 202, 300]
     assert [len(loaded.joins_of(i)) for i in range(len(loaded))] == [0, 0, 0, 0, 0, 4]
-    assert loaded.spawned.tolist() == [False, False, False, True, False, False]
+    assert loaded.spawned.tolist() == [False, False, False, False, True, False]
 
 
 def test_the_shape_helper_reads_what_the_writer_wrote(tmp_path: Path) -> None:
