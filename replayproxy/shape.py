@@ -120,6 +120,7 @@ NO_SAMPLING: dict[str, float | int | bool] = _ReadOnlyMap()
 Hash64 = Annotated[int, "u8"]  # a keyed 64-bit hash, stored unsigned
 BlockHashList = Annotated[Sequence[int], "ragged:u8"]  # one hash per full prefix block
 GapList = Annotated[tuple[int, ...], "ragged:u4"]  # microsecond gaps, clamped to u32
+HashList = Annotated[tuple[int, ...], "ragged:u8"]  # keyed 64-bit hashes (reply links)
 
 
 class RequestShape(NamedTuple):
@@ -151,16 +152,20 @@ class RequestShape(NamedTuple):
     chunk_gaps_us: GapList = ()  # gaps between content chunks after the first, microseconds
     cached_tokens: int = UNKNOWN  # prompt tokens the upstream reported as served from its cache
     session: Hash64 = 0  # keyed hash linking turns of one conversation; 0 = none
-    turn: int = 0  # 0-based turn within the session
+    turn: int = 0  # depth in the session graph (longest path from a root), 0 for roots
     method: str = "POST"
     request_bytes: int = UNKNOWN
     response_bytes: int = UNKNOWN
-    think_ns: int = UNKNOWN  # end of the reply this turn continues -> this turn's arrival
+    think_ns: int = UNKNOWN  # end of the last-ending reply it waits for -> its arrival
     chat_id: Hash64 = 0  # keyed hash of the conversation plus this reply; 0 = none (cut, failed, not chat)
     parent_id: Hash64 = 0  # keyed hash of the conversation up to the reply this continues; 0 = first turn
     tool_chars: int = UNKNOWN  # characters of tool/function results sent after that reply
     request_type: RequestType = ""  # the source's request class (imports only)
     usage_source: UsageSource = ""  # what input/output/cached_tokens were read from
+    # Agent session graphs: the chat_ids of further replies this request waits for besides
+    # parent_id (parallel branches it joins, sub-agents whose result it waits for); () = a plain turn.
+    join_ids: HashList = ()
+    spawned: bool = False  # parent_id is a dependency only: this request opens its own context
 
     @property
     def message_count(self) -> int:

@@ -190,17 +190,21 @@ def test_each_field_kind_fits_the_field_and_survives_the_trace_writer(tmp_path: 
         "ragged:u8": lambda v: all(0 <= x < 2**64 for x in v),
         "ragged:u4": lambda v: all(0 <= x < 2**32 for x in v),
     }
-    shape = RequestShape(1, prefix_hashes=(2**64 - 1, 3), chunk_gaps_us=(5, 6), session=2**64 - 1)
+    shape = RequestShape(
+        1, prefix_hashes=(2**64 - 1, 3), chunk_gaps_us=(5, 6), session=2**64 - 1, join_ids=(2**64 - 1, 7)
+    )
     assert tuple(FIELD_KINDS) == FIELDS
     for name, kind in FIELD_KINDS.items():
         assert fits[kind](getattr(shape, name)), (name, kind)
     cols = trace.load(traces.write(tmp_path / "kinds.rpt", [shape]))
     for name in FIELDS:
-        if name not in ("prefix_hashes", "chunk_gaps_us"):
+        if name not in ("prefix_hashes", "chunk_gaps_us", "join_ids"):
             assert cols.scalar[name].tolist() == [getattr(shape, name)], name
     assert cols.hashes_of(0).tolist() == list(shape.prefix_hashes)
+    assert cols.joins_of(0).tolist() == list(shape.join_ids)
     assert cols.chunk_gaps_us.tolist() == list(shape.chunk_gaps_us)
-    assert {"session": "u8", "chat_id": "u8", "parent_id": "u8"}.items() <= FIELD_KINDS.items()
+    links = {"session": "u8", "chat_id": "u8", "parent_id": "u8", "join_ids": "ragged:u8", "spawned": "b1"}
+    assert links.items() <= FIELD_KINDS.items()
 
 
 def test_trace_columns_have_one_typed_attribute_per_scalar_field(tmp_path: Path) -> None:

@@ -115,6 +115,7 @@ def row_slice(cols: Columns, rows: slice) -> Columns:
     first, stop = rows.start or 0, min(rows.stop, len(cols))
     hashes = slice(int(cols.prefix_index[first]), int(cols.prefix_index[stop]))
     gaps = slice(int(cols.chunk_index[first]), int(cols.chunk_index[stop]))
+    joins = slice(int(cols.join_index[first]), int(cols.join_index[stop]))
     return Columns(
         headers=cols.headers,
         report=cols.report,
@@ -123,6 +124,8 @@ def row_slice(cols: Columns, rows: slice) -> Columns:
         prefix_index=cols.prefix_index[first : stop + 1] - cols.prefix_index[first],
         chunk_gaps_us=cols.chunk_gaps_us[gaps],
         chunk_index=cols.chunk_index[first : stop + 1] - cols.chunk_index[first],
+        join_ids=cols.join_ids[joins],
+        join_index=cols.join_index[first : stop + 1] - cols.join_index[first],
     )
 
 
@@ -130,6 +133,7 @@ def select_rows(cols: Columns, rows: np.ndarray) -> Columns:
     """The requests at `rows` (sorted indices) as their own Columns."""
     hashes, hash_index = _take_ragged(cols.prefix_hashes, cols.prefix_index, rows)
     gaps, gap_index = _take_ragged(cols.chunk_gaps_us, cols.chunk_index, rows)
+    joins, join_index = _take_ragged(cols.join_ids, cols.join_index, rows)
     return Columns(
         headers=cols.headers,
         report=cols.report,
@@ -138,6 +142,8 @@ def select_rows(cols: Columns, rows: np.ndarray) -> Columns:
         prefix_index=hash_index,
         chunk_gaps_us=gaps,
         chunk_index=gap_index,
+        join_ids=joins,
+        join_index=join_index,
     )
 
 

@@ -5,7 +5,7 @@ unasked), and `usage_source` says which; without either, a stream's content chun
 the count is marked estimated. Timings are the proxy's own view: TTFT is request arrival to
 the first chunk carrying generated content (DESIGN.md, measurement contract), E2E is arrival to
 the end of the body or to the client's cancel. Chat turns are linked to the reply they continue
-(proxy.links) when a `SessionLinker` is given.
+and to the replies they join (proxy.links, proxy.linker) when a `SessionLinker` is given.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from replayproxy.proxy.links import Conversation, Reply, SessionLinker, chat_id, conversation
+from replayproxy.proxy.linker import SessionLinker
+from replayproxy.proxy.links import Conversation, Reply, conversation, reply_ids
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
@@ -111,15 +112,16 @@ def _link_fields(
 ) -> dict[str, Any]:
     """Session, turn and think time; a reply that was cut or failed cannot be continued as sent."""
     whole = reply is not None and not cap.response_truncated and not cap.error
-    chat = chat_id(context, reply, key) if whole and reply is not None else 0
-    link = linker.link(context, chat, cap.arrival_ns, cap.end_ns)
+    chat, content = reply_ids(context, reply, key) if whole and reply is not None else (0, 0)
+    link = linker.link(context, chat, content, cap.arrival_ns, cap.end_ns)
     return {
         "session": link.session,
         "turn": link.turn,
         "think_ns": link.think_ns,
         "chat_id": chat,
-        "parent_id": context.parent_id,
-        "tool_chars": context.tool_chars,
+        "parent_id": link.parent_id,
+        "tool_chars": link.tool_chars,
+        "join_ids": link.join_ids,
     }
 
 

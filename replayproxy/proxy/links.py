@@ -1,21 +1,20 @@
-"""Turn links: which earlier reply a chat request continues, by keyed hashes, and its think time.
+"""Turn links: the keyed hashes by which a chat request names the recorded replies it continues.
 
 In the recorder process each chat request's conversation is hashed message by message (a keyed
 chain, like the prefix hashes). After its response ended, the conversation plus the reply the proxy
-forwarded gives its `chat_id`; a later request whose messages up to its last assistant message hash
-to that value (`parent_id`) continues it, as Bailian's `parent_chat_id` links turns. Because the
-reply is part of the link, two users with the same opening but different replies never merge. The
-reply's text is rebuilt from the SSE content the stream scan already walks and only its hash is
-kept. `SessionLinker` remembers recent chat ids (bounded) and gives each request its session, turn
-and think time (end of the reply it continues to its own arrival).
+forwarded gives its `chat_id`; a later request whose messages up to an assistant message hash to
+that value continues it, as Bailian's `parent_chat_id` links turns. Because the reply is part of the
+link, two users with the same opening but different replies never merge. Each reply also gets a
+keyed hash of its own text and calls alone (`content`), so that a request quoting replies of other
+branches (an agent joining parallel calls, as assistant messages or tool results) names them too.
+The reply's text is rebuilt from the SSE content the stream scan already walks and only its hashes
+are kept; `proxy.linker` turns them into sessions, depths, joins and think times.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
@@ -25,6 +24,15 @@ from replayproxy.proxy.prompt import content_text
 _FIELD = b"\x1f"
 _CALL = b"\x1e"
 _ROOT = b"replayproxy conversation\0"
+_CONTENT = b"replayproxy reply\0"
+
+
+class Mark(NamedTuple):
+    """An assistant message or a tool result of a request: what the linker matches to recorded replies."""
+
+    prefix_id: int  # chain id of the conversation through this assistant message; 0 for a tool result
+    content: int  # keyed hash of the message's own text and calls; 0 when it has neither
+    chars: int  # characters of its text and calls
 
 
 class Conversation(NamedTuple):
@@ -33,6 +41,7 @@ class Conversation(NamedTuple):
     digest: bytes  # chain digest over every message sent (8 bytes)
     parent_id: int  # digest up to the last assistant message; 0 when there is none
     tool_chars: int  # characters of the tool/function results after that message
+    marks: tuple[Mark, ...] = ()  # its assistant messages and tool results, in order
 
 
 def _message_payload(role: str, text: str, calls: Sequence[tuple[str, str]]) -> bytes:
@@ -53,7 +62,7 @@ def _chain(key: bytes, previous: bytes, payload: bytes) -> bytes:
     return hashlib.blake2b(previous + payload, key=key, digest_size=8).digest()
 
 
-def _as_id(digest: bytes) -> int:
+def as_id(digest: bytes) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
@@ -62,18 +71,36 @@ def conversation(messages: Sequence[Any], key: bytes) -> Conversation:
     assistant message ends and the length of the tool results after it."""
     digest = hashlib.blake2b(_ROOT, key=key, digest_size=8).digest()
     parent_id = tool_chars = 0
+    marks: list[Mark] = []
     for message in messages:
         if not isinstance(message, dict):
             continue
         role = message.get("role")
         role = role if isinstance(role, str) else ""
         text = content_text(message.get("content"))
-        digest = _chain(key, digest, _message_payload(role, text, _message_calls(message)))
+        calls = _message_calls(message)
+        digest = _chain(key, digest, _message_payload(role, text, calls))
         if role == "assistant":
-            parent_id, tool_chars = _as_id(digest), 0
+            parent_id, tool_chars = as_id(digest), 0
+            marks.append(Mark(parent_id, content_id(text, calls, key), _size(text, calls)))
         elif role in ("tool", "function"):
             tool_chars += len(text)
-    return Conversation(digest, parent_id, tool_chars)
+            marks.append(Mark(0, content_id(text, [], key), len(text)))
+    return Conversation(digest, parent_id, tool_chars, tuple(marks))
+
+
+def content_id(text: str, calls: Sequence[tuple[str, str]], key: bytes) -> int:
+    """The keyed hash of a message's own text and calls, wherever it stands: how a reply is known
+    when a request quotes it as an assistant message or returns it as a tool result; 0 = empty."""
+    if not text and not calls:
+        return 0
+    return as_id(
+        hashlib.blake2b(_CONTENT + _message_payload("", text, calls), key=key, digest_size=8).digest()
+    )
+
+
+def _size(text: str, calls: Sequence[tuple[str, str]]) -> int:
+    return len(text) + sum(len(name) + len(arguments) for name, arguments in calls)
 
 
 def _message_calls(message: dict[str, Any]) -> list[tuple[str, str]]:
@@ -92,10 +119,12 @@ def _name_arguments(function: dict[str, Any]) -> tuple[str, str]:
     return (name if isinstance(name, str) else "", arguments if isinstance(arguments, str) else "")
 
 
-def chat_id(context: Conversation, reply: Reply, key: bytes) -> int:
-    """The id a continuation's `parent_id` will equal: the conversation plus this reply."""
+def reply_ids(context: Conversation, reply: Reply, key: bytes) -> tuple[int, int]:
+    """The id a continuation's `parent_id` will equal (the conversation plus this reply), and the
+    reply's own `content_id` (what a join quoting it matches)."""
     text, calls = reply.finish()
-    return _as_id(_chain(key, context.digest, _message_payload("assistant", text, calls)))
+    chat = as_id(_chain(key, context.digest, _message_payload("assistant", text, calls)))
+    return chat, content_id(text, calls, key)
 
 
 class Reply:
@@ -167,68 +196,3 @@ def _unescape(run: list[bytes]) -> str:
     except orjson.JSONDecodeError:
         return ""
     return text if isinstance(text, str) else ""
-
-
-@dataclass(slots=True)
-class _Ended:
-    """A recorded turn whose reply may be continued."""
-
-    session: int
-    turn: int
-    end_ns: int
-    continued: bool = False
-
-
-class Link(NamedTuple):
-    session: int
-    turn: int
-    think_ns: int  # -1 when the turn continues nothing this recorder saw
-
-
-class SessionLinker:
-    """Recent chat ids and the turns they ended, bounded by count (oldest forgotten first).
-
-    Runs in the recorder process only. Records come in the order responses end, and a continuation
-    arrives after its parent's reply ended, so a parent is always linked before its children."""
-
-    def __init__(self, key: bytes, capacity: int = 1 << 16) -> None:
-        self._key = key
-        self._capacity = capacity
-        self._ended: OrderedDict[int, list[_Ended]] = OrderedDict()
-
-    def link(self, context: Conversation, chat: int, arrival_ns: int, end_ns: int) -> Link:
-        """Session, turn and think time of a request, and remember its reply for continuations."""
-        parent = self._parent(context.parent_id, arrival_ns) if context.parent_id else None
-        if parent is None:
-            seed = context.digest + arrival_ns.to_bytes(8, "little", signed=True)
-            session = _as_id(hashlib.blake2b(b"session\0" + seed, key=self._key, digest_size=8).digest())
-            found = Link(session, 0, -1)
-        else:
-            parent.continued = True
-            found = Link(parent.session, parent.turn + 1, max(0, arrival_ns - parent.end_ns))
-        if chat and end_ns >= 0:
-            self._remember(chat, _Ended(found.session, found.turn, end_ns))
-        return found
-
-    def _parent(self, parent_id: int, arrival_ns: int) -> _Ended | None:
-        """The turn this request continues: of those with that reply, the oldest not yet continued
-        that ended before it arrived (two users with identical turns so far are told apart), else
-        the newest (a retry or an edited turn continues the same session)."""
-        candidates = self._ended.get(parent_id)
-        if not candidates:
-            return None
-        for candidate in candidates:
-            if not candidate.continued and candidate.end_ns <= arrival_ns:
-                return candidate
-        return candidates[-1]
-
-    def _remember(self, chat: int, ended: _Ended) -> None:
-        candidates = self._ended.get(chat)
-        if candidates is None:
-            self._ended[chat] = [ended]
-            if len(self._ended) > self._capacity:
-                self._ended.popitem(last=False)
-        else:
-            candidates.append(ended)
-            del candidates[:-8]  # identical conversations beyond a few are not told apart anyway
-            self._ended.move_to_end(chat)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from replayproxy import __version__
 from replayproxy.clock import Anchor, now_ns, wall_ns
 from replayproxy.proxy.extract import build_shape
-from replayproxy.proxy.links import SessionLinker
+from replayproxy.proxy.linker import SessionLinker
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.record_tally import Tally

@@ -116,7 +116,10 @@ class Links(NamedTuple):
 def links(cols: Columns, rows: np.ndarray, speed: float) -> Links:
     """Each selected turn's predecessor among the selected rows, and its think time: as recorded,
     else the recorded gap between the previous turn's end and this arrival (imported traces), at
-    least 0. Vectorized: traces of millions of requests are normal."""
+    least 0. The predecessor is the turn it continues (`parent_id`) where that is selected, so
+    branches of one turn each wait for it alone and run in parallel; a request that also joins
+    other replies (`join_ids`) waits for the one of them that ended last as recorded. Otherwise it
+    is the session's previous selected turn. Vectorized: traces of millions of requests are normal."""
     after = np.full(len(rows), NONE, dtype=np.int64)
     think = np.full(len(rows), NONE, dtype=np.int64)
     sessions = cols.session[rows]
@@ -126,13 +129,45 @@ def links(cols: Columns, rows: np.ndarray, speed: float) -> Links:
     order = linked[np.argsort(sessions[linked], kind="stable")]  # by session, then selection order
     same = sessions[order[1:]] == sessions[order[:-1]]
     later, earlier = order[1:][same], order[:-1][same]
-    row, previous = rows[later].astype(np.int64), rows[earlier].astype(np.int64)
+    previous = rows[earlier].astype(np.int64)
+    graph = _graph_predecessors(cols, rows)
+    found = graph[later] >= 0
+    previous[found] = graph[later][found]
+    row = rows[later].astype(np.int64)
     after[later] = previous
     recorded = cols.think_ns[row].astype(np.int64)
     ends = cols.offset_ns[previous] + np.maximum(cols.e2e_ns[previous], 0)
     recorded = np.where(recorded < 0, cols.offset_ns[row] - ends, recorded)
     think[later] = np.rint(np.maximum(recorded, 0) / speed).astype(np.int64)  # half to even, as round()
     return Links(after, think)
+
+
+def _graph_predecessors(cols: Columns, rows: np.ndarray) -> np.ndarray:
+    """Per selected row, the trace row of the selected reply it waits for last: its parent (by
+    `parent_id` = a selected row's `chat_id`), or among its parent and joins the one whose recorded
+    reply ended last; NONE when none of them is selected."""
+    out = np.full(len(rows), NONE, dtype=np.int64)
+    chats = cols.chat_id[rows]
+    named = np.flatnonzero(chats != 0)
+    if not len(named):
+        return out
+    by_chat = named[np.argsort(chats[named], kind="stable")]
+    sorted_chats = chats[by_chat]
+
+    def find(ids: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(sorted_chats, ids), len(by_chat) - 1)
+        return np.where((ids != 0) & (sorted_chats[at] == ids), rows[by_chat[at]], NONE).astype(np.int64)
+
+    out[:] = find(cols.parent_id[rows])
+    join_counts = np.diff(cols.join_index)[rows]
+    ends = cols.offset_ns + np.maximum(cols.e2e_ns, 0)
+    for position in np.flatnonzero(join_counts > 0).tolist():
+        deps = find(cols.joins_of(int(rows[position])))
+        deps = np.concatenate([deps, out[position : position + 1]])
+        deps = deps[(deps >= 0) & (deps < rows[position])]
+        if len(deps):
+            out[position] = int(deps[np.argmax(ends[deps])])
+    return out
 
 
 def first_turns(rows: np.ndarray, after: np.ndarray) -> np.ndarray:

@@ -76,7 +76,7 @@ def _read_trace(
         raise TraceFormatError(f"{path}: {e}") from e
 
 
-RAGGED = ("prefix_hashes", "chunk_gaps_us")
+RAGGED = ("prefix_hashes", "chunk_gaps_us", "join_ids")
 SCALAR_FIELDS = tuple(name for name in FIELDS if name not in RAGGED)
 
 
@@ -84,7 +84,8 @@ SCALAR_FIELDS = tuple(name for name in FIELDS if name not in RAGGED)
 class Columns:
     """A whole trace as numpy arrays, sorted by arrival; ragged fields are flat + index arrays.
 
-    Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]`.
+    Request i's prefix hashes are `prefix_hashes[prefix_index[i]:prefix_index[i + 1]]` (chunk gaps and
+    join ids alike, with `chunk_index` and `join_index`).
     `scalar` holds the other fields by name; each is also an attribute (`columns.input_tokens`),
     set from `scalar` on construction, so `dataclasses.replace(columns, scalar=...)` keeps them in step.
     A field left out of the load (`load(..., fields=...)`) has no attribute: reading it fails loudly.
@@ -97,6 +98,8 @@ class Columns:
     prefix_index: np.ndarray
     chunk_gaps_us: np.ndarray
     chunk_index: np.ndarray
+    join_ids: np.ndarray
+    join_index: np.ndarray
     # The scalar fields of shape.FIELDS, in its order (tests/trace checks that they agree).
     offset_ns: np.ndarray = field(init=False)
     endpoint: np.ndarray = field(init=False)
@@ -127,6 +130,7 @@ class Columns:
     tool_chars: np.ndarray = field(init=False)
     request_type: np.ndarray = field(init=False)
     usage_source: np.ndarray = field(init=False)
+    spawned: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         for name in SCALAR_FIELDS:
@@ -143,6 +147,9 @@ class Columns:
 
     def hashes_of(self, i: int) -> np.ndarray:
         return self.prefix_hashes[self.prefix_index[i] : self.prefix_index[i + 1]]
+
+    def joins_of(self, i: int) -> np.ndarray:
+        return self.join_ids[self.join_index[i] : self.join_index[i + 1]]
 
     def message_counts(self, rows: slice) -> np.ndarray:
         """Messages per request of `rows` (consecutive): the length of each one's roles."""
@@ -222,6 +229,8 @@ def load(
         prefix_index=ragged["prefix_hashes"][1],
         chunk_gaps_us=ragged["chunk_gaps_us"][0],
         chunk_index=ragged["chunk_gaps_us"][1],
+        join_ids=ragged["join_ids"][0],
+        join_index=ragged["join_ids"][1],
     )
 
 

@@ -9,7 +9,7 @@ import orjson
 
 from replayproxy import clock, trace
 from replayproxy.proxy.extract import build_shape
-from replayproxy.proxy.links import SessionLinker
+from replayproxy.proxy.linker import SessionLinker
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
 from replayproxy.trace import ReadReport, TraceHeader, iter_frame_payloads, write_trace

@@ -55,6 +55,8 @@ shapes = st.builds(
     tool_chars=I64,
     request_type=st.sampled_from(["", "text", "search"]),
     usage_source=st.sampled_from(["", "usage", "timings"]),
+    join_ids=st.lists(U64, max_size=4).map(tuple),
+    spawned=st.booleans(),
 )
 
 
@@ -104,6 +106,8 @@ def column_value(columns: trace.Columns, name: str, i: int) -> Any:
         return tuple(
             int(g) for g in columns.chunk_gaps_us[columns.chunk_index[i] : columns.chunk_index[i + 1]]
         )
+    if name == "join_ids":
+        return tuple(int(h) for h in columns.joins_of(i))
     value = getattr(columns, name)[i]
     return value.item() if isinstance(value, np.generic) else value
 
@@ -161,7 +165,7 @@ def batch(
     columns = []
     for name in FIELDS:
         values = [getattr(shape, name) for shape in shapes]
-        if name == "prefix_hashes":
+        if name in ("prefix_hashes", "join_ids"):
             values = [pack_u64(v) for v in values]
         elif name == "chunk_gaps_us":
             values = [pack_u32(v) if v else b"" for v in values]

@@ -210,10 +210,31 @@ def test_version_2_golden_file_keeps_loading_with_its_turn_links() -> None:
     assert header == replace(golden_header(2), created_wall_ns=header.created_wall_ns, fields=v2_fields)
     assert set(loaded.request_type.tolist()) == {""}  # a field added later reads as its default
     assert set(loaded.usage_source.tolist()) == {""}
+    assert loaded.join_index.tolist() == [0] * (len(loaded) + 1) and not loaded.spawned.any()
     assert [exact(s) for s in shapes_of(GOLDEN_V2)] == [exact(s) for s in golden_shapes(2)]
     assert loaded.think_ns.tolist()[-2:] == [-1, 600_000_000] and loaded.tool_chars.tolist()[-1] == 321
     assert loaded.parent_id[-1] == loaded.chat_id[-2] == 0x1111222233334444
     assert loaded.turn.tolist()[-2:] == [0, 1] and loaded.session[-1] == loaded.session[-2]
+
+
+def test_an_agent_graph_round_trips_with_its_joins_and_spawns(tmp_path: Path) -> None:
+    """A root, three branches of it, a spawned sub-agent and a join of all of them: every edge back,
+    in arrival order, whatever order the writer saw (responses end out of order)."""
+    root = RequestShape(offset_ns=0, session=9, chat_id=100, e2e_ns=5)
+    branches = [
+        RequestShape(offset_ns=10 + i, session=9, turn=1, parent_id=100, chat_id=200 + i, think_ns=i)
+        for i in range(3)
+    ]
+    spawned = RequestShape(offset_ns=13, session=9, turn=1, parent_id=100, chat_id=300, spawned=True)
+    join = RequestShape(
+        offset_ns=50, session=9, turn=2, parent_id=100, chat_id=400, join_ids=(200, 201, 202, 300), think_ns=7
+    )
+    written = [join, *reversed(branches), spawned, root]
+    loaded = trace.load(write(tmp_path / "graph.rpt", written))
+    assert shapes_of(tmp_path / "graph.rpt") == sorted(written, key=lambda s: s.offset_ns)
+    assert loaded.joins_of(len(loaded) - 1).tolist() == [200, 201, 202, 300]
+    assert [len(loaded.joins_of(i)) for i in range(len(loaded))] == [0, 0, 0, 0, 0, 4]
+    assert loaded.spawned.tolist() == [False, False, False, False, True, False]
 
 
 def test_the_shape_helper_reads_what_the_writer_wrote(tmp_path: Path) -> None:

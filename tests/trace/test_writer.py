@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from replayproxy import trace
-from replayproxy.shape import RequestShape
+from replayproxy.shape import FIELD_KINDS, RequestShape
 from replayproxy.trace import TraceHeader, TraceWriter
 from tests.trace.helpers import FakeClock, exact, shapes_of
 
@@ -163,3 +163,29 @@ def test_values_that_do_not_fit_are_fitted_and_counted_not_lost(tmp_path: Path) 
     loaded = trace.load(tmp_path / "t.rpt")
     assert loaded.input_tokens.tolist() == [2**63 - 1, 3] and loaded.model.tolist() == ["", ""]
     assert counted == {"input_tokens": 1, "model": 1}
+
+
+def test_graph_links_hold_only_numbers_so_text_put_there_never_reaches_a_file(tmp_path: Path) -> None:
+    """join_ids and spawned are keyed hashes and a flag: text a buggy producer put there is dropped
+    (counted), never stored, and the hashes themselves come back exactly."""
+    counted: dict[str, int] = {}
+    clock = FakeClock()
+    path = tmp_path / "t.rpt"
+    secret = "secret sub-agent answer"
+    with TraceWriter(
+        TraceHeader(start_wall_ns=0),
+        path=path,
+        mono_ns=clock.mono_ns,
+        wall_ns=clock.wall_ns,
+        count_unfit=lambda name, n: counted.__setitem__(name, counted.get(name, 0) + n),
+    ) as writer:
+        writer.write(RequestShape(offset_ns=0, join_ids=(2**64 - 1, 5), spawned=True))
+        writer.write(RequestShape(offset_ns=1, join_ids=(secret,)))  # type: ignore[arg-type]
+    stored = b"".join(
+        bytes(p) for p in trace.iter_frame_payloads(path.read_bytes(), str(path), trace.ReadReport())
+    )
+    assert secret.encode()[:8] not in stored and counted == {"join_ids": 1}
+    loaded = trace.load(path)
+    assert loaded.joins_of(0).tolist() == [2**64 - 1, 5] and len(loaded.joins_of(1)) == 0
+    assert loaded.spawned.tolist() == [True, False]
+    assert {FIELD_KINDS[name] for name in ("join_ids", "spawned")} == {"ragged:u8", "b1"}

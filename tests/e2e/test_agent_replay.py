@@ -1,0 +1,62 @@
+"""Agent sessions recorded through the proxy, replayed closed loop against a slower sim: branches
+of one turn go out together, and no request is sent before the replies it waits for ended (every
+edge of the recorded graph checked in the result file)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayproxy import trace
+from tests.agents import AgentClient, random_sessions
+from tests.e2e.test_replay_sim import replay
+from tests.servers import sim, start_proxy
+
+pytestmark = pytest.mark.slow
+
+
+def edges(columns: trace.Columns) -> list[tuple[int, int]]:
+    """(dependency row, dependent row) for every parent and join link among the trace's rows."""
+    row_of = {int(c): i for i, c in enumerate(columns.chat_id.tolist()) if c}
+    out = []
+    for row in range(len(columns)):
+        deps = [int(columns.parent_id[row]), *map(int, columns.joins_of(row))]
+        out += [(row_of[d], row) for d in deps if d in row_of]
+    return out
+
+
+def violated(columns: trace.Columns, result_index: np.ndarray, sent: np.ndarray, end: np.ndarray) -> int:
+    at = {int(i): k for k, i in enumerate(result_index.tolist())}
+    return sum(1 for dep, row in edges(columns) if sent[at[row]] < end[at[dep]])
+
+
+def test_a_replayed_agent_graph_keeps_every_edge_and_runs_branches_in_parallel(tmp_path: Path) -> None:
+    sessions = random_sessions(random.Random(7), 5, max_fan_out=6, max_depth=3)
+    with sim("--speed", "10") as engine, start_proxy(engine.url, tmp_path / "traces") as proxy:
+        asyncio.run(AgentClient(proxy.url).run(sessions))
+        assert proxy.stop() == 0
+    paths = sorted((tmp_path / "traces").glob("*.rpt"))
+    columns = trace.load(paths)
+    assert sum(1 for _ in edges(columns)) > len(columns) - len(sessions)  # joins add edges
+    with sim("--speed", "5") as slower:  # the candidate answers at half production's speed
+        result = replay(paths[0], slower.url, tmp_path / "r.rpr", "--no-calibrate", "--sessions", "closed")
+    index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+    assert len(index) == len(columns) and (result.column("error") == "").all()
+    assert violated(columns, index, sent, sent + e2e) == 0
+    # Branches of one turn wait for it alone (the result's `after` names it) and are in flight together.
+    at = {int(i): k for k, i in enumerate(index.tolist())}
+    after = result.column("after")
+    by_parent: dict[int, list[int]] = {}
+    for dep, row in edges(columns):
+        if int(columns.parent_id[row]) == int(columns.chat_id[dep]) and not len(columns.joins_of(row)):
+            by_parent.setdefault(dep, []).append(at[row])
+            assert int(after[at[row]]) == dep
+    wide = [k for k in by_parent.values() if len(k) >= 3]
+    assert wide
+    for siblings in wide:
+        spread = sent[siblings].max() - sent[siblings].min()
+        assert spread < e2e[siblings].sum() - e2e[siblings].max()  # one after another takes at least that
