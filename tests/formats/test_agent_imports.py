@@ -61,36 +61,57 @@ def llm_call(
     message: str, ts: str, ms: float, prompt: int, out: int, cached: int, **more: Any
 ) -> dict[str, Any]:
     tokens = {"total": prompt + out, "prompt": prompt, "completion": out, "cached": cached, "cached_pct": 0.0}
-    return {"message_id": message, "timestamp": ts, "duration_ms": ms, "initiator_type": "agent",
-            "model": "Model A", "result": "Success", "status_code": "OK", "tokens": tokens,
-            "message_metadata": [{"type": "System", "role": "system", "sequenceId": 0, "token_len": 100}],
-            **more}  # fmt: skip
+    return {
+        "message_id": message,
+        "timestamp": ts,
+        "duration_ms": ms,
+        "initiator_type": "agent",
+        "model": "Model A",
+        "result": "Success",
+        "status_code": "OK",
+        "tokens": tokens,
+        "message_metadata": [{"type": "System", "role": "system", "sequenceId": 0, "token_len": 100}],
+        **more,
+    }
 
 
 def tool_batch(request: str, ts: str, ms: float, calls: int) -> dict[str, Any]:
-    return {"timestamp": ts, "duration_ms": ms, "auto_continue": True, "result": "Success", "request_id": request,
-            "function_calls": [{"name": "read_file", "status": 1, "duration_ms": ms / 2}] * calls}  # fmt: skip
+    return {
+        "timestamp": ts,
+        "duration_ms": ms,
+        "auto_continue": True,
+        "result": "Success",
+        "request_id": request,
+        "function_calls": [{"name": "read_file", "status": 1, "duration_ms": ms / 2}] * calls,
+    }
 
 
 def copilot_session() -> dict[str, Any]:
     """Turn 1: a call, a batch of 3 parallel tools, the next call (1024 of its 1300 tokens cached);
     two calls that overlap (the second starts before the first ends: a branch); turn 2 (the user)."""
     return {
-        "session_id": "a1b2", "date": "2026-06-01",
+        "session_id": "a1b2",
+        "date": "2026-06-01",
         "turns": [
-            {"turn_id": "t1",
-             "llm_calls": [
-                 llm_call("m1", "2026-06-01T10:00:00Z", 2000, 1000, 100, 0, initiator_type="user"),
-                 llm_call("m2", "2026-06-01T10:00:03.5Z", 1000, 1300, 50, 1024),
-                 llm_call("m3", "2026-06-01T10:00:05Z", 3000, 1400, 40, 1280),
-                 llm_call("m4", "2026-06-01T10:00:06Z", 500, 1400, 20, 1280),
-             ],
-             "tool_batches": [tool_batch("m1", "2026-06-01T10:00:02.2Z", 1200, 3)]},
-            {"turn_id": "t2",
-             "llm_calls": [llm_call("m5", "2026-06-01T10:01:00Z", 1000, 2000, 10, 1280, initiator_type="user")],
-             "tool_batches": []},
+            {
+                "turn_id": "t1",
+                "llm_calls": [
+                    llm_call("m1", "2026-06-01T10:00:00Z", 2000, 1000, 100, 0, initiator_type="user"),
+                    llm_call("m2", "2026-06-01T10:00:03.5Z", 1000, 1300, 50, 1024),
+                    llm_call("m3", "2026-06-01T10:00:05Z", 3000, 1400, 40, 1280),
+                    llm_call("m4", "2026-06-01T10:00:06Z", 500, 1400, 20, 1280),
+                ],
+                "tool_batches": [tool_batch("m1", "2026-06-01T10:00:02.2Z", 1200, 3)],
+            },
+            {
+                "turn_id": "t2",
+                "llm_calls": [
+                    llm_call("m5", "2026-06-01T10:01:00Z", 1000, 2000, 10, 1280, initiator_type="user")
+                ],
+                "tool_batches": [],
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def test_copilot_session_becomes_a_graph_with_tool_waits_and_cached_prefixes(tmp_path: Path) -> None:
@@ -144,20 +165,45 @@ def test_copilot_refuses_damaged_sessions_in_one_line(tmp_path: Path, change: An
 
 
 def weka_request(t: float, n_in: int, ids: list[int], **more: Any) -> dict[str, Any]:
-    return {"t": t, "type": "s", "model": "claude-sonnet-4", "in": n_in, "out": 100, "hash_ids": ids,
-            "input_types": ["text"], "output_types": ["text"], "stop": "tool_use", **more}  # fmt: skip
+    return {
+        "t": t,
+        "type": "s",
+        "model": "claude-sonnet-4",
+        "in": n_in,
+        "out": 100,
+        "hash_ids": ids,
+        "input_types": ["text"],
+        "output_types": ["text"],
+        "stop": "tool_use",
+        **more,
+    }
 
 
 def weka_trace(trace_id: str) -> dict[str, Any]:
     """Two parent requests, then two sub-agents spawned at 12 s, then the parent's next request."""
-    sub = {"type": "subagent", "agent_id": "96624242", "subagent_type": "Explore", "duration_ms": 9000,
-           "total_tokens": 500, "tool_use_count": 2, "status": "completed", "models": ["claude-haiku"],
-           "tool_tokens": 0, "system_tokens": 0,
-           "requests": [weka_request(0.0, 128, [1, 50], api_time=2.0),
-                        weka_request(3.0, 192, [1, 50, 51], api_time=2.0, think_time=1.0)]}  # fmt: skip
+    sub = {
+        "type": "subagent",
+        "agent_id": "96624242",
+        "subagent_type": "Explore",
+        "duration_ms": 9000,
+        "total_tokens": 500,
+        "tool_use_count": 2,
+        "status": "completed",
+        "models": ["claude-haiku"],
+        "tool_tokens": 0,
+        "system_tokens": 0,
+        "requests": [
+            weka_request(0.0, 128, [1, 50], api_time=2.0),
+            weka_request(3.0, 192, [1, 50, 51], api_time=2.0, think_time=1.0),
+        ],
+    }
     return {
-        "id": trace_id, "models": ["claude-sonnet-4"], "block_size": 64, "hash_id_scope": "local",
-        "tool_tokens": 0, "system_tokens": 0,
+        "id": trace_id,
+        "models": ["claude-sonnet-4"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "tool_tokens": 0,
+        "system_tokens": 0,
         "requests": [
             weka_request(0.0, 192, [1, 2, 3], api_time=4.0, ttft=1.0),
             weka_request(10.0, 256, [1, 2, 3, 4], api_time=2.0, think_time=6.0),
@@ -165,7 +211,7 @@ def weka_trace(trace_id: str) -> dict[str, Any]:
             {**sub, "t": 12.6, "agent_id": "b"},
             weka_request(30.0, 320, [1, 2, 3, 4, 5], api_time=1.0, think_time=12.0),
         ],
-    }  # fmt: skip
+    }
 
 
 def test_weka_subagents_are_spawned_branches_joined_by_the_next_parent_request(tmp_path: Path) -> None:
@@ -238,12 +284,21 @@ def dynamo_row(
     rid: str, received: int, total: float, n_in: int, hashes: list[int], **context: str
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": received + total,
+        "schema": "dynamo.request.trace.v1",
+        "event_type": "request_end",
+        "event_time_unix_ms": received + total,
         "event_source": "dynamo",
-        "request": {"request_id": rid, "model": "m", "input_tokens": n_in, "output_tokens": 8,
-                    "request_received_ms": received, "total_time_ms": total, "ttft_ms": 10.0,
-                    "replay": {"trace_block_size": 64, "input_length": n_in, "input_sequence_hashes": hashes}},
-    }  # fmt: skip
+        "request": {
+            "request_id": rid,
+            "model": "m",
+            "input_tokens": n_in,
+            "output_tokens": 8,
+            "request_received_ms": received,
+            "total_time_ms": total,
+            "ttft_ms": 10.0,
+            "replay": {"trace_block_size": 64, "input_length": n_in, "input_sequence_hashes": hashes},
+        },
+    }
     if context:
         row["agent_context"] = context
     return row
@@ -255,13 +310,29 @@ def test_dynamo_chains_and_child_sessions_become_one_graph(tmp_path: Path) -> No
     rows = [
         dynamo_row("r1", t0, 1000, 128, [big, 7], session_id="run", trajectory_id="run:planner"),
         {"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": t0 + 1500},
-        dynamo_row("c1", t0 + 1200, 500, 64, [9], session_id="run", trajectory_id="run:w1",
-                   parent_trajectory_id="run:planner"),
-        dynamo_row("c2", t0 + 1800, 500, 64, [9], session_id="run", trajectory_id="run:w1",
-                   parent_trajectory_id="run:planner"),
+        dynamo_row(
+            "c1",
+            t0 + 1200,
+            500,
+            64,
+            [9],
+            session_id="run",
+            trajectory_id="run:w1",
+            parent_trajectory_id="run:planner",
+        ),
+        dynamo_row(
+            "c2",
+            t0 + 1800,
+            500,
+            64,
+            [9],
+            session_id="run",
+            trajectory_id="run:w1",
+            parent_trajectory_id="run:planner",
+        ),
         dynamo_row("r2", t0 + 3000, 800, 192, [big, 7, 8], session_id="run", trajectory_id="run:planner"),
         dynamo_row("lone", t0 + 100, 50, 64, [big]),
-    ]  # fmt: skip
+    ]
     imported = dynamo.read(lines(tmp_path / "request-trace.000000.jsonl.gz", rows, gz=True), ImportOptions())
     cols = written(imported, tmp_path / "d.rpt")
     assert cols.offset_ns.tolist() == [0, 100e6, 1200e6, 1800e6, 3000e6]
@@ -295,15 +366,46 @@ def test_dynamo_refuses_mixed_block_sizes_and_damaged_rows(tmp_path: Path) -> No
 
 def test_agentic_mooncake_wait_for_gives_parents_joins_and_waits(tmp_path: Path) -> None:
     rows = [
-        {"request_id": "a", "session_id": "s", "timestamp": 1000, "input_length": 1024, "output_length": 10,
-         "hash_ids": [1, 2]},
-        {"request_id": "b1", "session_id": "s", "timestamp": 2000, "input_length": 1536, "output_length": 10,
-         "hash_ids": [1, 2, 3], "wait_for": ["a"], "tool_wait_ms": 250.0},
-        {"request_id": "b2", "session_id": "s", "timestamp": 2000, "input_length": 512, "output_length": 10,
-         "hash_ids": [9], "wait_for": ["a"], "prefix_reset": True, "delay": 5},
-        {"request_id": "j", "session_id": "s", "input_length": 2048, "output_length": 10,
-         "hash_ids": [1, 2, 3, 4], "wait_for": ["b1", "b2"], "delay": 100, "tool_wait_ms": 50},
-    ]  # fmt: skip
+        {
+            "request_id": "a",
+            "session_id": "s",
+            "timestamp": 1000,
+            "input_length": 1024,
+            "output_length": 10,
+            "hash_ids": [1, 2],
+        },
+        {
+            "request_id": "b1",
+            "session_id": "s",
+            "timestamp": 2000,
+            "input_length": 1536,
+            "output_length": 10,
+            "hash_ids": [1, 2, 3],
+            "wait_for": ["a"],
+            "tool_wait_ms": 250.0,
+        },
+        {
+            "request_id": "b2",
+            "session_id": "s",
+            "timestamp": 2000,
+            "input_length": 512,
+            "output_length": 10,
+            "hash_ids": [9],
+            "wait_for": ["a"],
+            "prefix_reset": True,
+            "delay": 5,
+        },
+        {
+            "request_id": "j",
+            "session_id": "s",
+            "input_length": 2048,
+            "output_length": 10,
+            "hash_ids": [1, 2, 3, 4],
+            "wait_for": ["b1", "b2"],
+            "delay": 100,
+            "tool_wait_ms": 50,
+        },
+    ]
     imported = agentic_mooncake.read(lines(tmp_path / "am.jsonl", rows), ImportOptions())
     cols = written(imported, tmp_path / "am.rpt")
     # j has no timestamp: placed at its latest dependency's arrival plus its wait, a lower bound
