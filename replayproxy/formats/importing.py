@@ -88,6 +88,7 @@ class Imported:
     wall_clock: bool = False  # offset_ns are UTC nanoseconds since the epoch (sources with dates)
     extra: dict[str, Any] = field(default_factory=dict)  # header notes
     warnings: list[str] = field(default_factory=list)  # printed after the import: likely mistakes
+    notes: list[str] = field(default_factory=list)  # printed after the import: what it changed
 
     def __len__(self) -> int:
         return len(self.offset_ns)
