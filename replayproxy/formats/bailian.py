@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from replayproxy.formats import mooncake
+from replayproxy.formats.block_meaning import BlockMeaning
 from replayproxy.formats.blocks import ReuseTally, export_block, iter_row_ids
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.exporting import (
@@ -52,6 +53,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
     block = options.block_size or DEFAULT_BLOCK
     unit_ns = mooncake.UNIT_NS[options.time_unit or "s"]
     hashes = ChainedHashes(block)
+    meaning = BlockMeaning()
     spilled = SpilledColumns(**dict.fromkeys(_PARTS, np.int64), ts=np.float64)
     with paused_gc():
         for rows, line_nos in iter_json_lines(path, bad):
@@ -59,7 +61,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
             columns = mooncake.row_columns(rows)
             rows, columns = mooncake.valid_rows(rows, columns, line_nos, block, bad, unit_ns)
             ts, inputs, outputs, ids, counts = columns
-            hashes.add(ids, counts, inputs)
+            meaning.add(_kept_ids(ids, counts, inputs, block), hashes.add(ids, counts, inputs))
             spilled.add(
                 ts=ts,
                 offset_ns=np.rint(ts * unit_ns).astype(np.int64),
@@ -71,6 +73,7 @@ def read(path: Path, options: ImportOptions) -> Imported:
             )
             spilled.add_strings("types", (_request_type(r.get("type")) for r in rows))
     parts = spilled.result()
+    changed = meaning.changed()
     types = parts.get("types", Coded(np.zeros(0, object), np.zeros(0, np.uint32)))
     unit = options.time_unit or "s"
     return Imported(
@@ -88,9 +91,26 @@ def read(path: Path, options: ImportOptions) -> Imported:
             "request_type": types,
             **({"model": options.model} if options.model else {}),
         },
-        extra={"request_types": sorted(types.table.tolist()), "time_unit": unit},
+        extra={
+            "request_types": sorted(types.table.tolist()),
+            "time_unit": unit,
+            "blocks_changed_meaning": changed,
+        },
         warnings=unit_warnings(parts["ts"], unit, str(path)),
+        notes=[
+            f"{changed} of {meaning.blocks} blocks changed meaning: their id was seen before after "
+            "another prefix (a hit by id, not by prefix); chained, they are new blocks"
+        ],
     )
+
+
+def _kept_ids(ids: np.ndarray, counts: np.ndarray, inputs: np.ndarray, block: int) -> np.ndarray:
+    """The ids of each row's full blocks (the ones chained), flat."""
+    keep = np.minimum(counts, np.maximum(inputs, 0) // block)
+    starts = np.cumsum(counts) - counts
+    position = np.arange(len(ids)) - np.repeat(starts, counts)
+    kept: np.ndarray = ids[position < np.repeat(keep, counts)]
+    return kept
 
 
 _TYPES: dict[str, str] = {name: name for name in REQUEST_TYPES if name}

@@ -39,8 +39,9 @@ class ChainedHashes:
         self._file_bytes = 0
         self._flat: np.ndarray | None = None  # every hash, when they stayed in memory
 
-    def add(self, ids: np.ndarray, id_counts: np.ndarray, inputs: np.ndarray) -> None:
-        """One batch of rows: flat source ids, ids per row, and each row's input tokens."""
+    def add(self, ids: np.ndarray, id_counts: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+        """One batch of rows: flat source ids, ids per row, and each row's input tokens. Returns the
+        batch's chained hashes (each row's kept blocks, in order)."""
         id_counts = np.asarray(id_counts, np.int64)
         keep = np.minimum(id_counts, np.maximum(np.asarray(inputs, np.int64), 0) // self.block_size)
         hashes = chain_hashes(np.asarray(ids, np.int64), id_counts, keep=keep)
@@ -51,6 +52,7 @@ class ChainedHashes:
         self._held_bytes += hashes.nbytes
         if self._held_bytes > self._memory_bytes:
             self._spill()
+        return hashes
 
     def counts(self) -> np.ndarray:
         """Hashes kept per row (mapped; no rows can be added once read)."""

@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {written} requests from {args.file} ({args.format}) into {args.output}")
     if imported.bad.count:
         print(f"skipped {imported.bad.count} malformed lines; first: {imported.bad.first}")
+    for note in imported.notes:
+        print(note)
     for warning in imported.warnings + span_warning(imported):
         print(f"warning: {warning}")
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import gzip
 import hashlib
 import itertools
 import os
@@ -26,7 +27,7 @@ import numpy as np
 import orjson
 
 from replayproxy.errors import BadInputFile
-from replayproxy.formats.chained_hashes import ChainedHashes
+from replayproxy.formats.chained_hashes import ChainedHashes, take_rows
 from replayproxy.formats.idchain import IMPORT_HASH_SCHEME
 from replayproxy.shape import UNKNOWN
 from replayproxy.trace import SpilledArray, TraceHeader, release_pages, write_columns
@@ -87,6 +88,7 @@ class Imported:
     wall_clock: bool = False  # offset_ns are UTC nanoseconds since the epoch (sources with dates)
     extra: dict[str, Any] = field(default_factory=dict)  # header notes
     warnings: list[str] = field(default_factory=list)  # printed after the import: likely mistakes
+    notes: list[str] = field(default_factory=list)  # printed after the import: what it changed
 
     def __len__(self) -> int:
         return len(self.offset_ns)
@@ -98,6 +100,14 @@ class Coded:
 
     table: np.ndarray  # the distinct values (object array)
     codes: np.ndarray  # per row, an index into `table`
+
+
+@dataclass(frozen=True, slots=True)
+class Ragged:
+    """A ragged column held whole (join ids: a few per joining request): flat values, per-row counts."""
+
+    flat: np.ndarray
+    counts: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +178,7 @@ def _line_batches(path: Path) -> Iterator[tuple[int, list[bytes | int]]]:
     next_no = 1
     carry = b""
     skipping = -1  # bytes of an over-long line read so far (-1: not inside one)
-    with open(path, "rb") as stream:
+    with open_maybe_gzip(path) as stream:
         block = stream.read(BATCH_BYTES)
         block = block[len(BOM) :] if block.startswith(BOM) else block
         while block:
@@ -197,6 +207,17 @@ def _line_batches(path: Path) -> Iterator[tuple[int, list[bytes | int]]]:
         yield next_no, [skipping]
     elif carry.strip():
         yield next_no, [carry]
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_maybe_gzip(path: Path) -> Any:
+    """The file's bytes, decompressed as they are read when it is gzip (Copilot's shards, Dynamo's
+    rotated segments are `.jsonl.gz`): told by its first two bytes, not by its name."""
+    with open(path, "rb") as probe:
+        gzipped = probe.read(2) == GZIP_MAGIC
+    return gzip.open(path, "rb") if gzipped else open(path, "rb")
 
 
 def _read_lines(lines: list[bytes | int], first_no: int, bad: BadLines) -> tuple[list[Any], list[int]]:
@@ -434,6 +455,11 @@ class _ArrivalRows:
             return lambda lo, hi: values.table[self.take(values.codes, lo, hi)]
         if isinstance(values, TurnsInArrival):
             return self._turns(values.sessions)
+        if isinstance(values, Ragged):
+            if self.order is None:
+                return values.flat, values.counts
+            order = self.order
+            return lambda lo, hi: take_rows(values.flat, values.counts, order[lo:hi]), values.counts[order]
         if isinstance(values, list):
             values = values if self.order is None else np.asarray(values, dtype=object)[self.order]
             return values

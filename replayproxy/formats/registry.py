@@ -8,11 +8,14 @@ from typing import NamedTuple
 
 from replayproxy.errors import BadOption
 from replayproxy.formats import (
+    agentic_mooncake,
     aiperf_single_turn,
     azure,
     bailian,
     burstgpt,
+    copilot,
     csv_format,
+    dynamo,
     jsonl,
     mooncake,
     parquet_format,
@@ -21,6 +24,7 @@ from replayproxy.formats import (
     trace_csv,
     tracelab,
     vllm_custom,
+    weka,
 )
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.importing import Imported, ImportOptions
@@ -66,6 +70,22 @@ FORMATS: dict[str, Format] = {
     "tracelab": Format(
         "TraceLab agent traces: one JSON line per LLM round (sessions, tool waits, prefix split)",
         tracelab.read,
+    ),
+    "copilot": Format(
+        "GitHub Copilot coding-agent sessions (JSON lines, .gz): turns[].llm_calls, tool_batches",
+        copilot.read,
+    ),
+    "weka": Format(
+        "WEKA agentic-coding traces (a JSON file or directory): requests, hash_ids, subagents",
+        weka.read,
+    ),
+    "dynamo": Format(
+        "Dynamo dynamo.request.trace.v1 request_end rows (JSON lines, .gz) with agent_context",
+        dynamo.read,
+    ),
+    "agentic-mooncake": Format(
+        "Dynamo agentic Mooncake rows: request_id, wait_for, delay, tool_wait_ms, hash_ids",
+        agentic_mooncake.read,
     ),
     "jsonl": Format(
         "replayproxy's JSON-lines workload (hand-made workloads; docs/formats.md)", jsonl.read, jsonl.write

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from replayproxy import cli
 from replayproxy.formats import bailian, csv_format
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
@@ -145,3 +146,34 @@ def test_request_type_never_carries_a_files_text_into_the_trace(tmp_path: Path) 
     data = trace_file.read_bytes()
     plain = b"".join(bytes(p) for p in iter_frame_payloads(data, str(trace_file), ReadReport()))
     assert secret.encode()[5:13] not in plain and b"other" in plain  # decompressed: the class, no text
+
+
+def test_per_block_ids_are_chained_and_the_blocks_that_change_meaning_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bailian ids name a block's content wherever it sits: id 7 after [1, 2] and after [5] are
+    not the same cached prefix. Chained, the second 7 is a new block; the import says how many."""
+    rows = [
+        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 48, "output_length": 1,
+         "type": "text", "turn": 1, "hash_ids": [1, 2, 7]},
+        {"chat_id": 2, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 32, "output_length": 1,
+         "type": "text", "turn": 1, "hash_ids": [5, 7]},
+        {"chat_id": 3, "parent_chat_id": -1, "timestamp": 2.0, "input_length": 40, "output_length": 1,
+         "type": "text", "turn": 1, "hash_ids": [1, 2, 7]},  # a true hit: same prefix
+    ]  # fmt: skip
+    src = tmp_path / "b.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    imported = bailian.read(src, ImportOptions())
+    assert imported.extra["blocks_changed_meaning"] == 1
+    assert imported.notes == [
+        "1 of 7 blocks changed meaning: their id was seen before after another prefix (a hit by id, "
+        "not by prefix); chained, they are new blocks"
+    ]
+    write_imported(imported, tmp_path / "b.rpt", lambda: 0)
+    cols = load(tmp_path / "b.rpt")
+    assert cols.hashes_of(0)[2] != cols.hashes_of(1)[1]  # the two 7s are different blocks
+    assert cols.hashes_of(0)[:2].tolist() == cols.hashes_of(2)[:2].tolist()
+    assert len(cols.hashes_of(2)) == 2  # 40 tokens: two full 16-token blocks
+    out = tmp_path / "o.rpt"
+    assert cli.main(["import", str(src), "--format", "bailian", "-o", str(out)]) == 0
+    assert "1 of 7 blocks changed meaning" in capsys.readouterr().out

@@ -47,7 +47,7 @@ def test_unknown_format_lists_the_choices(capsys: pytest.CaptureFixture[str]) ->
     assert cli.main(["import", "x", "-f", "sharegpt", "-o", "y"]) == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'sharegpt'" in err and err.count("\n") == 1
-    assert "azure, bailian, burstgpt, jsonl, mooncake" in err
+    assert "agentic-mooncake, azure, bailian, burstgpt, copilot, dynamo, jsonl, mooncake" in err
     assert cli.main(["import", "x", "-f", "csv", "-o", "y"]) == 2  # export-only
     assert "invalid choice: 'csv'" in capsys.readouterr().err
 
