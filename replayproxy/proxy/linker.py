@@ -81,8 +81,9 @@ class SessionLinker:
         if chat and end_ns >= 0:
             ended = _Ended(chat, found.session, found.turn, end_ns)
             self._remember(self._by_chat, chat, ended)
-            if content:
-                self._remember(self._by_content, content, ended)
+            # An empty reply (an end-of-sequence first) is remembered too, under content 0: a join
+            # quoting it is told by its session and by the other replies it quotes.
+            self._remember(self._by_content, content, ended)
         return found
 
     def _parent_of(self, marks: Sequence[Mark], arrival_ns: int) -> tuple[_Ended | None, int]:
@@ -121,18 +122,21 @@ class SessionLinker:
         seen = {parent.chat} if parent is not None else set()
         tool_chars = 0
         for mark in marks:
-            reply = self._reply(mark, parent, arrival_ns)
-            if reply is None or reply.chat in seen:
+            reply = self._reply(mark, parent, arrival_ns, seen)
+            if reply is None:
                 tool_chars += 0 if mark.prefix_id else mark.chars
                 continue
             seen.add(reply.chat)
             joins.append(reply)
         return joins, tool_chars
 
-    def _reply(self, mark: Mark, parent: _Ended | None, arrival_ns: int) -> _Ended | None:
-        """The recorded reply a message quotes: the newest ended before the request arrived, in the
-        parent's session if one is; from another session only when long enough to be told apart."""
-        ended = [e for e in self._by_content.get(mark.content, ()) if e.end_ns <= arrival_ns]
+    def _reply(self, mark: Mark, parent: _Ended | None, arrival_ns: int, seen: set[int]) -> _Ended | None:
+        """The recorded reply a message quotes and no earlier message did (`seen`): the newest ended
+        before the request arrived, in the parent's session if one is; from another session only
+        when long enough to be told apart."""
+        ended = [
+            e for e in self._by_content.get(mark.content, ()) if e.end_ns <= arrival_ns and e.chat not in seen
+        ]
         if parent is not None:
             same = [e for e in ended if e.session == parent.session]
             if same:

@@ -169,3 +169,26 @@ def test_an_edited_answer_is_no_join_and_leaves_a_new_session() -> None:
     edited = [*opening, {"role": "assistant", "content": "a0 edited"}, {"role": "user", "content": "n"}]
     stray = turn(edited, streamed(["x"]), 1100, linker)
     assert (stray.turn, stray.think_ns, stray.join_ids) == (0, -1, ())
+
+
+def test_a_join_quoting_an_empty_reply_and_two_identical_ones_names_each_branch() -> None:
+    """Parallel calls whose replies are the same text, or empty (an end-of-sequence first), are still
+    the join's distinct dependencies: each quoted message takes a reply no earlier one took."""
+    linker = SessionLinker(KEY)
+    opening = [{"role": "user", "content": "task"}]
+    root = turn(opening, streamed(["plan"]), 1000, linker)
+    context = [*opening, {"role": "assistant", "content": "plan"}]
+    asks = [{"role": "user", "content": f"sub {j}"} for j in range(3)]
+    replies = (["same"], ["same"], [])
+    calls = [
+        turn([*context, ask], streamed(tokens), 1100 + j, linker)
+        for j, (ask, tokens) in enumerate(zip(asks, replies, strict=True))
+    ]
+    quotes = [
+        m
+        for ask, tokens in zip(asks, replies, strict=True)
+        for m in (ask, {"role": "assistant", "content": "".join(tokens)})
+    ]
+    join = turn([*context, *quotes, {"role": "user", "content": "combine"}], streamed(["ok"]), 1200, linker)
+    assert join.parent_id == calls[0].chat_id and join.session == root.session
+    assert join.join_ids == (calls[1].chat_id, calls[2].chat_id) and join.turn == 2
