@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from openai import OpenAI
 
@@ -97,7 +98,49 @@ def sdk_answers(base: str, model: str, retries: int = 0) -> list[Any]:
     return out
 
 
-def check_through_proxy(engine_url: str, model: str, traces: Path, *options: str) -> list[Any]:
+_MASK = re.compile(rb":_(?=[,}\]])")
+
+
+def _json(masked_chunk: bytes) -> dict[str, Any]:
+    parsed: dict[str, Any] = orjson.loads(_MASK.sub(b":null", masked_chunk))  # masked values read as null
+    return parsed
+
+
+def _events(answer: Any) -> list[dict[str, Any]] | None:
+    """The chunks of a streamed answer (raw SSE bytes or the SDK's chunk list), else None."""
+    if isinstance(answer, list):
+        return [_json(chunk) for chunk in answer]
+    if isinstance(answer, tuple) and len(answer) == 2 and b"data: " in answer[1]:
+        lines = answer[1].split(b"\n")
+        return [_json(line[6:]) for line in lines if line.startswith(b"data: {")]
+    return None
+
+
+def regrouped(answer: Any) -> Any:
+    """A stream as what a real engine fixes: the text and tool-call arguments it generated, its finish
+    reasons, and each chunk's set of fields, with the chunking left out: under load an engine packs
+    several tokens into one chunk, differently from run to run. An event added, or one passed on
+    half-stripped (e.g. `choices: []` without its usage), still shows."""
+    events = _events(answer)
+    if events is None:
+        return answer
+    text, finishes, shapes = [], [], set()
+    for event in events:
+        shapes.add((tuple(sorted(event)), len(event.get("choices") or [])))
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text.append(str(choice.get("text") or delta.get("content") or ""))
+            text += [
+                str((c.get("function") or {}).get("arguments") or "") for c in delta.get("tool_calls") or []
+            ]
+            if choice.get("finish_reason"):
+                finishes.append(choice["finish_reason"])
+    return "".join(text), finishes, sorted(shapes), sum(1 for e in events if e.get("usage"))
+
+
+def check_through_proxy(
+    engine_url: str, model: str, traces: Path, *options: str, chunking_fixed: bool = True
+) -> list[Any]:
     # Direct with the SDK's default retries: a default llama-server closes the connection after each
     # stream while advertising keep-alive, and the SDK's reused connection then fails now and then
     # (1 run in 3 here), which its retries absorb. Through the proxy, none: the proxy must not fail.
@@ -106,7 +149,10 @@ def check_through_proxy(engine_url: str, model: str, traces: Path, *options: str
         proxied = sdk_answers(proxy.url, model)
         assert proxy.stop() == 0
     for case, (want, got) in enumerate(zip(direct, proxied, strict=True)):
-        assert got == want, f"case {case}"
+        if chunking_fixed:
+            assert got == want, f"case {case}"
+        else:
+            assert regrouped(got) == regrouped(want), f"case {case}"
     return direct
 
 
@@ -154,7 +200,7 @@ def test_a_real_engine_through_the_proxy(variable: str, tmp_path: Path) -> None:
     client = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=2)
     model = client.models.list().data[0].id
     client.close()
-    direct = check_through_proxy(url, model, tmp_path)
+    direct = check_through_proxy(url, model, tmp_path, chunking_fixed=False)
     assert sum(isinstance(a, list) for a in direct) >= 4
     recorded = shapes_of(tmp_path)
     assert recorded and all(s.error in ("", "http_4xx") for s in recorded)
