@@ -583,7 +583,7 @@ class Exchange:
         self.parser = None
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
-            self.ctx.pool.release(upstream, reusable, self.ctx.tick)
+            self.ctx.pool.release(upstream, reusable, self.ctx.tick, self.terminal)
         cap = self.cap
         if cap is not None:
             cap.end_ns = now_ns()

@@ -24,7 +24,7 @@ from replayproxy.tasks import spawn
 class UpstreamConnection(asyncio.Protocol):
     """The socket of one upstream connection, and the exchange's `UpstreamLink` to it."""
 
-    __slots__ = ("pool", "transport", "borrower", "idle_tick", "lost", "family", "fd")
+    __slots__ = ("pool", "transport", "borrower", "idle_tick", "lost", "family", "fd", "on_probation")
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
@@ -34,6 +34,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.lost = False
         self.family = socket.AF_INET
         self.fd = -1  # the transport's socket, for `stale`'s peek; -1: none to look at
+        self.on_probation = False  # just ended a stream, while the pool learns whether the server closes it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
@@ -106,8 +107,20 @@ class UpstreamConnection(asyncio.Protocol):
             (self.transport.pause_reading if paused else self.transport.resume_reading)()
 
 
+STREAM_GRACE_S = 0.01  # a connection that just ended a stream waits this long while the pool learns
+STREAMS_TO_TRUST = 3  # ...whether the server closes such connections; kept this many times: it does not
+
+
 class UpstreamPool:
-    """Lends connections to one upstream (host, port); every method runs on the event loop."""
+    """Lends connections to one upstream (host, port); every method runs on the event loop.
+
+    Some servers close a connection right after each streamed response while advertising keep-alive
+    (a default llama-server, microseconds after its last chunk). A request written in that gap is
+    lost and, written once, can never be resent (at most once): so the pool learns from the first
+    streams. Until it knows, a connection that just ended a stream rests STREAM_GRACE_S before it is
+    lent again; closed by the server in that time, it teaches that the server always does, and from
+    then on such connections are closed here at once, the next request going on a fresh one.
+    """
 
     def __init__(
         self,
@@ -128,6 +141,9 @@ class UpstreamPool:
         self.idle: list[UpstreamConnection] = []
         self.open = 0  # connected or connecting
         self.waiting: deque[Borrower] = deque()
+        self.closes_after_stream: bool | None = None  # learned from the first streamed responses
+        self._streams_kept = 0
+        self._resting: list[UpstreamConnection] = []
 
     def acquire(self, borrower: Borrower) -> None:
         """Lend a connection now if one is idle, else connect, else queue the borrower."""
@@ -148,11 +164,16 @@ class UpstreamPool:
         with contextlib.suppress(ValueError):
             self.waiting.remove(borrower)
 
-    def release(self, conn: UpstreamLink, reusable: bool, tick: int) -> None:
+    def release(self, conn: UpstreamLink, reusable: bool, tick: int, streamed: bool = False) -> None:
         assert isinstance(conn, UpstreamConnection)
         conn.borrower = None
-        if not reusable or conn.lost:
+        if not reusable or conn.lost or (streamed and self.closes_after_stream):
             conn.close()
+            return
+        if streamed and self.closes_after_stream is None:
+            conn.on_probation, conn.idle_tick = True, tick
+            self._resting.append(conn)
+            asyncio.get_running_loop().call_later(STREAM_GRACE_S, self._rested, conn)
             return
         if self.waiting:
             self._lend(conn, self.waiting.popleft())
@@ -164,14 +185,35 @@ class UpstreamPool:
 
     def lost(self, conn: UpstreamConnection) -> None:
         self.open -= 1
+        if conn.on_probation:  # the server closed it right after a stream: it always will
+            conn.on_probation = False
+            self.closes_after_stream = True
+            self._resting.remove(conn)
         if conn in self.idle:
             self.idle.remove(conn)
         if self.waiting and self.open < self._max_connections:
             self.open += 1
             spawn(self._connect(self.waiting.popleft()), name="upstream-connect")
 
+    def _rested(self, conn: UpstreamConnection) -> None:
+        if not conn.on_probation:
+            return  # lost meanwhile (and learned from), or closed with the pool
+        conn.on_probation = False
+        self._resting.remove(conn)
+        if self.closes_after_stream is None:
+            self._streams_kept += 1
+            if self._streams_kept >= STREAMS_TO_TRUST:
+                self.closes_after_stream = False
+        self.release(conn, True, conn.idle_tick)
+
     def close_idle(self, older_than_tick: int | None = None) -> None:
-        """Close idle connections last used before `older_than_tick` (all when None)."""
+        """Close idle connections last used before `older_than_tick` (all when None); resting ones
+        only with all."""
+        if older_than_tick is None:
+            resting, self._resting = self._resting, []
+            for conn in resting:
+                conn.on_probation = False
+                conn.close()
         keep = [c for c in self.idle if older_than_tick is not None and c.idle_tick >= older_than_tick]
         for conn in self.idle:
             if conn not in keep:

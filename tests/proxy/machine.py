@@ -74,7 +74,7 @@ class ScriptedPool:
         conn.borrower.upstream_ready(conn)  # type: ignore[union-attr]
         return conn
 
-    def release(self, conn: Any, reusable: bool, tick: int) -> None:
+    def release(self, conn: Any, reusable: bool, tick: int, streamed: bool = False) -> None:
         self.released.append((conn, reusable))
 
     def forget(self, borrower: Borrower) -> None:
