@@ -20,7 +20,8 @@ conversation of its own, started by AIPerf's schedule.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,17 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     if options.prompts is None:
         raise BadOption("aiperf-dag needs the replayer's prompt synthesis; run it via `replayproxy export`")
     dag = plan(cols)
-    prompts = list(_turn_texts(cols, dag, options.prompts(cols)))
-    lines = write_json_lines(path, conversation_lines(cols, dag, prompts))
+    with tempfile.TemporaryFile(dir=path.parent) as spill:
+        # Turn texts come in row order but are written by conversation: they wait in a file.
+        ends = np.zeros(len(cols) + 1, np.int64)
+        for row, text in enumerate(_turn_texts(cols, dag, options.prompts(cols))):
+            ends[row + 1] = ends[row] + spill.write(text.encode())
+
+        def text_of(row: int) -> str:
+            spill.seek(int(ends[row]))
+            return spill.read(int(ends[row + 1] - ends[row])).decode()
+
+        lines = write_json_lines(path, conversation_lines(cols, dag, text_of))
     command = (
         f"AIPerf:   aiperf profile --model {options.model} --url {options.url} --endpoint-type chat "
         f"--streaming --input-file {path} --custom-dataset-type dag_jsonl --extra-inputs ignore_eos:true"
@@ -169,7 +179,9 @@ def _turn_texts(cols: Columns, dag: DagPlan, prompts: Iterable[str]) -> Iterable
         yield " ".join(words[-keep:])
 
 
-def conversation_lines(cols: Columns, dag: DagPlan, texts: list[str]) -> Iterable[dict[str, Any]]:
+def conversation_lines(
+    cols: Columns, dag: DagPlan, text_of: Callable[[int], str]
+) -> Iterable[dict[str, Any]]:
     """One JSON object per conversation, ids `s<session>-<n>` (n: its place in the file). A turn's
     delay is its recorded wait after the reply it follows; a root's first turn has none."""
     outputs = output_lengths(cols)[0].tolist()
@@ -181,7 +193,7 @@ def conversation_lines(cols: Columns, dag: DagPlan, texts: list[str]) -> Iterabl
         turns = []
         for row in conv.rows:
             turn: dict[str, Any] = {
-                "messages": [{"role": "user", "content": texts[row]}],
+                "messages": [{"role": "user", "content": text_of(row)}],
                 "max_tokens": outputs[row],
                 "delay": delays[row] if row != conv.rows[0] or n in children else 0.0,
             }

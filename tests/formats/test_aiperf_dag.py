@@ -166,3 +166,9 @@ def test_aiperf_own_dag_loader_accepts_the_export(tmp_path: Path) -> None:
     run = subprocess.run([AIPERF_PYTHON, str(check), str(out)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"conversations": 5, "roots": 2, "turns": 8}
+    bad = tmp_path / "bad.jsonl"  # a join past the parent's last turn: AIPerf must refuse it
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    next(t for t in lines[0]["turns"] if "spawns" in t)["spawns"][0]["join_at"] = 9
+    bad.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = subprocess.run([AIPERF_PYTHON, str(check), str(bad)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "join_at" in run.stdout, run.stdout
