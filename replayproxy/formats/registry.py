@@ -9,6 +9,7 @@ from typing import NamedTuple
 from replayproxy.errors import BadOption
 from replayproxy.formats import (
     agentic_mooncake,
+    aiperf_dag,
     aiperf_single_turn,
     azure,
     bailian,
@@ -62,6 +63,10 @@ FORMATS: dict[str, Format] = {
     "aiperf": Format(
         'AIPerf single-turn JSON lines {"text", "timestamp", "output_length"} (replayer prompts)',
         write=aiperf_single_turn.write,
+    ),
+    "aiperf-dag": Format(
+        "AIPerf DAG JSON lines: session graphs as conversations with forks and spawns (replayer prompts)",
+        write=aiperf_dag.write,
     ),
     "servegen": Format(
         "ServeGen client distributions (a model directory of chunk-<id>-trace.csv/-dataset.json), sampled",

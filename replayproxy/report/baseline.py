@@ -50,6 +50,7 @@ def baseline_run(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         after=previous_turns(cols.session),
         think_ns=cols.think_ns,
         cached_tokens=cols.cached_tokens,
+        turn=cols.turn.astype(np.int64),
     )
     upstreams = sorted({h.upstream for h in cols.headers if h.upstream})
     paths_list = [str(paths)] if isinstance(paths, str | os.PathLike) else [str(p) for p in paths]

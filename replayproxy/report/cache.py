@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from replayproxy.report import contracts
-from replayproxy.report.document_types import PrefixCacheDoc
+from replayproxy.report.document_types import CachedShareDoc, PrefixCacheDoc
 from replayproxy.report.runs import Run
+from replayproxy.report.stats import summarize
 
 
 def implied_hits(shared: np.ndarray, inputs: np.ndarray, block: int) -> int:
@@ -61,6 +62,35 @@ def prefix_cache_doc(run: Run) -> PrefixCacheDoc | None:
         "reply_cached_tokens": int(reporting.sum()) if len(reporting) else None,
         "replies_reporting_cached": len(reporting),
     }
+
+
+def cached_shares(run: Run) -> np.ndarray:
+    """Per request: cached / prompt tokens as its reply reported them; NaN when failed or unknown."""
+    req, m = run.measures.requests, run.measures
+    if len(req.cached_tokens) != len(req):
+        return np.full(len(req), np.nan)
+    known = m.ok & (req.cached_tokens >= 0) & (req.input_tokens > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(known, req.cached_tokens / np.maximum(req.input_tokens, 1), np.nan)
+
+
+def cached_share_doc(run: Run, baseline: Run | None) -> CachedShareDoc | None:
+    """Cached-token share per call, beside the share the same call had as recorded (paired by its
+    trace position); None when no call of the run reported cached tokens."""
+    share = cached_shares(run)
+    if not np.isfinite(share).any():
+        return None
+    recorded = difference = None
+    if baseline is not None and baseline is not run:
+        base = cached_shares(baseline)
+        index = run.measures.requests.index
+        paired = np.full(len(share), np.nan)
+        inside = (index >= 0) & (index < len(base))
+        paired[inside] = base[index[inside]]
+        both = np.isfinite(share) & np.isfinite(paired)
+        recorded = summarize(paired[both]).to_dict()
+        difference = summarize(share[both] - paired[both]).to_dict()
+    return {"per_call": summarize(share).to_dict(), "recorded": recorded, "difference": difference}
 
 
 # llama-server (build 11434) keeps a host-memory prompt cache (--cache-ram, 8 GiB by default) that

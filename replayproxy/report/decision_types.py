@@ -111,7 +111,8 @@ class CandidateGoodput:
     requests_per_s: float | None  # pooled over the candidate's runs
     fraction: float | None
     run_range: tuple[float | None, float | None] | None  # lowest and highest run's rate; one run: None
-    requests: int
+    requests: int  # units counted: requests, or sessions when `unit` is "sessions"
+    unit: str = "req"  # "sessions" under a per-session (makespan) clause: rates are sessions/s
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +125,15 @@ class CandidateDoc:
     ttft_p50_ms: float | None  # mean over its runs
 
     def to_json(self) -> dict[str, object]:
-        """Published flat, the goodput figures as `goodput_*` keys present only with an SLO."""
+        """Published flat, the goodput figures as `goodput_*` keys present only with an SLO; under a
+        per-session clause the rate and count are `goodput_sessions_per_s` and `sessions`."""
         out: dict[str, object] = {"label": self.label, "runs": self.runs}
         if (g := self.goodput) is not None:
-            out["goodput_requests_per_s"] = g.requests_per_s
+            sessions = g.unit == "sessions"
+            out["goodput_sessions_per_s" if sessions else "goodput_requests_per_s"] = g.requests_per_s
             out["goodput_fraction"] = g.fraction
             out["goodput_run_range"] = list(g.run_range) if g.run_range is not None else None
-            out["requests"] = g.requests
+            out["sessions" if sessions else "requests"] = g.requests
         out["ttft_p50_ms"] = self.ttft_p50_ms
         return out
 
@@ -138,7 +141,7 @@ class CandidateDoc:
 class GoodputOverNone(TypedDict):
     """The winner's margin when the other candidate meets the SLO for no request."""
 
-    goodput_over_none: float  # req/s
+    goodput_over_none: float  # req/s (sessions/s under a per-session clause)
 
 
 class VerdictDoc(TypedDict):

@@ -28,9 +28,9 @@ from replayproxy.report.document_types import (
     WindowDoc,
 )
 from replayproxy.report.goodput import Goodput, Slo, goodput
-from replayproxy.report.measures import Requests, concurrency, exact_share
+from replayproxy.report.measures import Measures, concurrency, exact_share
 from replayproxy.report.runs import Run, candidates
-from replayproxy.report.sessions import SessionColumns, session_doc
+from replayproxy.report.sessions import session_columns, session_doc
 from replayproxy.report.stats import summarize
 from replayproxy.report.sweep import ATTAINMENT, Step, find_knee, meets, step_of
 
@@ -64,7 +64,7 @@ def build_document(
         "fidelity": fidelity.fidelity_doc(runs, baseline, resamples=resamples, seed=seed),
         "schema": SCHEMA,
         "slo": {"spec": slo_spec, "clauses": [slo_doc(s) for s in slos]} if slos else None,
-        "runs": [run_doc(r, slos) for r in columns],
+        "runs": [run_doc(r, slos, baseline) for r in columns],
         "comparisons": [comparison_doc(c) for c in comparisons(runs, baseline, resamples, seed)],
         "sweeps": sweeps,
         "contracts": [contracts.contract_of(g[0]) for g in candidates(runs)],
@@ -82,7 +82,8 @@ def slo_doc(slo: Slo) -> SloClause:
     return {"metric": slo.metric, "percentile": slo.percentile, "limit_ms": slo.limit_ms, "text": slo.text}
 
 
-def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
+def run_doc(run: Run, slos: tuple[Slo, ...], baseline: Run | None = None) -> RunDoc:
+    """`baseline`: the production trace's run, beside which each call's cached-token share is put."""
     m = run.measures
     req = m.requests
     duration = m.duration_s if m.duration_s > 0 else math.nan
@@ -151,7 +152,8 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
         else None,
         "trace_prefix_reuse": _trace_prefix_reuse(run),
         "prefix_cache": cache.prefix_cache_doc(run),
-        "sessions": _sessions_doc(m.requests),
+        "sessions": _sessions_doc(m),
+        "cached_share": cache.cached_share_doc(run, baseline),
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
@@ -160,13 +162,9 @@ def run_doc(run: Run, slos: tuple[Slo, ...]) -> RunDoc:
     }
 
 
-def _sessions_doc(req: Requests) -> SessionsDoc | None:
-    if not (len(req.session) == len(req.after) == len(req.think_ns) == len(req)):
-        return None  # a result file from before sessions were recorded
-    columns = SessionColumns(
-        req.index, req.session, req.after, req.think_ns, req.sent_ns, req.scheduled_ns, req.e2e_ns
-    )
-    return session_doc(columns)
+def _sessions_doc(m: Measures) -> SessionsDoc | None:
+    columns = session_columns(m.requests, m.ttft_ms, m.e2e_ms)
+    return session_doc(columns) if columns is not None else None
 
 
 def _telemetry_doc(run: Run, requests: int) -> TelemetryDoc | None:
@@ -206,6 +204,14 @@ def goodput_doc(g: Goodput) -> GoodputDoc:
         ],
         "percentiles_met": g.percentiles_met,
         "not_applicable": g.not_applicable,
+        "sessions": None
+        if g.sessions is None
+        else {
+            "sessions_per_s": num(g.sessions.sessions_per_s),
+            "fraction": num(g.sessions.fraction),
+            "good": g.sessions.good,
+            "of": g.sessions.total,
+        },
     }
 
 

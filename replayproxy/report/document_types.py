@@ -61,6 +61,15 @@ class PercentileCheck(TypedDict):
     met: bool
 
 
+class SessionGoodputDoc(TypedDict):
+    """Sessions meeting a per-session (makespan) clause with every request of them good."""
+
+    sessions_per_s: float | None
+    fraction: float | None
+    good: int
+    of: int
+
+
 class GoodputDoc(TypedDict):
     requests_per_s: float | None
     fraction: float | None
@@ -69,6 +78,7 @@ class GoodputDoc(TypedDict):
     percentile_checks: list[PercentileCheck]
     percentiles_met: bool
     not_applicable: int  # successful requests with no TPOT/ITL to judge
+    sessions: SessionGoodputDoc | None  # None unless the SLO has a per-session clause
 
 
 class GroupDoc(TypedDict):
@@ -181,14 +191,41 @@ class ThinkFigures(TypedDict):
     think_abs_error_ms: Summary
 
 
+class Quantiles(TypedDict):
+    """The two percentiles a small per-group table shows, and how many values they cover."""
+
+    p50: float | None
+    p95: float | None
+    count: int
+
+
+class DepthRow(TypedDict):
+    """Requests at one depth bucket of the session graph (`turn`): per-step latency by depth."""
+
+    depth: str  # "0", "1", "2-3", ..., "64+"
+    requests: int
+    ttft_ms: Quantiles
+    e2e_ms: Quantiles
+
+
 class SessionsDoc(ThinkFigures):
     """Per-session figures of a run of multi-turn sessions (`sessions.session_doc`)."""
 
     sessions: int
     multi_turn_sessions: int
     turns_per_session: Summary
-    session_s: Summary
+    session_s: Summary  # the makespan: first request's send -> last request's end
     finish_from_schedule_s: Summary | None  # None when some turn had no scheduled time
+    by_depth: list[DepthRow] | None  # None when the result file has no `turn` column
+
+
+class CachedShareDoc(TypedDict):
+    """Per call, the share of its prompt the engine said it served from cache (cached / prompt
+    tokens), and, with a baseline trace, the same call's share as recorded beside it."""
+
+    per_call: Summary  # successful calls that reported cached tokens
+    recorded: Summary | None  # the same calls in the baseline trace; None without one
+    difference: Summary | None  # per call: this run's share - the recorded share
 
 
 class RunDoc(TypedDict):
@@ -239,6 +276,7 @@ class RunDoc(TypedDict):
     trace_prefix_reuse: float | None
     prefix_cache: PrefixCacheDoc | None
     sessions: SessionsDoc | None
+    cached_share: CachedShareDoc | None  # None when no call reported cached tokens
     breakdowns: Breakdowns
 
 

@@ -3,6 +3,10 @@
 Spec syntax: comma-separated clauses `METRIC<=LIMIT UNIT` (per request) or `METRIC:pNN<=LIMIT UNIT`
 (on the run's distribution), e.g. `ttft<=500ms,tpot<=50ms,e2e<=20s,ttft:p95<=800ms`.
 Metrics: ttft, tpot, itl, e2e; units: us, ms, s. Per request, `itl` is the request's worst gap.
+`makespan` is a per-session metric (an agent's time to finish its task: first request's send to
+last request's end): with a `makespan<=60s` clause, goodput counts sessions, and a session is good
+when its makespan is within the limit and every request of it is good. A request outside any
+session is a session of its own.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayproxy.errors import BadOption
-from replayproxy.report.measures import Measures
+from replayproxy.report.measures import NS_PER_MS, Measures
+from replayproxy.report.sessions import makespans_ns, session_groups
 
-METRICS = ("ttft", "tpot", "itl", "e2e")
+REQUEST_METRICS = ("ttft", "tpot", "itl", "e2e")
+SESSION_METRICS = ("makespan",)
+METRICS = (*REQUEST_METRICS, *SESSION_METRICS)
 UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 _CLAUSE = re.compile(
     r"^(?P<metric>[a-z0-9_]+)(?::p(?P<pct>\d+(?:\.\d+)?))?<=(?P<value>[0-9]*\.?[0-9]+)(?P<unit>[a-z]*)$"
@@ -31,7 +38,11 @@ class SloError(BadOption):
 class Slo:
     metric: str
     limit_ms: float
-    percentile: float | None = None  # None: every request must meet it
+    percentile: float | None = None  # None: every request (session, for makespan) must meet it
+
+    @property
+    def per_session(self) -> bool:
+        return self.metric in SESSION_METRICS
 
     @property
     def text(self) -> str:
@@ -84,6 +95,19 @@ class PercentileCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionGoodput:
+    """Sessions whose makespan meets every per-session clause and whose requests are all good."""
+
+    good: int
+    total: int
+    sessions_per_s: float
+
+    @property
+    def fraction(self) -> float:
+        return self.good / self.total if self.total else math.nan
+
+
+@dataclass(frozen=True, slots=True)
 class Goodput:
     good: int  # requests meeting every per-request SLO
     total: int  # all requests, errors included
@@ -91,6 +115,7 @@ class Goodput:
     checks: tuple[PercentileCheck, ...]
     slos: tuple[Slo, ...]
     not_applicable: int = 0  # successful requests with no TPOT/ITL to judge (whole-body or one-token)
+    sessions: SessionGoodput | None = None  # with a per-session clause: what the verdict decides by
 
     @property
     def per_request(self) -> bool:
@@ -119,8 +144,19 @@ def request_values(m: Measures, metric: str) -> np.ndarray:
     return {"ttft": m.ttft_ms, "tpot": m.tpot_ms, "e2e": m.e2e_ms}[metric]
 
 
+def session_makespans(m: Measures) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's session number and each session's makespan in ms."""
+    req = m.requests
+    session = req.session if len(req.session) == m.n else np.zeros(m.n, np.uint64)
+    group, count = session_groups(session)
+    return group, makespans_ns(group, count, req.sent_ns, req.e2e_ns) / NS_PER_MS
+
+
 def pooled_values(m: Measures, metric: str) -> np.ndarray:
-    """The run's distribution of a metric: itl pools every gap, the others one value per request."""
+    """The run's distribution of a metric: itl pools every gap, makespan is one value per session,
+    the others one value per request."""
+    if metric == "makespan":
+        return session_makespans(m)[1]
     return m.itl_ms if metric == "itl" else request_values(m, metric)
 
 
@@ -134,7 +170,7 @@ def goodput(m: Measures, slos: tuple[Slo, ...]) -> Goodput:
     good = m.ok.copy()
     no_decode = (m.output_tokens < 2) | ~m.requests.stream.astype(bool)
     for slo in slos:
-        if slo.percentile is not None:
+        if slo.percentile is not None or slo.per_session:
             continue
         values = request_values(m, slo.metric)
         absent_ok = no_decode if slo.metric in ("tpot", "itl") else np.zeros(m.n, bool)
@@ -150,4 +186,18 @@ def goodput(m: Measures, slos: tuple[Slo, ...]) -> Goodput:
         checks.append(PercentileCheck(slo, value, len(values)))
     count = int(good.sum())
     rate = count / m.duration_s if m.duration_s > 0 else math.nan
-    return Goodput(count, m.n, rate, tuple(checks), slos, int((m.ok & no_decode).sum()))
+    sessions = _session_goodput(m, good, slos) if any(s.per_session for s in slos) else None
+    return Goodput(count, m.n, rate, tuple(checks), slos, int((m.ok & no_decode).sum()), sessions)
+
+
+def _session_goodput(m: Measures, good: np.ndarray, slos: tuple[Slo, ...]) -> SessionGoodput:
+    """A session is good when every request of it is good and each per-session clause holds."""
+    group, makespan_ms = session_makespans(m)
+    all_good = np.ones(len(makespan_ms), bool)
+    np.logical_and.at(all_good, group, good)
+    for slo in slos:
+        if slo.per_session and slo.percentile is None:
+            all_good &= makespan_ms <= slo.limit_ms
+    count = int(all_good.sum())
+    rate = count / m.duration_s if m.duration_s > 0 else math.nan
+    return SessionGoodput(count, len(makespan_ms), rate)

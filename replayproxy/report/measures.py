@@ -50,6 +50,7 @@ class Requests:
     think_ns: np.ndarray = field(default_factory=_unknown)  # think time it should have had, -1 unknown
     # prompt tokens the engine's reply said it served from its cache (usage), -1 unknown
     cached_tokens: np.ndarray = field(default_factory=_unknown)
+    turn: np.ndarray = field(default_factory=_unknown)  # depth in the session graph; empty: not recorded
 
     def __len__(self) -> int:
         return len(self.index)

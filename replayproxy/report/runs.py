@@ -289,4 +289,5 @@ def _requests(files: list[ResultFile]) -> Requests:
         after=optional("after"),
         think_ns=optional("think_ns"),
         cached_tokens=optional("cached_tokens"),
+        turn=optional("turn"),
     )

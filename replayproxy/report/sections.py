@@ -13,10 +13,12 @@ from replayproxy.report.compare import QUANTILES
 from replayproxy.report.decision_types import IntervalDoc
 from replayproxy.report.document_types import (
     Breakdowns,
+    DepthRow,
     Document,
     GoodputDoc,
     GroupDoc,
     PrefixCacheDoc,
+    Quantiles,
     RunDoc,
     SessionsDoc,
     SloSection,
@@ -159,6 +161,18 @@ def goodput_section(doc: Document) -> list[Table]:
         ],
         ["meeting all SLOs", *(meeting(r["goodput"]) for r in runs)],
     ]
+    if any(c["metric"] == "makespan" and c["percentile"] is None for c in slo["clauses"]):
+        sessions = [None if r["goodput"] is None else r["goodput"]["sessions"] for r in runs]
+        rows += [
+            ["goodput sessions/s", *(fmt(None if s is None else s["sessions_per_s"]) for s in sessions)],
+            [
+                "sessions meeting all SLOs",
+                *(
+                    MISSING if s is None else f"{pct(s['fraction'])} ({s['good']}/{s['of']})"
+                    for s in sessions
+                ),
+            ],
+        ]
     for i, clause in enumerate(c for c in slo["clauses"] if c["percentile"] is not None):
         cells = []
         for r in runs:
@@ -334,7 +348,7 @@ def sweep_section(doc: Document) -> list[Table]:
 
 SESSION_ROWS: tuple[tuple[str, Callable[[SessionsDoc], Summary | None], tuple[str, ...]], ...] = (
     ("turns per session", lambda f: f["turns_per_session"], ("p50", "p95", "max")),
-    ("session s (first send to last end)", lambda f: f["session_s"], ("p50", "p95")),
+    ("makespan s (first send to last end)", lambda f: f["session_s"], ("p50", "p95", "max")),
     ("finish s (from first scheduled send)", lambda f: f["finish_from_schedule_s"], ("p50", "p95")),
     ("think ms as replayed", lambda f: f["think_ms"], ("p50", "p99")),
     ("think error ms (replayed - planned)", lambda f: f["think_error_ms"], ("p50", "p99")),
@@ -361,6 +375,72 @@ def sessions_section(doc: Document) -> list[Table]:
         "planned think time: as recorded (closed loop) at the run's speed; the baseline is the trace itself",
     ]
     return [Table("Sessions", ["figure", *(r["label"] for r in runs)], rows, notes, "sessions")]
+
+
+DEPTH_METRICS: tuple[tuple[str, Callable[[DepthRow], Quantiles]], ...] = (
+    ("TTFT ms", lambda row: row["ttft_ms"]),
+    ("E2E ms", lambda row: row["e2e_ms"]),
+)
+
+
+def _quantiles(q: Quantiles) -> str:
+    return f"{fmt(q['p50'])} / {fmt(q['p95'])}"
+
+
+def depth_section(doc: Document) -> list[Table]:
+    """Per-step latency by depth in the session graph, candidates side by side: p50 / p95 per cell."""
+    pairs = [(r, rows) for r in doc["runs"] if r["sessions"] and (rows := r["sessions"]["by_depth"])]
+    if not pairs:
+        return []
+    runs = [r for r, _ in pairs]
+    by_run = [{row["depth"]: row for row in rows} for _, rows in pairs]
+    depths = sorted({d for rows in by_run for d in rows}, key=lambda d: int(d.split("-")[0].rstrip("+")))
+    table = []
+    for depth in depths:
+        table.append(
+            [f"depth {depth}: requests", *(fmt(r[depth]["requests"] if depth in r else None) for r in by_run)]
+        )
+        for name, get in DEPTH_METRICS:
+            cells = [_quantiles(get(r[depth])) if depth in r else MISSING for r in by_run]
+            table.append([f"depth {depth}: {name} p50 / p95", *cells])
+    notes = ["depth: the request's turn, its longest path from a root of its session (0 = a root)"]
+    return [Table("Latency by depth", ["figure", *(r["label"] for r in runs)], table, notes, "depth")]
+
+
+def cached_share_section(doc: Document) -> list[Table]:
+    """Cached-token share per call (cached / prompt tokens), beside the recorded share of each call."""
+    pairs = [(r, share) for r in doc["runs"] if (share := r["cached_share"])]
+    if not pairs:
+        return []
+    runs, shares = [r for r, _ in pairs], [c for _, c in pairs]
+    rows = [
+        ["calls reporting cached tokens", *(fmt(c["per_call"]["count"]) for c in shares)],
+        *(
+            [f"cached share per call {q}", *(pct(c["per_call"][q]) for c in shares)]
+            for q in ("p50", "p95", "mean")
+        ),
+    ]
+    if any(c["recorded"] for c in shares):
+        rows += [
+            [
+                "paired calls (recorded share known)",
+                *(fmt(_stat_or_none(c["recorded"], "count")) for c in shares),
+            ],
+            [
+                "recorded share, same calls, mean",
+                *(pct(_stat_or_none(c["recorded"], "mean")) for c in shares),
+            ],
+            *(
+                [f"share - recorded, per call {q}", *(fmt(_stat_or_none(c["difference"], q)) for c in shares)]
+                for q in ("p50", "p95", "mean")
+            ),
+        ]
+    notes = [
+        "share: cached tokens the reply reported / its prompt tokens; recorded: the baseline trace's call"
+    ]
+    return [
+        Table("Cached tokens per call", ["figure", *(r["label"] for r in runs)], rows, notes, "cached_share")
+    ]
 
 
 def _stat_or_none(summary: Summary | None, name: str) -> float | int | None:
@@ -411,8 +491,10 @@ SECTIONS: list[Callable[[Document], list[Table]]] = [
     sweep_section,
     telemetry_section,
     prefix_cache_section,
+    cached_share_section,
     gpu_section,
     sessions_section,
+    depth_section,
     warnings_section,
 ]
 

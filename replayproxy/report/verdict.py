@@ -47,11 +47,18 @@ def pool(runs: list[Run]) -> list[list[Run]]:
 
 
 def _counts(group: list[Run], slos: tuple[Slo, ...]) -> list[noise.RunCount]:
+    """Each run's good and total units: sessions under a per-session clause (makespan), else requests."""
     out = []
     for run in group:
         g = goodput(run.measures, slos)
-        out.append(noise.RunCount(g.good, g.total, run.measures.duration_s))
+        good, total = (g.sessions.good, g.sessions.total) if g.sessions else (g.good, g.total)
+        out.append(noise.RunCount(good, total, run.measures.duration_s))
     return out
+
+
+def _unit(slos: tuple[Slo, ...]) -> str:
+    """What goodput counts: "sessions" when a clause judges whole sessions, else "req"."""
+    return "sessions" if any(s.per_session for s in slos) else "req"
 
 
 def _runs_text(a: list[Run], b: list[Run]) -> str:
@@ -97,8 +104,8 @@ def build(
     if len(entries) > MAX_CANDIDATE_LINES:
         lines.append(f"... {len(entries) - MAX_CANDIDATE_LINES} more candidates in the tables below")
     if baseline is not None and slos and int(np.isfinite(baseline.measures.e2e_ms).sum()):
-        g = goodput(baseline.measures, slos)
-        rate = f"{g.requests_per_s:.3g} req/s ({g.fraction:.1%})"
+        (c,) = _counts([baseline], slos)
+        rate = f"{c.rate:.3g} {_unit(slos)}/s ({c.good / c.total if c.total else math.nan:.1%})"
         lines.append(f"{baseline.label}: goodput {rate}, as recorded in production")
     for sweep in sweeps:
         if (max_rate := sweep["max_rate_under_slo"]) is not None:
@@ -136,6 +143,7 @@ def _entry(group: list[Run], slos: tuple[Slo, ...]) -> CandidateDoc:
             fraction=_num(sum(c.good for c in counts) / total) if total else None,
             run_range=(_num(min(rates)), _num(max(rates))) if len(group) > 1 else None,
             requests=total,
+            unit=_unit(slos),
         )
     ttft = [summarize(r.measures.ttft_ms).p50 for r in group]
     return CandidateDoc(group[0].label, len(group), goodput_figures, _num(float(np.mean(ttft))))
@@ -151,7 +159,8 @@ def _entry_line(entry: CandidateDoc, slo_spec: str) -> str:
         low, high = g.run_range
         spread = f", runs {_fmt(low)}-{_fmt(high)}"
     share = "-" if g.fraction is None else f"{g.fraction:.1%}"
-    return f"{entry.label}: goodput {_fmt(g.requests_per_s)} req/s ({share} meet {slo_spec}), {runs}{spread}"
+    rate = f"{_fmt(g.requests_per_s)} {g.unit}/s"
+    return f"{entry.label}: goodput {rate} ({share} meet {slo_spec}), {runs}{spread}"
 
 
 def _decide(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: int, seed: int) -> Decision:
@@ -171,18 +180,20 @@ def _decide_goodput(groups: list[list[Run]], slos: tuple[Slo, ...], resamples: i
     ratio = noise.goodput_ratio(a, b, resamples=resamples, seed=seed)
     spreads = [_relative_spread(c) for c in (a, b)]
     runs = _runs_text(second, best)
+    unit = _unit(slos)
+    one = "session" if unit == "sessions" else "request"
     base = Decision("", "goodput", "goodput", versus=second[0].label)
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) == 0:
         sentence = (
             f"no clear difference: neither {best[0].label} nor {second[0].label} meets the SLO "
-            f"for any request, {runs}"
+            f"for any {one}, {runs}"
         )
         return replace(base, sentence=sentence)
     if noise.pooled_rate(a) == 0 and noise.pooled_rate(b) > 0:
         rate = noise.pooled_rate(b)
         sentence = (
-            f"{best[0].label} wins with {rate:.3g} req/s of goodput at this SLO: {second[0].label} meets it "
-            f"for no request, {runs}"
+            f"{best[0].label} wins with {rate:.3g} {unit}/s of goodput at this SLO: "
+            f"{second[0].label} meets it for no {one}, {runs}"
         )
         return replace(base, sentence=sentence, winner=best[0].label, margin={"goodput_over_none": rate})
     if noise.clear(ratio, 1.0, spreads) and abs(ratio.estimate - 1.0) >= GOODPUT_EQUIVALENCE:

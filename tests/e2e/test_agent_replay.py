@@ -5,6 +5,7 @@ edge of the recorded graph checked in the result file)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
+from replayproxy.cli import main
 from tests.agents import AgentClient, random_sessions
 from tests.e2e.test_replay_sim import replay
 from tests.servers import sim, start_proxy
@@ -60,3 +62,42 @@ def test_a_replayed_agent_graph_keeps_every_edge_and_runs_branches_in_parallel(t
     for siblings in wide:
         spread = sent[siblings].max() - sent[siblings].min()
         assert spread < e2e[siblings].sum() - e2e[siblings].max()  # one after another takes at least that
+
+
+def test_agent_sessions_reported_by_makespan_beside_production(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recorded agent sessions replayed on a fast and a slow candidate: the report gives each
+    session's makespan, latency by depth and cached share per call beside production's, and a
+    makespan SLO makes the verdict count sessions."""
+    sessions = random_sessions(random.Random(11), 4, max_fan_out=3, max_depth=3)
+    with sim("--speed", "10") as engine, start_proxy(engine.url, tmp_path / "traces") as proxy:
+        asyncio.run(AgentClient(proxy.url).run(sessions))
+        assert proxy.stop() == 0
+    (path,) = sorted((tmp_path / "traces").glob("*.rpt"))
+    columns = trace.load(path)
+    runs = []
+    for name, speed in (("fast", "10"), ("slow", "2")):
+        with sim("--speed", speed) as candidate:
+            out = tmp_path / f"{name}.rpr"
+            replay(path, candidate.url, out, "--no-calibrate", "--sessions", "closed", "--label", name)
+            runs.append(str(out))
+    capsys.readouterr()  # the replays' summaries
+    assert main(["report", *runs, "--baseline", str(path), "--slo", "makespan<=600s", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_label = {r["label"]: r for r in doc["runs"]}
+    depths = int(columns.turn.max())
+    for label, run in by_label.items():
+        assert run["sessions"]["sessions"] == len(sessions), label
+        good = run["goodput"]["sessions"]
+        assert (good["good"], good["of"]) == (len(sessions), len(sessions)), label
+        rows = run["sessions"]["by_depth"]
+        assert sum(r["requests"] for r in rows) == len(columns) and rows[0]["depth"] == "0", label
+        assert len(rows) >= min(depths, 2), label
+    assert by_label["slow"]["sessions"]["session_s"]["p50"] > by_label["fast"]["sessions"]["session_s"]["p50"]
+    assert {c["label"] for c in doc["verdict"]["candidates"]} == {"fast", "slow"}
+    assert all(c["sessions"] == len(sessions) for c in doc["verdict"]["candidates"])
+    # the sim reports cached prompt tokens; production's were recorded by the proxy, call by call
+    share = by_label["fast"]["cached_share"]
+    assert share is not None and share["per_call"]["count"] == len(columns)
+    assert share["recorded"] is not None and share["recorded"]["count"] > 0

@@ -425,3 +425,111 @@ def test_agentic_mooncake_refuses_unknown_dependencies(
     code = cli.main(["import", str(src), "--format", "agentic-mooncake", "-o", str(tmp_path / "o.rpt")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "am.jsonl:1: wait_for names 'later'" in err
+
+
+# --------------------------------------------------------------------------- the graph in the file
+
+
+def graph_of(cols: Columns) -> tuple[list[int], list[list[int]], list[bool], list[int]]:
+    """Parents and joins as row indices, spawned flags and depths, read back from a trace file."""
+    rows = {int(c): i for i, c in enumerate(cols.chat_id.tolist())}
+    joined = [sorted(rows[int(j)] for j in cols.joins_of(i)) for i in range(len(cols))]
+    return parents(cols), joined, cols.spawned.astype(bool).tolist(), cols.turn.tolist()
+
+
+def weka_source(tmp_path: Path) -> Path:
+    src = tmp_path / "weka"
+    src.mkdir()
+    (src / "a.json").write_text(json.dumps(weka_trace("8712b46f-04e")))
+    return src
+
+
+def dynamo_source(tmp_path: Path) -> Path:
+    t0 = 1_780_000_000_000
+    planner = {"session_id": "run", "trajectory_id": "run:planner"}
+    worker = {**planner, "trajectory_id": "run:w1", "parent_trajectory_id": "run:planner"}
+    rows = [
+        dynamo_row("r1", t0, 1000, 128, [5, 7], **planner),
+        dynamo_row("c1", t0 + 1200, 500, 64, [9], **worker),
+        dynamo_row("c2", t0 + 1800, 500, 64, [9], **worker),
+        dynamo_row("r2", t0 + 3000, 800, 192, [5, 7, 8], **planner),
+    ]
+    return lines(tmp_path / "request-trace.000000.jsonl", rows)
+
+
+def mooncake_source(tmp_path: Path) -> Path:
+    base = {"session_id": "s", "output_length": 10}
+    rows = [
+        {**base, "request_id": "a", "timestamp": 1000, "input_length": 1024, "hash_ids": [1, 2]},
+        {
+            **base,
+            "request_id": "b1",
+            "timestamp": 2000,
+            "input_length": 1536,
+            "hash_ids": [1, 2, 3],
+            "wait_for": ["a"],
+        },
+        {
+            **base,
+            "request_id": "b2",
+            "timestamp": 2000,
+            "input_length": 512,
+            "hash_ids": [9],
+            "wait_for": ["a"],
+            "prefix_reset": True,
+        },
+        {
+            **base,
+            "request_id": "j",
+            "timestamp": 3000,
+            "input_length": 2048,
+            "hash_ids": [1, 2, 3, 4],
+            "wait_for": ["b1", "b2"],
+        },
+    ]
+    return lines(tmp_path / "am.jsonl", rows)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "source", "graph"),
+    [
+        # m1 -> m2 -> (m3, m4 branches) ; m5 continues m3: no joins, nothing spawned
+        ("copilot", lambda p: lines(p / "s.jsonl", [copilot_session()]), None),
+        # in arrival order: parent 0 (0 s), parent 1 (10 s), sub A (12.5 s), sub B (12.6 s), their
+        # second requests (15.5 s, 15.6 s), the parent's request at 30 s joining both sub-agents
+        (
+            "weka",
+            weka_source,
+            (
+                [-1, 0, 1, 1, 2, 3, 1],
+                [[], [], [], [], [], [], [4, 5]],
+                [False, False, True, True] + [False] * 3,
+            ),
+        ),
+        (
+            "dynamo",
+            dynamo_source,
+            ([-1, 0, 1, 0], [[], [], [], [2]], [False, True, False, False]),
+        ),
+        (
+            "agentic-mooncake",
+            mooncake_source,
+            ([-1, 0, 0, 2], [[], [], [], [1]], [False, False, True, False]),
+        ),
+    ],
+)
+def test_imported_graph_survives_the_trace_file(tmp_path: Path, fmt: str, source: Any, graph: Any) -> None:
+    """`replayproxy import` writes join_ids and spawned: the file read back has the reader's graph,
+    and each request's depth is the longest path to it along parents and joins."""
+    out = tmp_path / "o.rpt"
+    assert cli.main(["import", str(source(tmp_path)), "--format", fmt, "-o", str(out)]) == 0
+    cols = load(out)
+    got_parents, got_joins, got_spawned, depth = graph_of(cols)
+    if graph is not None:
+        assert (got_parents, got_joins, got_spawned) == graph
+    else:
+        assert got_parents == [-1, 0, 1, 1, 2] and not any(got_joins) and not any(got_spawned)
+    for row in range(len(cols)):  # turn = longest path from a root, over every dependency
+        deps = [got_parents[row], *got_joins[row]]
+        expected = max((depth[d] + 1 for d in deps if d >= 0), default=0)
+        assert depth[row] == expected, (fmt, row)

@@ -121,7 +121,7 @@ def test_million_row_mooncake_import_with_sessions_stays_under_500_mb(tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fmt", ["vllm-custom", "aiperf"])
+@pytest.mark.parametrize("fmt", ["vllm-custom", "aiperf", "aiperf-dag"])
 def test_text_prompt_exports_write_each_prompt_as_it_comes(tmp_path: Path, fmt: str) -> None:
     """20,000 prompts of ~1,300 words are ~135 MB of text (and as much again in request bodies):
     holding them all would pass 300 MB; written one by one the export stays near the start-up size."""
@@ -176,7 +176,11 @@ def test_the_hashes_of_a_million_long_prompts_export_under_500_mb(
 
 def test_every_export_format_has_a_scale_test() -> None:
     """A new exporter must join one of the memory tests of this module."""
-    text_prompts = {"vllm-custom", "aiperf"}  # test_text_prompt_exports_write_each_prompt_as_it_comes
+    text_prompts = {
+        "vllm-custom",
+        "aiperf",
+        "aiperf-dag",
+    }  # test_text_prompt_exports_write_each_prompt_as_it_comes
     rows = {"mooncake", "bailian", "burstgpt", "jsonl"}  # test_million_row_export_stays_under_500_mb
     assert set(exporters()) == text_prompts | rows | set(HASH_EXPORTS)
 
