@@ -36,6 +36,7 @@ from replayproxy.tasks import spawn
 Clock = Callable[[], int]
 STREAM_GRACE_S = 0.01  # a connection waits this long after a streamed response while the pool learns
 STREAMS_TO_TRUST = 3  # ...whether the server closes such connections; kept this many times: it does not
+WARM_STALL_S = 1.0  # fill: once one connection answered, the longest wait for the next answer
 
 
 class Receiver(Protocol):
@@ -259,13 +260,49 @@ class Pool:
         return protocol
 
     async def fill(self, count: int) -> None:
-        """Open `count` connections and push one small request through each, all before the run."""
+        """Open up to `count` connections and push one small request through each, all before the run.
+
+        A server may serve fewer connections at once than the run will use (llama-server's few HTTP
+        threads: the others wait, unanswered, until a thread frees): once one has answered, the
+        warm-up ends when WARM_STALL_S pass with no further answer, closing those still silent;
+        sends open their own when they need more. Only when none answers is the target unreachable."""
+        if count <= 0:
+            return
+        opened = await asyncio.gather(*(self.open() for _ in range(count)), return_exceptions=True)
+        connections = [c for c in opened if isinstance(c, Connection)]
+        warming = {spawn(self._warm(c), name="replay-warm"): c for c in connections}
+        failure: BaseException | None = next((e for e in opened if isinstance(e, BaseException)), None)
         try:
-            connections = await asyncio.gather(*(self.open() for _ in range(count)))
-            await asyncio.gather(*(self._warm(c) for c in connections))
-        except OSError as e:  # TimeoutError included
-            where = f"{self.target.host}:{self.target.port}"
-            raise TargetUnreachable(f"cannot open connections to {where}: {type(e).__name__}: {e}") from e
+            if warming:
+                done: set[asyncio.Task[None]] = set()
+                pending = set(warming)
+                while pending:
+                    answered = any(t.exception() is None for t in done)
+                    more, pending = await asyncio.wait(
+                        pending,
+                        timeout=WARM_STALL_S if answered else None,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    if not more:
+                        break  # none answered for WARM_STALL_S: the server serves no more at once
+                    done |= more
+                for task in pending:
+                    task.cancel()
+                    warming[task].close()
+                failed = [t for t in done if t.exception() is not None]
+                for task in failed:
+                    warming[task].close()
+                failure = failure or next((t.exception() for t in failed), None)
+                if len(failed) < len(done):
+                    return
+        except BaseException:
+            for task, connection in warming.items():
+                task.cancel()
+                connection.close()
+            raise
+        where = f"{self.target.host}:{self.target.port}"
+        reason = f"{type(failure).__name__}: {failure}" if failure is not None else "no connection"
+        raise TargetUnreachable(f"cannot open connections to {where}: {reason}")
 
     async def refresh(self, idle_for_ns: int, limit: int = 50) -> None:
         """Keep idle connections alive (servers close idle ones, uvicorn after 5 s) with a tiny GET;

@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from replayproxy import clock
+from replayproxy.errors import TargetUnreachable
+from replayproxy.replay import connection
 from replayproxy.replay.connection import Pool, Target
 from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
@@ -187,5 +189,34 @@ def test_a_connection_the_server_closed_is_not_handed_out_before_the_loop_reads_
         assert connection.closed
         server.close()
         await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_warm_up_keeps_the_connections_a_busy_server_answers_and_closes_the_silent_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """llama-server serves a few connections at once and leaves the rest waiting, unanswered: the
+    warm-up goes on with those that answered; only a server that answers none is unreachable."""
+    monkeypatch.setattr(connection, "WARM_STALL_S", 0.2)
+
+    async def main() -> None:
+        def answer_first_two(request: bytes, writer: asyncio.StreamWriter, number: int) -> None:
+            if number <= 2:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+        async with serving(answer_first_two) as server:
+            pool = Pool(Target.parse(server.url), clock.now_ns, connect_timeout_s=5.0)
+            started = clock.now_ns()
+            await pool.fill(6)
+            assert len(pool.idle) == 2 and server.connections == 6
+            assert clock.now_ns() - started < 3_000_000_000  # not the 5 s connect timeout
+            pool.close()
+
+        async with serving(lambda request, writer, number: None) as silent:
+            pool = Pool(Target.parse(silent.url), clock.now_ns, connect_timeout_s=0.3)
+            with pytest.raises(TargetUnreachable, match="cannot open connections"):
+                await pool.fill(3)
+            pool.close()
 
     asyncio.run(main())
