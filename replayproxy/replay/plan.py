@@ -66,9 +66,11 @@ def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
     """The schedule of the replayable requests among `rows` (arrival order)."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
     links = turns.links(cols, rows, speed)
-    first = turns.first_turns(rows, links.after)
+    first = turns.first_turns(rows, links.after, links.joins, links.join_index)
     times = scheduled_ns(cols.offset_ns[rows], speed)
-    return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
+    return Schedule(
+        rows.astype(np.int64), times, links.after, links.think_ns, first, links.joins, links.join_index
+    )
 
 
 class Planner:
@@ -196,6 +198,8 @@ class Planner:
             after=int(self.schedule.after[position]),
             think_ns=int(self.schedule.think_ns[position]),
             first=int(self.schedule.first[position]),
+            joins=self.schedule.joins_of(position),
+            spawned=bool(cols.spawned[row]),
         )
         if sessions is None:
             return prepared

@@ -15,14 +15,23 @@ START = 1_000_000
 NONE = -1
 
 
-def schedule(offsets: list[int], after: list[int] | None = None, think: list[int] | None = None) -> Schedule:
-    """Positions are trace indexes; `after`/`think` per position (NONE: a first turn)."""
+def schedule(
+    offsets: list[int],
+    after: list[int] | None = None,
+    think: list[int] | None = None,
+    joins: list[list[int]] | None = None,
+) -> Schedule:
+    """Positions are trace indexes; `after`/`think`/`joins` per position (NONE, []: a first turn)."""
     count = len(offsets)
     after = after if after is not None else [NONE] * count
     think = think if think is not None else [NONE] * count
+    joins = joins if joins is not None else [[] for _ in range(count)]
     first = [NONE] * count
     column = lambda values: np.array(values, np.int64)  # noqa: E731
-    return Schedule(column(range(count)), column(offsets), column(after), column(think), column(first))
+    join_index = column([0, *np.cumsum([len(j) for j in joins], dtype=np.int64).tolist()])
+    flat = column([j for js in joins for j in js])
+    return Schedule(column(range(count)), column(offsets), column(after), column(think), column(first), flat,
+                    join_index)  # fmt: skip
 
 
 def take_next(ledger: Ledger) -> tuple[int, int]:
