@@ -290,7 +290,10 @@ def _joined_at(new: Sequence[Any], joined: Sequence[str | None]) -> dict[int, st
     """Where the joined replies go among a join's new messages: the k-th assistant or tool message
     takes the k-th reply (a None keeps its planned text; replies beyond those messages are left out)."""
     slots = [i for i, m in enumerate(new) if isinstance(m, dict) and m.get("role") in ("assistant", "tool")]
-    return {i: text for i, text in zip(slots, joined, strict=False) if text is not None}
+    return {
+        i: str(new[i].get("content") or "") if text is None else text
+        for i, text in zip(slots, joined, strict=False)
+    }
 
 
 def _words(messages: Sequence[Any], alphabet: Sequence[str]) -> list[str]:
