@@ -37,6 +37,7 @@ class Prepared:
     think_ns: int = turns.NONE  # wait after that turn's end (ns, at the run's speed)
     first: int = turns.NONE  # trace index of the session's first replayed turn (sessions stay together)
     joins: tuple[int, ...] = ()  # trace indexes of further requests it waits for (a join's branches)
+    join_slots: tuple[int, ...] = ()  # message indexes where its recorded context had their replies
     spawned: bool = False  # `after` is a dependency only: it opens its own context
 
     @property

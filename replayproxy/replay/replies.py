@@ -198,7 +198,7 @@ class Threader:
             sent_reply = None if edited else reply
             built = await self._chat(
                 prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens,
-                () if edited else joined,
+                {} if edited else dict(zip(turn.join_slots, joined, strict=False)),
             )  # fmt: skip
         elif isinstance(prompt, list) and isinstance(body.get("prompt"), list):
             built = await self._ids(prompt, reply, body["prompt"], turn.expected_input_tokens)
@@ -227,12 +227,12 @@ class Threader:
         body: dict[str, Any],
         target: int,
         before_tokens: int,
-        joined: Sequence[str | None] = (),
+        joined: Mapping[int, str | None],
     ) -> list[Any] | None:
         """`before`, the reply as the assistant message (unless None: the turn keeps its own), then
-        the planned new messages: the `joined` replies in the assistant and tool messages, in order
-        (where the recorded join's context had the replies it joins), the others sized so that the
-        whole prompt has `target` tokens."""
+        the planned new messages: the `joined` replies (by message index: where the recorded join's
+        context had the replies it joins; None keeps the planned text there), the others sized so
+        that the whole prompt has `target` tokens."""
         messages = body.get("messages")
         if not isinstance(before, list) or not isinstance(messages, list):
             return None
@@ -244,7 +244,11 @@ class Threader:
             head, new = list(before), messages[n:]
         else:
             head, new = [*before, {"role": "assistant", "content": reply.text}], messages[n + 1 :]
-        fixed = _joined_at(new, joined)
+        fixed = {  # by index into `new`, whose first message is the head's length into the prompt
+            at - len(head): str(new[at - len(head)].get("content") or "") if text is None else text
+            for at, text in joined.items()
+            if 0 <= at - len(head) < len(new)
+        }
         new = [{**m, "content": fixed[i]} if i in fixed else m for i, m in enumerate(new)]
         sized = [i for i in range(len(new)) if i not in fixed]
         if target <= 0 or not sized:
@@ -284,16 +288,6 @@ class Threader:
         [ids] = await self.tokenizer.encode_text([head + " " + pool[0]], special=True)
         need = self._room(target - (len(ids) - 1), 1)
         return head + " " + " ".join(pool[i % len(pool)] for i in range(need))
-
-
-def _joined_at(new: Sequence[Any], joined: Sequence[str | None]) -> dict[int, str]:
-    """Where the joined replies go among a join's new messages: the k-th assistant or tool message
-    takes the k-th reply (a None keeps its planned text; replies beyond those messages are left out)."""
-    slots = [i for i, m in enumerate(new) if isinstance(m, dict) and m.get("role") in ("assistant", "tool")]
-    return {
-        i: str(new[i].get("content") or "") if text is None else text
-        for i, text in zip(slots, joined, strict=False)
-    }
 
 
 def _words(messages: Sequence[Any], alphabet: Sequence[str]) -> list[str]:

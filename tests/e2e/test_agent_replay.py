@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +61,48 @@ def test_a_replayed_agent_graph_keeps_every_edge_and_runs_branches_in_parallel(t
     for siblings in wide:
         spread = sent[siblings].max() - sent[siblings].min()
         assert spread < e2e[siblings].sum() - e2e[siblings].max()  # one after another takes at least that
+
+
+def graph_by_seed(columns: trace.Columns) -> dict[int, tuple[int | None, tuple[int, ...]]]:
+    """Per request (by its `seed`), the seeds of the request it continues and of those it joins."""
+    seed_of = {
+        int(c): int(s["seed"])
+        for c, s in zip(columns.chat_id.tolist(), columns.sampling.tolist(), strict=True)
+        if c
+    }
+    out = {}
+    for row, sampling in enumerate(columns.sampling.tolist()):
+        parent = seed_of.get(int(columns.parent_id[row]))
+        out[int(sampling["seed"])] = (parent, tuple(seed_of[int(j)] for j in columns.joins_of(row)))
+    return out
+
+
+def test_a_live_replay_sends_each_join_with_every_reply_it_joins(tmp_path: Path) -> None:
+    """Replayed with live replies through a second recording proxy: that proxy links each replayed
+    request to the replayed replies its body carries, so the graph it records is the original one
+    only if every join's body held the candidate's reply of each request it joins (and of the turn
+    it continues), where the recorded context had it. The joins quote the answers as assistant
+    messages: tool results go out as user messages (a tool message needs the call it answers), which
+    a proxy does not link (tests/replay/test_replies.py checks their slots)."""
+    sessions = [
+        replace(s, steps=tuple(replace(step, quoted=True) for step in s.steps))
+        for s in random_sessions(random.Random(11), 4, max_fan_out=4, max_depth=3)
+    ]
+    with sim("--speed", "10") as engine, start_proxy(engine.url, tmp_path / "traces") as proxy:
+        asyncio.run(AgentClient(proxy.url).run(sessions))
+        assert proxy.stop() == 0
+    paths = sorted((tmp_path / "traces").glob("*.rpt"))
+    columns = trace.load(paths)
+    assert any(len(columns.joins_of(row)) >= 2 for row in range(len(columns)))
+    live = ("--no-calibrate", "--sessions", "closed", "--replies", "live", "--seed", "3")
+    with (
+        sim("--speed", "5", "--output-seed", "9") as slower,
+        start_proxy(slower.url, tmp_path / "again") as proxy,
+    ):
+        result = replay(paths[0], proxy.url, tmp_path / "r.rpr", *live)
+        assert proxy.stop() == 0
+    index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+    assert len(index) == len(columns) and (result.column("error") == "").all()
+    assert violated(columns, index, sent, sent + e2e) == 0
+    again = trace.load(sorted((tmp_path / "again").glob("*.rpt")))
+    assert graph_by_seed(again) == graph_by_seed(columns)
