@@ -5,6 +5,7 @@ edge of the recorded graph checked in the result file)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -13,8 +14,10 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
-from tests.agents import AgentClient, random_sessions
+from replayproxy.cli import main
+from tests.agents import MODEL, AgentClient, random_sessions
 from tests.e2e.test_replay_sim import replay
+from tests.formats.test_agent_imports import lines, mooncake_rows, weka_trace
 from tests.servers import sim, start_proxy
 
 pytestmark = pytest.mark.slow
@@ -106,3 +109,30 @@ def test_a_live_replay_sends_each_join_with_every_reply_it_joins(tmp_path: Path)
     assert violated(columns, index, sent, sent + e2e) == 0
     again = trace.load(sorted((tmp_path / "again").glob("*.rpt")))
     assert graph_by_seed(again) == graph_by_seed(columns)
+
+
+def test_an_imported_agent_trace_replays_closed_loop_with_no_edge_violated(tmp_path: Path) -> None:
+    """Claude Code sessions in the WEKA format (sub-agents spawned, joined by the parent's next
+    request) and an agentic-Mooncake session, imported and replayed against a sim slower than the
+    recording at `--speed 10`: sent at their offsets (open loop) some requests would go before a
+    reply they wait for ended; closed loop, none does."""
+    src = tmp_path / "weka"
+    src.mkdir()
+    for name in ("8712b46f-04e", "f99f3001-351"):
+        (src / f"{name}.json").write_text(json.dumps(weka_trace(name)))
+    mooncake = lines(tmp_path / "am.jsonl", mooncake_rows())
+    for source, kind in ((src, "weka"), (mooncake, "agentic-mooncake")):
+        imported = tmp_path / f"{kind}.rpt"
+        assert main(["import", str(source), "--format", kind, "-o", str(imported)]) == 0
+        columns = trace.load([imported])
+        assert any(len(columns.joins_of(row)) for row in range(len(columns)))
+        counts = {}
+        with sim() as slow:
+            for mode in ("open", "closed"):
+                out = tmp_path / f"{kind}-{mode}.rpr"
+                options = ("--no-calibrate", "--sessions", mode, "--speed", "10", "--model", MODEL)
+                result = replay(imported, slow.url, out, *options)
+                index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+                assert len(index) == len(columns) and (result.column("error") == "").all()
+                counts[mode] = violated(columns, index, sent, sent + e2e)
+        assert counts["closed"] == 0 and counts["open"] > 0, (kind, counts)
