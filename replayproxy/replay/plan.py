@@ -66,9 +66,11 @@ def schedule(cols: Columns, rows: np.ndarray, speed: float) -> Schedule:
     """The schedule of the replayable requests among `rows` (arrival order)."""
     rows = rows[replayable(cols)[rows]] if len(rows) else rows
     links = turns.links(cols, rows, speed)
-    first = turns.first_turns(rows, links.after)
+    first = turns.first_turns(rows, links.after, links.joins, links.join_index)
     times = scheduled_ns(cols.offset_ns[rows], speed)
-    return Schedule(rows.astype(np.int64), times, links.after, links.think_ns, first)
+    return Schedule(
+        rows.astype(np.int64), times, links.after, links.think_ns, first, links.joins, links.join_index
+    )
 
 
 class Planner:
@@ -196,6 +198,9 @@ class Planner:
             after=int(self.schedule.after[position]),
             think_ns=int(self.schedule.think_ns[position]),
             first=int(self.schedule.first[position]),
+            joins=(joins := self.schedule.joins_of(position)),
+            join_slots=_join_slots(cols, row, int(self.schedule.after[position]), len(joins)),
+            spawned=bool(cols.spawned[row]),
         )
         if sessions is None:
             return prepared
@@ -214,6 +219,17 @@ def iter_prepared(
     """`prepare` one request at a time: a caller that writes each body out (an export of millions
     of prompts) never holds them all."""
     return iter(Planner(cols, rows, flavor, options))
+
+
+def _join_slots(cols: Columns, row: int, parent: int, count: int) -> tuple[int, ...]:
+    """Where a join's recorded context held the replies it joins, by message index: its first
+    `count` assistant and tool messages after its parent's reply (the proxy links a join by those;
+    the plan sends tool results as user messages, so the roles alone no longer say it)."""
+    if not count or parent < 0:
+        return ()
+    roles = str(cols.roles[row])
+    after_reply = len(str(cols.roles[parent])) + 1
+    return tuple(i for i in range(after_reply, len(roles)) if roles[i] in "at")[:count]
 
 
 def _donors(owners: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from replayproxy.replay import turns
+from replayproxy.trace import ragged_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,9 @@ class Prepared:
     after: int = turns.NONE  # trace index of the session's previous selected turn (closed loop waits for it)
     think_ns: int = turns.NONE  # wait after that turn's end (ns, at the run's speed)
     first: int = turns.NONE  # trace index of the session's first replayed turn (sessions stay together)
+    joins: tuple[int, ...] = ()  # trace indexes of further requests it waits for (a join's branches)
+    join_slots: tuple[int, ...] = ()  # message indexes where its recorded context had their replies
+    spawned: bool = False  # `after` is a dependency only: it opens its own context
 
     @property
     def group(self) -> int:
@@ -51,6 +55,12 @@ class Schedule(NamedTuple):
     after: np.ndarray  # int64: trace index of the session's previous selected turn, or turns.NONE
     think_ns: np.ndarray  # int64: wait after that turn's end (at the run's speed), or turns.NONE
     first: np.ndarray  # int64: trace index of the session's first replayed turn, or turns.NONE
+    joins: np.ndarray  # int64: trace indexes of further requests each waits for, laid end to end...
+    join_index: np.ndarray  # int64: ...position i's are joins[join_index[i]:join_index[i + 1]]
+
+    def joins_of(self, position: int) -> tuple[int, ...]:
+        """The trace indexes of the further requests `position` waits for besides `after`."""
+        return tuple(self.joins[self.join_index[position] : self.join_index[position + 1]].tolist())
 
     @property
     def group(self) -> np.ndarray:
@@ -59,10 +69,19 @@ class Schedule(NamedTuple):
         return out
 
     def take(self, positions: np.ndarray) -> Schedule:
-        return Schedule(*(column[positions] for column in self))
+        joins, join_index = ragged_rows(self.joins, self.join_index, positions)
+        trace_index, scheduled_ns, after, think_ns, first = (c[positions] for c in self[:5])
+        return Schedule(trace_index, scheduled_ns, after, think_ns, first, joins, join_index)
 
 
 def schedule_of(prepared: Sequence[Prepared]) -> Schedule:
     """The schedule of requests prepared up front (in schedule order)."""
-    names = ("index", "scheduled_ns", "after", "think_ns", "first")  # Schedule's fields, in order
-    return Schedule(*(np.array([getattr(p, name) for p in prepared], np.int64) for name in names))
+
+    def column(name: str) -> np.ndarray:
+        return np.array([getattr(p, name) for p in prepared], np.int64)
+
+    join_index = np.zeros(len(prepared) + 1, np.int64)
+    np.cumsum([len(p.joins) for p in prepared], out=join_index[1:])
+    joins = np.array([j for p in prepared for j in p.joins], np.int64)
+    return Schedule(column("index"), column("scheduled_ns"), column("after"), column("think_ns"),
+                    column("first"), joins, join_index)  # fmt: skip

@@ -4,9 +4,10 @@ The replay's counterpart of proxy.exchange. The driver (replay.runner) reports w
 request was sent or ended, bodies arrived linked otherwise than the schedule said (relinked, moved
 here, moved away) — and asks for the earliest (deadline, position) to send next. Open loop: a
 request is due at the run start plus its scheduled offset. Closed loop: a request whose parents are
-in this sender's schedule leaves the timed order and is due when the last of them ended, at that
-end plus its think time. A request has a list of parents (a session's previous turn is one), so a
-request that waits for several turns is the same rule with a longer list.
+in this sender's schedule (the turn it continues, `after`, and the further requests it joins,
+`joins`) leaves the timed order and is due when the last of them ended, at that end plus its think
+time; a request none of whose parents is here keeps its offset. A session's previous turn is a list
+of one parent, a join's branches a longer list: the same rule.
 """
 
 from __future__ import annotations
@@ -55,12 +56,17 @@ class Ledger:
             int, int
         ] = {}  # trace index -> end of a turn that requests arriving later may extend
         self._think: dict[int, int] = {}  # position -> think time, where the planner said otherwise
-        after = schedule.after
-        waits = np.zeros(len(after), dtype=bool)
+        waits = np.zeros(len(schedule.after), dtype=bool)
         if closed_loop:
-            waits = (after >= 0) & np.isin(after, schedule.trace_index)
-        for position in np.flatnonzero(waits).tolist():
-            self._wait(position, [int(after[position])])
+            positions = np.arange(len(waits))
+            owner = np.concatenate([positions, np.repeat(positions, np.diff(schedule.join_index))])
+            parents = np.concatenate([schedule.after, schedule.joins])
+            ours = np.flatnonzero((parents >= 0) & np.isin(parents, schedule.trace_index))
+            ours = ours[np.argsort(owner[ours], kind="stable")]  # by position: after, then its joins
+            waits[owner[ours]] = True
+            for position, parent in zip(owner[ours].tolist(), parents[ours].tolist(), strict=True):
+                self._parents_left[position] = self._parents_left.get(position, 0) + 1
+                self._children.setdefault(parent, []).append(position)
         self._timed: deque[int] = deque(np.flatnonzero(~waits).tolist())  # sent at their offsets, in order
 
     def next(self) -> tuple[int, int] | None:

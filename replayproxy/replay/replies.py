@@ -154,23 +154,34 @@ class Threader:
         self.counts.target_calls = calls_made(self.tokenizer) - self._calls_before
         return self.counts.record()
 
-    async def wire_after(self, previous: RequestTimeline, turn: Prepared, wire: bytes) -> bytes | None:
-        """The request bytes of `turn` (planned as `wire`) after its previous turn ended (None: as
-        planned). Streamed requests carry their bodies only inside their wire bytes."""
+    async def wire_after(
+        self, previous: RequestTimeline, joins: Sequence[RequestTimeline | None], turn: Prepared, wire: bytes
+    ) -> bytes | None:
+        """The request bytes of `turn` (planned as `wire`) after its previous turn and the requests
+        it joins (None: not replayed here) ended; None: as planned. Streamed requests carry their
+        bodies only inside their wire bytes."""
         if previous.error or previous.status != 200:
             self.counts.keep("the previous turn failed")
             return None
         reply = reply_of(previous.reads, previous.prepared.stream)
+        joined = [
+            None if j is None or j.error or j.status != 200 else reply_of(j.reads, j.prepared.stream).text
+            for j in joins
+        ]
         sent = previous.prepared
         if not sent.body:
             sent = replace(sent, body=body_of(previous.wire))
-        body = await self.body_after(sent, reply, turn if turn.body else replace(turn, body=body_of(wire)))
+        planned = turn if turn.body else replace(turn, body=body_of(wire))
+        body = await self.body_after(sent, reply, planned, joined)
         if body is None or self._target is None:
             return None
         return self._target.request_bytes("POST", turn.path, body, self._headers)
 
-    async def body_after(self, previous: Prepared, reply: Reply, turn: Prepared) -> bytes | None:
-        """The body of `turn` continuing `previous` with `reply`; None keeps the planned body."""
+    async def body_after(
+        self, previous: Prepared, reply: Reply, turn: Prepared, joined: Sequence[str | None] = ()
+    ) -> bytes | None:
+        """The body of `turn` continuing `previous` with `reply`, and carrying the `joined` replies
+        of the requests it joins (None: its planned text stays); None keeps the planned body."""
         prompt = self._sent.get(previous.index)
         self._continued[previous.index] -= 1
         if self._continued[previous.index] <= 0:  # its last follower: forget what it sent
@@ -186,8 +197,9 @@ class Threader:
         if turn.endpoint == "chat":
             sent_reply = None if edited else reply
             built = await self._chat(
-                prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens
-            )
+                prompt, sent_reply, body, turn.expected_input_tokens, previous.expected_input_tokens,
+                {} if edited else dict(zip(turn.join_slots, joined, strict=False)),
+            )  # fmt: skip
         elif isinstance(prompt, list) and isinstance(body.get("prompt"), list):
             built = await self._ids(prompt, reply, body["prompt"], turn.expected_input_tokens)
         elif isinstance(prompt, str) and isinstance(body.get("prompt"), str):
@@ -209,10 +221,18 @@ class Threader:
         return max(need, parts)
 
     async def _chat(
-        self, before: Any, reply: Reply | None, body: dict[str, Any], target: int, before_tokens: int
+        self,
+        before: Any,
+        reply: Reply | None,
+        body: dict[str, Any],
+        target: int,
+        before_tokens: int,
+        joined: Mapping[int, str | None],
     ) -> list[Any] | None:
         """`before`, the reply as the assistant message (unless None: the turn keeps its own), then
-        the planned new messages sized to `target` tokens."""
+        the planned new messages: the `joined` replies (by message index: where the recorded join's
+        context had the replies it joins; None keeps the planned text there), the others sized so
+        that the whole prompt has `target` tokens."""
         messages = body.get("messages")
         if not isinstance(before, list) or not isinstance(messages, list):
             return None
@@ -224,19 +244,29 @@ class Threader:
             head, new = list(before), messages[n:]
         else:
             head, new = [*before, {"role": "assistant", "content": reply.text}], messages[n + 1 :]
-        if target <= 0:
+        fixed = {  # by index into `new`, whose first message is the head's length into the prompt
+            at - len(head): str(new[at - len(head)].get("content") or "") if text is None else text
+            for at, text in joined.items()
+            if 0 <= at - len(head) < len(new)
+        }
+        new = [{**m, "content": fixed[i]} if i in fixed else m for i, m in enumerate(new)]
+        sized = [i for i in range(len(new)) if i not in fixed]
+        if target <= 0 or not sized:
             return [*head, *new]
-        probe = [*head, *({"role": m["role"], "content": pool[i]} for i, m in enumerate(new))]
+        probe = [
+            *head,
+            *({"role": m["role"], "content": fixed.get(i, pool[i % len(pool)])} for i, m in enumerate(new)),
+        ]
         [ids] = await self.tokenizer.encode_chat([Chat(probe, body.get("tools"))])
         if reply is not None and before_tokens > 0:
             self.counts.round_trip(reply.ids, ids[before_tokens:])
-        need = self._room(target - (len(ids) - len(new)), len(new))
-        lengths = _split(need, [len(str(m.get("content") or "").split()) for m in new])
-        contents, at = [], 0
-        for length in lengths:
-            contents.append(" ".join(pool[(at + j) % len(pool)] for j in range(length)))
+        need = self._room(target - (len(ids) - len(sized)), len(sized))
+        lengths = _split(need, [len(str(new[i].get("content") or "").split()) for i in sized])
+        contents, at = dict(fixed), 0
+        for i, length in zip(sized, lengths, strict=True):
+            contents[i] = " ".join(pool[(at + j) % len(pool)] for j in range(length))
             at += length
-        return [*head, *({**m, "content": c} for m, c in zip(new, contents, strict=True))]
+        return [*head, *({**m, "content": contents[i]} for i, m in enumerate(new))]
 
     async def _ids(self, before: list[Any], reply: Reply, planned: list[Any], target: int) -> list[int]:
         reply_ids = reply.ids

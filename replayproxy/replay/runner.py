@@ -174,8 +174,10 @@ class Runner:
     def _finished(self, timeline: RequestTimeline) -> None:
         prepared = timeline.prepared
         extendable = self.closed_loop and prepared.after >= 0 and prepared.endpoint == "chat"
+        if self.live is not None:
+            self.live.ended(timeline)
         for free in self.ledger.ended(prepared.index, timeline.end_at, extendable=extendable):
-            self._continue(timeline, free.position)
+            self._continue(timeline, free)
         if extendable and self.live is not None:
             self.live.keep(timeline)
         self._flying.discard(timeline)
@@ -186,12 +188,12 @@ class Runner:
         if not self._flying:
             self._idle.set()
 
-    def _continue(self, timeline: RequestTimeline, position: int) -> None:
-        """`position` continues the turn of `timeline`, which ended: due after its think time."""
+    def _continue(self, timeline: RequestTimeline, free: Continuation) -> None:
+        """`free.position` waited for `timeline`, the last of its parents to end: due after its think time."""
         if self.live is None:
-            self._release(position, timeline.end_at)
+            self._release(free.position, free.end_ns)
         else:
-            self.live.start(timeline, position)
+            self.live.start(free, timeline)
 
     def _release(self, position: int, end_ns: int) -> None:
         self.ledger.release(position, end_ns)
@@ -205,10 +207,10 @@ class Runner:
             ledger.moved_away(position)
         for position in window.joined:
             prepared = window.peek(position)[0]
-            self._follow(ledger.joined(position, [prepared.after], prepared.think_ns))
+            self._follow(ledger.joined(position, [prepared.after, *prepared.joins], prepared.think_ns))
         for position in window.relinked:
             prepared = window.peek(position)[0]
-            self._follow(ledger.relinked(position, [prepared.after], prepared.think_ns))
+            self._follow(ledger.relinked(position, [prepared.after, *prepared.joins], prepared.think_ns))
         window.moved.clear()
         window.joined.clear()
         window.relinked.clear()

@@ -15,7 +15,7 @@ import numpy as np
 
 from replayproxy.errors import BadOption
 from replayproxy.replay.schedule import TraceSlice, select
-from replayproxy.trace import Columns
+from replayproxy.trace import Columns, ragged_rows
 
 Mode = Literal["closed", "open"]
 SessionsOption = Literal["auto", "closed", "open"]  # auto: closed when a session has several turns
@@ -106,81 +106,117 @@ def _chosen(keys: np.ndarray, seed: int, fraction: float) -> np.ndarray:
 
 
 class Links(NamedTuple):
-    """Per selected row: the trace row of the turn before it in its session (NONE for a first
-    turn), and the think time to wait after that turn's end, at the replay's speed (ns)."""
+    """Per selected row: the trace row of the request it continues (NONE: none, it goes at its
+    offset), the trace rows of the further requests it waits for (`joins[join_index[i]:join_index[i
+    + 1]]`), and the think time to wait after the last of them ended, at the replay's speed (ns)."""
 
     after: np.ndarray
     think_ns: np.ndarray
+    joins: np.ndarray
+    join_index: np.ndarray
 
 
 def links(cols: Columns, rows: np.ndarray, speed: float) -> Links:
-    """Each selected turn's predecessor among the selected rows, and its think time: as recorded,
-    else the recorded gap between the previous turn's end and this arrival (imported traces), at
-    least 0. The predecessor is the turn it continues (`parent_id`) where that is selected, so
-    branches of one turn each wait for it alone and run in parallel; a request that also joins
-    other replies (`join_ids`) waits for the one of them that ended last as recorded. Otherwise it
-    is the session's previous selected turn. Vectorized: traces of millions of requests are normal."""
+    """What each selected request waits for among the selected rows, and its think time: as
+    recorded, else the recorded gap between the end of the last of them and this arrival (imported
+    traces), at least 0. A request that names dependencies (`parent_id`, `join_ids`) waits for those
+    selected: the turn it continues (`after`; the first selected join stands in when its parent is
+    not selected) and every further one (`joins`), so branches of one turn each wait for it alone
+    and run in parallel, and a join waits for all it joins; when none is selected it goes at its
+    recorded offset. A request that names none (a trace without reply hashes) waits for its
+    session's previous selected turn. Vectorized: traces of millions of requests are normal."""
+    deps, dep_index = _dependencies(cols, rows)
+    count = np.diff(dep_index)
+    has = np.flatnonzero(count > 0)
     after = np.full(len(rows), NONE, dtype=np.int64)
+    after[has] = deps[dep_index[has]]
+    named = (cols.parent_id[rows] != 0) | (np.diff(cols.join_index)[rows] > 0)
+    previous = _previous_turns(cols.session[rows], rows)
+    unnamed = np.flatnonzero(~named & (previous >= 0))
+    after[unnamed] = previous[unnamed]
+    first_dep = np.zeros(len(deps), dtype=bool)
+    first_dep[dep_index[has]] = True
+    join_index = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.maximum(count - 1, 0), out=join_index[1:])
     think = np.full(len(rows), NONE, dtype=np.int64)
-    sessions = cols.session[rows]
+    waits = np.flatnonzero(after >= 0)
+    if not len(waits):
+        return Links(after, think, deps[~first_dep], join_index)
+    ends = cols.offset_ns + np.maximum(cols.e2e_ns, 0)
+    last_end = ends[after]
+    if len(has):  # the last recorded end among each request's dependencies
+        np.maximum.at(last_end, np.repeat(np.arange(len(rows)), count), ends[deps])
+    row = rows[waits].astype(np.int64)
+    recorded = cols.think_ns[row].astype(np.int64)
+    recorded = np.where(recorded < 0, cols.offset_ns[row] - last_end[waits], recorded)
+    think[waits] = np.rint(np.maximum(recorded, 0) / speed).astype(np.int64)  # half to even, as round()
+    return Links(after, think, deps[~first_dep], join_index)
+
+
+def _previous_turns(sessions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per selected row, the trace row of its session's previous selected row; NONE for a first."""
+    previous = np.full(len(rows), NONE, dtype=np.int64)
     linked = np.flatnonzero(sessions != 0)
-    if not len(linked):
-        return Links(after, think)
     order = linked[np.argsort(sessions[linked], kind="stable")]  # by session, then selection order
     same = sessions[order[1:]] == sessions[order[:-1]]
-    later, earlier = order[1:][same], order[:-1][same]
-    previous = rows[earlier].astype(np.int64)
-    graph = _graph_predecessors(cols, rows)
-    found = graph[later] >= 0
-    previous[found] = graph[later][found]
-    row = rows[later].astype(np.int64)
-    after[later] = previous
-    recorded = cols.think_ns[row].astype(np.int64)
-    ends = cols.offset_ns[previous] + np.maximum(cols.e2e_ns[previous], 0)
-    recorded = np.where(recorded < 0, cols.offset_ns[row] - ends, recorded)
-    think[later] = np.rint(np.maximum(recorded, 0) / speed).astype(np.int64)  # half to even, as round()
-    return Links(after, think)
+    previous[order[1:][same]] = rows[order[:-1][same]]
+    return previous
 
 
-def _graph_predecessors(cols: Columns, rows: np.ndarray) -> np.ndarray:
-    """Per selected row, the trace row of the selected reply it waits for last: its parent (by
-    `parent_id` = a selected row's `chat_id`), or among its parent and joins the one whose recorded
-    reply ended last; NONE when none of them is selected."""
-    out = np.full(len(rows), NONE, dtype=np.int64)
+def _dependencies(cols: Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per selected row, the trace rows of the selected earlier requests it names (its parent by
+    `parent_id`, then its `join_ids` in order, each once), laid end to end, and their index."""
+    parents = np.asarray(cols.parent_id[rows], dtype=np.uint64)
+    join_ids, join_at = ragged_rows(cols.join_ids, cols.join_index, rows)
+    owner = np.concatenate([np.arange(len(rows)), np.repeat(np.arange(len(rows)), np.diff(join_at))])
+    named = np.concatenate([parents, np.asarray(join_ids, dtype=np.uint64)])
+    rank = np.concatenate([np.zeros(len(rows), np.int64), 1 + np.arange(len(join_ids), dtype=np.int64)])
     chats = cols.chat_id[rows]
-    named = np.flatnonzero(chats != 0)
-    if not len(named):
-        return out
-    by_chat = named[np.argsort(chats[named], kind="stable")]
-    sorted_chats = chats[by_chat]
+    found = np.full(len(named), NONE, dtype=np.int64)
+    known = np.flatnonzero(chats != 0)
+    if len(known):
+        by_chat = known[np.argsort(chats[known], kind="stable")]  # the earliest of equal ids first
+        sorted_chats = chats[by_chat]
+        at = np.minimum(np.searchsorted(sorted_chats, named), len(by_chat) - 1)
+        hit = (named != 0) & (sorted_chats[at] == named)
+        found[hit] = rows[by_chat[at[hit]]]
+    keep = (found >= 0) & (found < rows[owner])
+    owner, found, rank = owner[keep], found[keep], rank[keep]
+    order = np.lexsort((rank, owner))
+    owner, found = owner[order], found[order]
+    fresh = np.ones(len(found), dtype=bool)  # each dependency once: its first mention
+    if len(found):
+        pairs = owner * (int(found.max()) + 1) + found
+        _, firsts = np.unique(pairs, return_index=True)
+        fresh[:] = False
+        fresh[firsts] = True
+    owner, found = owner[fresh], found[fresh]
+    index = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=len(rows)), out=index[1:])
+    return found, index
 
-    def find(ids: np.ndarray) -> np.ndarray:
-        at = np.minimum(np.searchsorted(sorted_chats, ids), len(by_chat) - 1)
-        return np.where((ids != 0) & (sorted_chats[at] == ids), rows[by_chat[at]], NONE).astype(np.int64)
 
-    out[:] = find(cols.parent_id[rows])
-    join_counts = np.diff(cols.join_index)[rows]
-    ends = cols.offset_ns + np.maximum(cols.e2e_ns, 0)
-    for position in np.flatnonzero(join_counts > 0).tolist():
-        deps = find(cols.joins_of(int(rows[position])))
-        deps = np.concatenate([deps, out[position : position + 1]])
-        deps = deps[(deps >= 0) & (deps < rows[position])]
-        if len(deps):
-            out[position] = int(deps[np.argmax(ends[deps])])
-    return out
-
-
-def first_turns(rows: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Per selected row, the trace row of its session's first selected turn (itself when first):
-    the `after` chains followed to their roots by pointer doubling."""
+def first_turns(
+    rows: np.ndarray, after: np.ndarray, joins: np.ndarray | None = None, join_index: np.ndarray | None = None
+) -> np.ndarray:
+    """Per selected row, the trace row of the first selected request of its graph (itself when
+    first): the smallest row connected to it through `after` and `joins` links, found by
+    propagating the smallest label along the links and pointer doubling until nothing changes."""
     sorter = np.argsort(rows, kind="stable")
-    linked = after >= 0
-    parent = np.arange(len(rows), dtype=np.int64)
-    parent[linked] = sorter[np.searchsorted(rows, after[linked], sorter=sorter)]
+    child = np.flatnonzero(after >= 0)
+    parent = after[child]
+    if joins is not None and join_index is not None and len(joins):
+        child = np.concatenate([child, np.repeat(np.arange(len(rows)), np.diff(join_index))])
+        parent = np.concatenate([parent, joins])
+    parent = sorter[np.searchsorted(rows, parent, sorter=sorter)]
+    label = np.arange(len(rows), dtype=np.int64)
     while True:
-        grand = parent[parent]
-        if np.array_equal(grand, parent):
+        before = label.copy()
+        low = np.minimum(label[child], label[parent])
+        np.minimum.at(label, child, low)
+        np.minimum.at(label, parent, low)
+        label = label[label]
+        if np.array_equal(label, before):
             break
-        parent = grand
-    out: np.ndarray = rows[parent].astype(np.int64)
+    out: np.ndarray = rows[label].astype(np.int64)
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ import pytest
 
 from replayproxy import trace
 from replayproxy.cli import main
-from tests.agents import AgentClient, random_sessions
+from tests.agents import MODEL, AgentClient, random_sessions
 from tests.e2e.test_replay_sim import replay
+from tests.formats.test_agent_imports import lines, mooncake_rows, weka_trace
 from tests.servers import sim, start_proxy
 
 pytestmark = pytest.mark.slow
@@ -101,3 +103,75 @@ def test_agent_sessions_reported_by_makespan_beside_production(
     share = by_label["fast"]["cached_share"]
     assert share is not None and share["per_call"]["count"] == len(columns)
     assert share["recorded"] is not None and share["recorded"]["count"] > 0
+
+
+def graph_by_seed(columns: trace.Columns) -> dict[int, tuple[int | None, tuple[int, ...]]]:
+    """Per request (by its `seed`), the seeds of the request it continues and of those it joins."""
+    seed_of = {
+        int(c): int(s["seed"])
+        for c, s in zip(columns.chat_id.tolist(), columns.sampling.tolist(), strict=True)
+        if c
+    }
+    out = {}
+    for row, sampling in enumerate(columns.sampling.tolist()):
+        parent = seed_of.get(int(columns.parent_id[row]))
+        out[int(sampling["seed"])] = (parent, tuple(seed_of[int(j)] for j in columns.joins_of(row)))
+    return out
+
+
+def test_a_live_replay_sends_each_join_with_every_reply_it_joins(tmp_path: Path) -> None:
+    """Replayed with live replies through a second recording proxy: that proxy links each replayed
+    request to the replayed replies its body carries, so the graph it records is the original one
+    only if every join's body held the candidate's reply of each request it joins (and of the turn
+    it continues), where the recorded context had it. The joins quote the answers as assistant
+    messages: tool results go out as user messages (a tool message needs the call it answers), which
+    a proxy does not link (tests/replay/test_replies.py checks their slots)."""
+    sessions = [
+        replace(s, steps=tuple(replace(step, quoted=True) for step in s.steps))
+        for s in random_sessions(random.Random(11), 4, max_fan_out=4, max_depth=3)
+    ]
+    with sim("--speed", "10") as engine, start_proxy(engine.url, tmp_path / "traces") as proxy:
+        asyncio.run(AgentClient(proxy.url).run(sessions))
+        assert proxy.stop() == 0
+    paths = sorted((tmp_path / "traces").glob("*.rpt"))
+    columns = trace.load(paths)
+    assert any(len(columns.joins_of(row)) >= 2 for row in range(len(columns)))
+    live = ("--no-calibrate", "--sessions", "closed", "--replies", "live", "--seed", "3")
+    with (
+        sim("--speed", "5", "--output-seed", "9") as slower,
+        start_proxy(slower.url, tmp_path / "again") as proxy,
+    ):
+        result = replay(paths[0], proxy.url, tmp_path / "r.rpr", *live)
+        assert proxy.stop() == 0
+    index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+    assert len(index) == len(columns) and (result.column("error") == "").all()
+    assert violated(columns, index, sent, sent + e2e) == 0
+    again = trace.load(sorted((tmp_path / "again").glob("*.rpt")))
+    assert graph_by_seed(again) == graph_by_seed(columns)
+
+
+def test_an_imported_agent_trace_replays_closed_loop_with_no_edge_violated(tmp_path: Path) -> None:
+    """Claude Code sessions in the WEKA format (sub-agents spawned, joined by the parent's next
+    request) and an agentic-Mooncake session, imported and replayed against a sim slower than the
+    recording at `--speed 10`: sent at their offsets (open loop) some requests would go before a
+    reply they wait for ended; closed loop, none does."""
+    src = tmp_path / "weka"
+    src.mkdir()
+    for name in ("8712b46f-04e", "f99f3001-351"):
+        (src / f"{name}.json").write_text(json.dumps(weka_trace(name)))
+    mooncake = lines(tmp_path / "am.jsonl", mooncake_rows())
+    for source, kind in ((src, "weka"), (mooncake, "agentic-mooncake")):
+        imported = tmp_path / f"{kind}.rpt"
+        assert main(["import", str(source), "--format", kind, "-o", str(imported)]) == 0
+        columns = trace.load([imported])
+        assert any(len(columns.joins_of(row)) for row in range(len(columns)))
+        counts = {}
+        with sim() as slow:
+            for mode in ("open", "closed"):
+                out = tmp_path / f"{kind}-{mode}.rpr"
+                options = ("--no-calibrate", "--sessions", mode, "--speed", "10", "--model", MODEL)
+                result = replay(imported, slow.url, out, *options)
+                index, sent, e2e = (result.column(c) for c in ("index", "sent_ns", "e2e_ns"))
+                assert len(index) == len(columns) and (result.column("error") == "").all()
+                counts[mode] = violated(columns, index, sent, sent + e2e)
+        assert counts["closed"] == 0 and counts["open"] > 0, (kind, counts)

@@ -364,8 +364,9 @@ def test_dynamo_refuses_mixed_block_sizes_and_damaged_rows(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- agentic Mooncake
 
 
-def test_agentic_mooncake_wait_for_gives_parents_joins_and_waits(tmp_path: Path) -> None:
-    rows = [
+def mooncake_rows() -> list[dict[str, Any]]:
+    """Root a, branch b1 continuing it, sub-agent b2 spawned by it (its own prefix), join j of both."""
+    return [
         {
             "request_id": "a",
             "session_id": "s",
@@ -406,6 +407,10 @@ def test_agentic_mooncake_wait_for_gives_parents_joins_and_waits(tmp_path: Path)
             "tool_wait_ms": 50,
         },
     ]
+
+
+def test_agentic_mooncake_wait_for_gives_parents_joins_and_waits(tmp_path: Path) -> None:
+    rows = mooncake_rows()
     imported = agentic_mooncake.read(lines(tmp_path / "am.jsonl", rows), ImportOptions())
     cols = written(imported, tmp_path / "am.rpt")
     # j has no timestamp: placed at its latest dependency's arrival plus its wait, a lower bound

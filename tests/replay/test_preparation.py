@@ -15,7 +15,8 @@ def schedule(firsts: list[int]) -> Schedule:
     count = len(firsts)
     index = np.arange(count, dtype=np.int64)
     none = np.full(count, -1, np.int64)
-    return Schedule(index, index * 1000, none, none, np.array(firsts, np.int64))
+    no_joins = np.zeros(len(index) + 1, np.int64)
+    return Schedule(index, index * 1000, none, none, np.array(firsts, np.int64), no_joins[:0], no_joins)
 
 
 def test_open_loop_deals_round_robin_in_schedule_order() -> None:

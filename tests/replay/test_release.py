@@ -15,14 +15,23 @@ START = 1_000_000
 NONE = -1
 
 
-def schedule(offsets: list[int], after: list[int] | None = None, think: list[int] | None = None) -> Schedule:
-    """Positions are trace indexes; `after`/`think` per position (NONE: a first turn)."""
+def schedule(
+    offsets: list[int],
+    after: list[int] | None = None,
+    think: list[int] | None = None,
+    joins: list[list[int]] | None = None,
+) -> Schedule:
+    """Positions are trace indexes; `after`/`think`/`joins` per position (NONE, []: a first turn)."""
     count = len(offsets)
     after = after if after is not None else [NONE] * count
     think = think if think is not None else [NONE] * count
+    joins = joins if joins is not None else [[] for _ in range(count)]
     first = [NONE] * count
     column = lambda values: np.array(values, np.int64)  # noqa: E731
-    return Schedule(column(range(count)), column(offsets), column(after), column(think), column(first))
+    join_index = column([0, *np.cumsum([len(j) for j in joins], dtype=np.int64).tolist()])
+    flat = column([j for js in joins for j in js])
+    return Schedule(column(range(count)), column(offsets), column(after), column(think), column(first), flat,
+                    join_index)  # fmt: skip
 
 
 def take_next(ledger: Ledger) -> tuple[int, int]:
@@ -239,4 +248,94 @@ def test_generated_schedules_send_everything_once_by_the_rules(
             assert deadline == ends[parent] + max(int(planned.think_ns[position]), 0)
             assert at >= ends[parent]
         else:
+            assert deadline == START + int(planned.scheduled_ns[position])
+
+
+# Session graphs: a request waits for the turn it continues and every request it joins.
+
+
+def test_a_join_is_released_when_the_last_of_its_branches_ended_plus_its_think_time() -> None:
+    """Root 0 fans out branches 1-3; join 4 continues branch 1 and joins 2 and 3."""
+    graph = schedule([0, 10, 10, 10, 40], after=[NONE, 0, 0, 0, 1], think=[NONE, 2, 3, 4, 25],
+                     joins=[[], [], [], [], [2, 3]])  # fmt: skip
+    ledger = Ledger(graph, START, closed_loop=True)
+    assert take_next(ledger) == (START, 0)
+    ledger.sent()
+    assert ledger.next() is None  # the branches wait for the root, the join for all of them
+    released = ledger.ended(0, START + 100, extendable=False)
+    assert released == [Continuation(p, 0, START + 100) for p in (1, 2, 3)]
+    for free in released:
+        ledger.release(free.position, free.end_ns)
+    assert [take_next(ledger) for _ in range(3)] == [(START + 102, 1), (START + 103, 2), (START + 104, 3)]
+    for _ in range(3):
+        ledger.sent()
+    assert ledger.ended(3, START + 700, extendable=False) == []  # a branch ending last as recorded...
+    assert ledger.ended(1, START + 300, extendable=False) == []
+    assert ledger.next() is None
+    assert ledger.ended(2, START + 900, extendable=False) == [Continuation(4, 2, START + 900)]  # ...or not
+    ledger.release(4, START + 900)
+    assert take_next(ledger) == (START + 925, 4)
+
+
+def test_a_join_waits_only_for_the_parents_in_the_schedule_and_keeps_its_offset_without_any() -> None:
+    """Join 2 continues 0 and joins 77 (not replayed); join 3 names only requests not replayed."""
+    graph = schedule([0, 5, 20, 30], after=[NONE, NONE, 0, 88], think=[NONE, NONE, 6, 9],
+                     joins=[[], [], [77, 1], [77]])  # fmt: skip
+    ledger = Ledger(graph, START, closed_loop=True)
+    assert [take_next(ledger) for _ in range(2)] == [(START, 0), (START + 5, 1)]
+    ledger.sent()
+    ledger.sent()
+    assert take_next(ledger) == (START + 30, 3)  # its parents are all absent: open loop
+    assert ledger.ended(0, START + 50, extendable=False) == []
+    assert ledger.ended(1, START + 40, extendable=False) == [Continuation(2, 0, START + 50)]
+
+
+def test_a_relinked_join_waits_for_every_one_of_its_parents() -> None:
+    ledger = Ledger(schedule([0, 0, 10]), START, closed_loop=True)
+    for _ in range(2):
+        take_next(ledger)
+        ledger.sent()
+    assert ledger.relinked(2, [0, 1], 4) is None
+    assert ledger.ended(0, START + 80, extendable=False) == []
+    assert ledger.ended(1, START + 60, extendable=False) == [Continuation(2, 0, START + 80)]
+
+
+ABSENT = 10_000  # a trace index no sender replays (cut, failed, sampled out)
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> tuple[Schedule, list[int]]:
+    """Requests in arrival order, each continuing an earlier one (or none, or one not replayed) and
+    joining up to three more; with think times and durations."""
+    count = draw(st.integers(1, 14))
+    offsets = sorted(draw(st.lists(st.integers(0, 100_000), min_size=count, max_size=count)))
+    after, joins, think, durations = [], [], [], []
+    for position in range(count):
+        earlier = [*range(position), ABSENT]
+        parent = draw(st.sampled_from([NONE, *earlier]))
+        more = draw(st.lists(st.sampled_from(earlier), max_size=3, unique=True))
+        after.append(parent)
+        joins.append([j for j in more if j != parent])
+        think.append(draw(st.integers(-5, 20_000)))
+        durations.append(draw(st.integers(0, 60_000)))
+    return schedule(offsets, after, think, joins), durations
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(), st.booleans(), st.integers(0, 3))
+def test_generated_graphs_release_each_request_at_the_end_of_its_last_parent_plus_its_think_time(
+    graph: tuple[Schedule, list[int]], closed_loop: bool, cap: int
+) -> None:
+    planned, durations = graph
+    sent, ends, most = run(Ledger(planned, START, closed_loop=closed_loop, max_concurrency=cap), durations)
+    assert sorted(sent) == list(range(len(durations)))  # each request sent exactly once
+    assert not cap or most <= cap
+    for position, (deadline, at) in sent.items():
+        named = [int(planned.after[position]), *planned.joins_of(position)]
+        parents = [p for p in named if 0 <= p < len(durations)]  # those replayed
+        if closed_loop and parents:
+            assert all(at >= ends[p] for p in parents)  # never before all its parents ended
+            last = max(ends[p] for p in parents)
+            assert deadline == last + max(int(planned.think_ns[position]), 0)
+        else:  # open loop, or every parent absent: its recorded offset
             assert deadline == START + int(planned.scheduled_ns[position])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,39 @@ def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
     assert (
         orjson.loads(short or b"{}")["messages"][-1]["content"].count(" ") == 0 and threader.counts.short == 1
     )
+
+
+@pytest.mark.parametrize("slot", ["assistant", "tool"])
+def test_a_join_carries_every_joined_reply_where_its_context_had_them(
+    local: tuple[LocalTokenizer, exact.Alphabet], slot: str
+) -> None:
+    """A join continuing branch 0 and joining branches 1 and 2: the parent's reply after its prompt,
+    the joined replies in the assistant (quoted answers) or tool (tool results) messages after it,
+    in order, and the other messages sized so the prompt keeps its recorded length."""
+    tokenizer, letters = local
+    words = letters.words
+    first = [
+        {"role": "system", "content": " ".join(words[:30])},
+        {"role": "user", "content": " ".join(words[30:40])},
+    ]
+    said = lambda at, role="user": {"role": role, "content": " ".join(words[at : at + 6])}  # noqa: E731
+    planned = [*first, said(50, "assistant"), said(60), said(70, slot), said(80), said(90, slot), said(100)]
+    previous, turn = _prepared(0, "chat", first, 50), _prepared(3, "chat", planned, 180, after=0)
+    turn = replace(turn, join_slots=(4, 6) if slot == "assistant" else (4, 6, 9))  # as the plan says
+    threader = _threader(local)
+    joined = ["Branch one found the river bend.", "Branch two: (mostly) dry!", "a third, past the end"]
+    reply = replies.Reply("Branch zero says hello.", None, False)
+    body = asyncio.run(threader.body_after(previous, reply, turn, joined))
+    messages = orjson.loads(body or b"{}")["messages"]
+    assert messages[:3] == [*first, {"role": "assistant", "content": reply.text}]
+    assert [m["role"] for m in messages] == [m["role"] for m in planned]
+    assert messages[4] == {"role": slot, "content": joined[0]}
+    assert messages[6] == {"role": slot, "content": joined[1]}  # the third's slot is past the end: left out
+    assert len(tokenizer.encode_chat_now([Chat(messages)])[0]) == 180
+    # a joined request that failed (None) keeps its planned text in its slot
+    kept = asyncio.run(threader.body_after(previous, reply, turn, [None, joined[0]]))
+    kept_messages = orjson.loads(kept or b"{}")["messages"]
+    assert kept_messages[4] == planned[4] and kept_messages[6]["content"] == joined[0]
 
 
 def test_a_token_id_turn_appends_the_generated_ids() -> None:
