@@ -19,6 +19,9 @@ from tests.servers import sim
 pytestmark = pytest.mark.slow
 
 
+# Timing: the hop's sign compares two processes' clocks around one write; with both cores busy the
+# replayer can be preempted between its write and its clock reading, longer than the hop itself.
+@pytest.mark.serial
 def test_the_replay_is_timed_at_a_proxy_like_production(
     recorded: Path,  # noqa: F811 — the fixture
     bpe_tokenizer: Path,
