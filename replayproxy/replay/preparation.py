@@ -23,6 +23,7 @@ from replayproxy import trace
 from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.replay import (
     calibrate,
+    clock_offset,
     exact,
     exactness,
     flavors,
@@ -40,6 +41,7 @@ from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
+from replayproxy.tasks import spawn
 from replayproxy.trace import storage
 from replayproxy.trace.reuse import prefix_reuse
 
@@ -80,6 +82,7 @@ class RunPlan:
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
     preparer: Preparer | None = None  # streams the bodies
+    clock_reference: dict[str, Any] | None = None  # with --start-at: the wall clock vs the target's
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the preparer, and the
     # local copies of a remote trace it reads: ended by `close`
 
@@ -176,6 +179,10 @@ async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> 
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
     target = Target.parse(options.target)
     async with probe_http.session(max(60.0, options.timeout)) as session:
+        offset = None  # a start shared with other replayers: how far this clock is from a common one
+        if options.start_at:
+            offset = spawn(clock_offset.against_date(session, target.url + "/v1/models", options.headers),
+                           name="replay-clock-offset")  # fmt: skip
         guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
         info = await describe(session, target.url, guess, options.headers)
         flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
@@ -222,6 +229,7 @@ async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> 
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
         live, exact_record["replies"] = _live_replies(options, mode, book, chosen.path, flavor, target, model)
+        reference = await offset if offset is not None else None
     # closed loop: the planner rewrites each later turn from the turns before it (replay.continuations)
     plan_options = replace(plan_options, closed_loop=mode == "closed", live_replies=live is not None)
     planned = plan.schedule(cols, rows, speed)
@@ -245,7 +253,7 @@ async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> 
     return RunPlan(
         planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
-        live=live,
+        live=live, clock_reference=reference,
     )  # fmt: skip
 
 
