@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Callable
 from email.utils import formatdate
 
@@ -13,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from replayproxy import clock
 from replayproxy.replay.clock_offset import against_date
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,7 +38,7 @@ async def _measure(date_of: Callable[[], float]) -> dict[str, int] | None:
 
 @pytest.mark.parametrize("behind_s", [0.0, 2.37, -0.61])
 def test_the_offset_against_the_targets_date_is_within_its_bound(behind_s: float) -> None:
-    found = asyncio.run(_measure(lambda: time.time() - behind_s))
+    found = asyncio.run(_measure(lambda: clock.wall_ns() / 1e9 - behind_s))
     assert found is not None and found["probes"] == 6
     assert found["bound_ns"] < 150_000_000  # six probes: from 1 s to well under it
     assert abs(found["offset_ns"] - behind_s * 1e9) <= found["bound_ns"] + 20_000_000, found
@@ -46,4 +46,4 @@ def test_the_offset_against_the_targets_date_is_within_its_bound(behind_s: float
 
 def test_two_clocks_behind_one_address_give_no_offset() -> None:
     replicas = itertools.cycle([0.0, 5.0])  # a load balancer alternating between two replicas
-    assert asyncio.run(_measure(lambda: time.time() - next(replicas))) is None
+    assert asyncio.run(_measure(lambda: clock.wall_ns() / 1e9 - next(replicas))) is None
