@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import os
 import resource
 import secrets
@@ -51,11 +52,13 @@ from replayproxy.trace import load, write_trace  # noqa: E402
 from tests import conversations, servers  # noqa: E402 — the router test's conversations and servers
 
 _LOAD = """
-import resource, sys, time
+import sys, time
 from replayproxy.trace import load
 t = time.perf_counter()
 cols = load(sys.argv[1:])
-print(len(cols), time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+seconds = time.perf_counter() - t
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print(len(cols), seconds, int(status["VmHWM"].split()[0]) / 1024)
 """
 
 
@@ -115,12 +118,12 @@ def timed_load(env: dict[str, str], *names: str) -> tuple[int, float, float]:
 
 
 def forwarding(
-    work: Path, segments: list[Path], rate: float, duration_s: float
+    work: Path, segments: list[Path], copies: int, rate: float, duration_s: float
 ) -> dict[str, dict[str, float]]:
     """E2E and TTFT p50/p99 (ms) through a recording proxy, without and with uploads going on: the
-    second proxy starts with copies of the segments in its trace directory (closed files left by
-    an earlier run, which it uploads at once) and rotates every second. Returns the figures and
-    how many files were still waiting when the load ended (>0: uploads ran throughout)."""
+    second proxy starts with `copies` copies of the segments in its trace directory (closed files
+    left by an earlier run, which it uploads at once) and rotates every second. Returns the figures
+    and how many files were still waiting when the load ended (>0: uploads ran throughout)."""
     upstream = po._free_port()
     up = [sys.executable, po.__file__, "--role", "upstream", "--port", str(upstream), "--gap-ms", "1"]
     out: dict[str, dict[str, float]] = {}
@@ -130,8 +133,8 @@ def forwarding(
             (here / "traces").mkdir(parents=True)
             argv = po.proxy_argv("replayproxy+rec", po._free_port(), upstream, here)
             if upload:
-                for i, f in enumerate(segments):
-                    (here / "traces" / f"trace-20261207T120000Z-{i:04d}.rpt").write_bytes(f.read_bytes())
+                for i, f in enumerate(segments * copies):
+                    (here / "traces" / f"trace-20261207T120000Z-{i:05d}.rpt").write_bytes(f.read_bytes())
                 argv += ["--upload-url", "s3://fleet/forwarding", "--pod-name", "bench", "--rotate-s", "1"]
             port = int(argv[argv.index("--listen") + 1].rsplit(":", 1)[1])
             with po._process(argv, 0, "proxy listening on"):
@@ -148,21 +151,20 @@ def forwarding(
 
 def replay_start(env: dict[str, str], trace: str, target: str, out: Path, limit: int) -> tuple[float, float]:
     """`replay` of the trace's first `limit` requests: seconds from launching the command to its
-    first request (its run's start), and the peak RSS (MB) of its largest process."""
-    argv = [sys.executable, "-m", "replayproxy", "replay", trace, "--target", target, "-o", str(out),
-            "--flavor", "vllm", "--limit", str(limit), "--quiet"]  # fmt: skip
+    first request, and the peak RSS (MB) of its largest process (sender or preparer), as GNU time
+    reports it: ru_maxrss of a process started from a small one (started from this process, it
+    would start at this process's size)."""
+    argv = ["/usr/bin/time", "-f", "maxrss_kb %M", sys.executable, "-m", "replayproxy", "replay", trace,
+            "--target", target, "-o", str(out), "--flavor", "vllm", "--limit", str(limit),
+            "--quiet"]  # fmt: skip
     launched = wall_ns()
-    process = subprocess.Popen(
-        argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    assert process.stderr is not None
-    if process.returncode != 0:
-        raise RuntimeError(f"replay of {trace} failed: {process.stderr.read().decode()[-2000:]}")
+    done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"replay of {trace} failed: {done.stderr[-2000:]}")
+    maxrss_kb = int(done.stderr.rsplit("maxrss_kb ", 1)[1].split()[0])
     (result,) = load_results([out])
     first = min(t for t in result.column("sent_ns").tolist() if t >= 0)
-    return (result.header.start_wall_ns + first - launched) / 1e9, usage.ru_maxrss / 1024
+    return (result.header.start_wall_ns + first - launched) / 1e9, maxrss_kb / 1024
 
 
 def recorded_sessions(work: Path, conversations_n: int, turns: int) -> Path:
@@ -279,7 +281,8 @@ def main() -> None:
         n_remote, remote_s, remote_rss = timed_load(env, "s3://fleet/traces/")
         assert n_remote == n_local == args.requests, (n_remote, n_local)
 
-        forwarded = forwarding(Path(tmp) / "forwarding", files, args.rate, args.duration)
+        copies = max(1, math.ceil(1.5 * args.duration * (size / upload_s) / size))  # uploads outlast the load
+        forwarded = forwarding(Path(tmp) / "forwarding", files, copies, args.rate, args.duration)
 
         with servers.sim("--speed", "50") as sim:
             out = Path(tmp) / "start"
@@ -312,7 +315,7 @@ def main() -> None:
             f"  {name:15s}: E2E p50 {f['e2e_p50']:.2f} ms p99 {f['e2e_p99']:.2f} ms, "
             f"TTFT p50 {f['ttft_p50']:.2f} ms p99 {f['ttft_p99']:.2f} ms, {f['ok']:.0f}/{f['sent']:.0f} ok"
             + (
-                f", {f['waiting']:.0f} of {args.segments} old segments still waiting at the end"
+                f", {f['waiting']:.0f} of {args.segments * copies} old segments still waiting at the end"
                 if "with" in name
                 else ""
             )

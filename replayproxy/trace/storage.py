@@ -221,7 +221,7 @@ def local_copies(raws: Iterable[Named], suffix: str) -> Iterator[list[Source]]:
     and its preparer process), which then read the local copies by path instead of each
     downloading the objects. Local files are passed as they are."""
     sources = expand(raws, suffix)
-    with tempfile.TemporaryDirectory(prefix="replayproxy-copies-") as directory:
+    with tempfile.TemporaryDirectory(prefix="replayproxy-copies-", ignore_cleanup_errors=True) as directory:
         copies: list[Source] = list(sources)
         pending = {
             at: (s.url, _executor().submit(_download, s.url, Path(directory) / f"{at:06d}{s.suffix}"))
