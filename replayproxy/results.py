@@ -142,6 +142,7 @@ class RunHeader:
     repetitions: int = 1
     warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
     contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
+    clock: dict[str, Any] = field(default_factory=dict)  # this run's clock against a shared start
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -53,9 +55,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def s3_server(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[S3]:
+def s3_server(monkeypatch: pytest.MonkeyPatch | None = None, log: Path | None = None) -> Iterator[S3]:
     """moto's server on a free loopback port until the block ends; with `monkeypatch`, this
-    process's environment points at it too (for commands run in-process)."""
+    process's environment points at it too (for commands run in-process); with `log`, its request
+    log (one line per request: method, path, status) goes to that file (see `gets`)."""
     port = _free_port()
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     endpoint = f"http://127.0.0.1:{port}"
@@ -66,7 +69,10 @@ def s3_server(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[S3]:
         "AWS_ENDPOINT_URL_S3": endpoint,
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    with children.owned(argv, 0.0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
+    with (
+        open(log or os.devnull, "wb") as requests,
+        children.owned(argv, 0.0, stdout=subprocess.DEVNULL, stderr=requests) as process,
+    ):
         deadline = time.perf_counter() + 60
         while True:
             try:
@@ -97,6 +103,12 @@ def _subclasses(cls: type) -> Iterator[type]:
     for sub in cls.__subclasses__():
         yield sub
         yield from _subclasses(sub)
+
+
+def gets(log: Path, key: str) -> int:
+    """How many GET requests the server logged (s3_server's `log`) for the object `key`."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())  # the log colours some statuses
+    return len(re.findall(rf'"GET /{re.escape(key)}[ ?]', plain))
 
 
 def environment(s3: S3) -> dict[str, str]:

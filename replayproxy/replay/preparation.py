@@ -9,6 +9,7 @@ the first request goes out within seconds whatever the trace's length.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from replayproxy import trace
 from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.replay import (
     calibrate,
+    clock_offset,
     exact,
     exactness,
     flavors,
@@ -39,6 +41,8 @@ from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
+from replayproxy.tasks import spawn
+from replayproxy.trace import storage
 from replayproxy.trace.reuse import prefix_reuse
 
 _log = logging.getLogger("replayproxy.replay")
@@ -77,7 +81,10 @@ class RunPlan:
     contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
-    preparer: Preparer | None = None  # streams the bodies; closed by `close`
+    preparer: Preparer | None = None  # streams the bodies
+    clock_reference: dict[str, Any] | None = None  # with --start-at: the wall clock vs the target's
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the preparer, and the
+    # local copies of a remote trace it reads: ended by `close`
 
     @property
     def closed_loop(self) -> bool:
@@ -115,9 +122,8 @@ class RunPlan:
         return deal(self.schedule, self.send, count, self.closed_loop)
 
     def close(self) -> None:
-        """End the preparer process (after the last run)."""
-        if self.preparer is not None:
-            self.preparer.close()
+        """End the preparer process and remove the trace's local copies (after the last run)."""
+        self.held.close()
 
 
 def deal(planned: Schedule, send: np.ndarray, count: int, by_session: bool) -> list[np.ndarray]:
@@ -141,19 +147,21 @@ async def prepare_run(options: ReplayOptions) -> RunPlan:
 
     The flavor's pre-run actions (cache resets) are left to `procedure.reset_target`, right before
     each measured run, so that a warm-up or an earlier repetition does not leave the cache warm.
+    A remote trace is downloaded once, here, to local copies that this process and the preparer
+    both read.
     """
-    preparer = Preparer(options.traces)
-    try:
-        run_plan = await _prepare(options)
-    except BaseException:
-        preparer.close()
-        raise
-    run_plan.preparer = preparer
+    with contextlib.ExitStack() as held:
+        traces = held.enter_context(storage.local_copies(options.traces, trace.SUFFIX))
+        preparer = Preparer([t if isinstance(t, storage.Spilled) else str(t) for t in traces])
+        held.callback(preparer.close)  # before the copies are removed
+        run_plan = await _prepare(options, traces)
+        run_plan.preparer = preparer
+        run_plan.held = held.pop_all()
     return run_plan
 
 
-async def _prepare(options: ReplayOptions) -> RunPlan:
-    cols = trace.load(options.traces, digest=True)
+async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> RunPlan:
+    cols = trace.load(traces, digest=True)
     if not len(cols):  # what the read skipped is the reason: said in the one line
         losses = f" ({'; '.join(cols.report.warnings)})" if cols.report.warnings else ""
         raise BadInputFile(
@@ -171,6 +179,10 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         speed = speed_for_rate(cols.offset_ns[rows], options.request_rate)
     target = Target.parse(options.target)
     async with probe_http.session(max(60.0, options.timeout)) as session:
+        offset = None  # a start shared with other replayers: how far this clock is from a common one
+        if options.start_at:
+            offset = spawn(clock_offset.against_date(session, target.url + "/v1/models", options.headers),
+                           name="replay-clock-offset")  # fmt: skip
         guess = flavors.get("openai" if options.flavor == "auto" else options.flavor)
         info = await describe(session, target.url, guess, options.headers)
         flavor = flavors.get(flavors.guess(info.models)) if options.flavor == "auto" else guess
@@ -217,6 +229,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
         live, exact_record["replies"] = _live_replies(options, mode, book, chosen.path, flavor, target, model)
+        reference = await offset if offset is not None else None
     # closed loop: the planner rewrites each later turn from the turns before it (replay.continuations)
     plan_options = replace(plan_options, closed_loop=mode == "closed", live_replies=live is not None)
     planned = plan.schedule(cols, rows, speed)
@@ -240,7 +253,7 @@ async def _prepare(options: ReplayOptions) -> RunPlan:
     return RunPlan(
         planned, send, rows, plan_options, flavor, info, outcome, max(1, size),
         tuple(cols.report.paths), cols.report.content.hexdigest(), profile, speed, sessions=mode,
-        live=live,
+        live=live, clock_reference=reference,
     )  # fmt: skip
 
 

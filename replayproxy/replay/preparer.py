@@ -2,7 +2,8 @@
 
 Planning walks every request in arrival order (a request's prompt copies its prefix donor's,
 whichever sender sends the donor), so it is done once, here, not once per sender. The process is
-started before the target is described and loads the trace meanwhile; each run (a warm-up, a
+started before the target is described and loads the trace meanwhile (a remote trace from the local
+copies its parent downloaded: one download serves both); each run (a warm-up, a
 measured run) is then one `Job`: the schedule, which sender sends each request, and one pipe per
 sender (passed over the control socket), into which it writes that sender's requests as batches of
 wire bytes (replay.feed). Pipes whose senders stop reading (their windows are full) make the
@@ -31,6 +32,7 @@ from replayproxy.replay import feed, flavors
 from replayproxy.replay.connection import Target
 from replayproxy.replay.plan import Planner, PlanOptions
 from replayproxy.replay.prepared import Prepared, Schedule
+from replayproxy.trace import storage
 
 PIPE_BYTES = 1 << 20  # asked of the kernel for each sender's pipe (Linux; the default is 64 KiB)
 PREPARER_NICE = 10  # on the sender's only core, the sender wins the CPU whenever it wakes for a send
@@ -53,7 +55,9 @@ class Job:
 class Preparer:
     """The parent's handle on the preparer process: started early, given one job per run."""
 
-    def __init__(self, traces: Sequence[str]) -> None:
+    def __init__(self, traces: Sequence[str | storage.Spilled]) -> None:
+        """`traces`: names as `trace.load` takes them, or local copies of remote objects (read
+        from there, not downloaded again)."""
         self._context = multiprocessing.get_context("spawn")
         self._control, child = self._context.Pipe(duplex=True)  # a socket: it carries pipes too
         self._process = self._context.Process(
@@ -99,7 +103,7 @@ class Preparer:
             self._process.join(5)
 
 
-def _main(traces: tuple[str, ...], control: Pipe) -> None:
+def _main(traces: tuple[str | storage.Spilled, ...], control: Pipe) -> None:
     """Entry point of the preparer process: load the trace, then serve jobs until the parent closes.
     Ctrl-C is the senders' to handle: when they stop reading, the job ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -14,7 +14,13 @@ from replayproxy.replay.preparation import RunPlan
 from replayproxy.results import ReplayResult, ResultWriter, RunHeader
 
 
-def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_timing: str) -> RunHeader:
+def header_for(
+    options: ReplayOptions,
+    run: RunPlan,
+    start_wall_ns: int,
+    token_timing: str,
+    clock: dict[str, Any] | None = None,
+) -> RunHeader:
     return RunHeader(
         label=options.label or f"{run.flavor.name}@{Target.parse(options.target).host_header}",
         target=options.target,
@@ -34,6 +40,7 @@ def header_for(options: ReplayOptions, run: RunPlan, start_wall_ns: int, token_t
         repetitions=options.repeat,
         warmup=run.warmup,
         contract=run.contract,
+        clock=clock or {},
     )
 
 
@@ -44,11 +51,13 @@ def write_results(
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
     stopped_s: float | None = None,
+    clock: dict[str, Any] | None = None,
 ) -> summary.Summary:
     """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
 
     `stopped_s`: the run was interrupted that many seconds after its start; the footer says it is
     partial, so reports neither take it for a whole run nor count its cut-off requests as errors.
+    `clock`: what the run measured of its clock (replay.clock_offset.record).
     """
     ordered = sorted(results, key=lambda r: r.index)
     token_timing = "token" if any(r.chunk_tokens for r in ordered) else "chunk"
@@ -61,7 +70,7 @@ def write_results(
         facts["partial"] = True
         facts["stopped_after_s"] = round(stopped_s, 3)
         facts["planned_requests"] = run.requests
-    writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing))
+    writer = ResultWriter(options.output, header_for(options, run, start_wall_ns, token_timing, clock))
     for result in ordered:
         writer.write(result)
     writer.write_extra("trace_profile", run.trace_profile)

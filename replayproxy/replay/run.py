@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from replayproxy import clock
 from replayproxy.errors import BadOption, RunAborted
 from replayproxy.replay import (
+    clock_offset,
     contract,
     procedure,
     progress,
@@ -25,11 +26,10 @@ from replayproxy.replay import (
     workers,
 )
 from replayproxy.replay.connection import Target
-from replayproxy.replay.options import ReplayOptions
+from replayproxy.replay.options import ReplayOptions, parse_start_at
 from replayproxy.replay.preparation import RunPlan, prepare_run
 from replayproxy.replay.sidecars import Sidecars
 from replayproxy.replay.summary import Summary
-from replayproxy.results import ReplayResult
 
 T = TypeVar("T")
 
@@ -142,12 +142,14 @@ async def _measure(
         scheduled = plan.schedule.scheduled_ns[plan.send].tolist()
         tracker = progress.Tracker(progress.display_for(progress_mode, "replay"), scheduled, clock.now_ns)
 
+        outcome = sender.Outcome()
+
         def start() -> int:
+            outcome.ready_ns = clock.now_ns()
             start_ns = sender.start_ns_for(options)
             sidecars.start(start_ns)
             return start_ns
 
-        outcome = sender.Outcome()
         try:
             if options.workers > 1:
                 await workers.run_workers(sending, plan, tracker.update, start, outcome)
@@ -171,7 +173,7 @@ async def _measure(
             _save_partial(options, plan, outcome, tracker, sidecars, "stopped early")
             raise
         live = outcome.live_replies
-        return _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, live_replies=live)
+        return _finish(options, plan, outcome, tracker, sidecars, live_replies=live)
     finally:
         sidecars.stop()  # a no-op once _finish collected them
         if tracker is not None:
@@ -191,7 +193,7 @@ def _save_partial(
         return  # stopped before the start: nothing was sent, nothing to save
     stopped_s = max(0, clock.now_ns() - outcome.start_ns) / 1e9
     live = outcome.live_replies
-    _finish(options, plan, outcome.results, outcome.start_ns, tracker, sidecars, stopped_s, live)
+    _finish(options, plan, outcome, tracker, sidecars, stopped_s, live)
     lost = plan.requests - len(outcome.results)
     unsent = f", {lost} of {plan.requests} planned requests not sent or lost" if lost else ""
     print(
@@ -203,8 +205,7 @@ def _save_partial(
 def _finish(
     options: ReplayOptions,
     plan: RunPlan,
-    results: list[ReplayResult],
-    start_ns: int,
+    outcome: sender.Outcome,
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
@@ -212,15 +213,19 @@ def _finish(
 ) -> Summary:
     """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
     `live_replies` (counts of the turns built from replies) becomes a side record."""
+    results, start_ns = outcome.results, outcome.start_ns
     ttfts = [r.ttft_ns for r in results if not r.error and r.ttft_ns >= 0]
     errors = sum(1 for r in results if r.error)
     lags = [r.sent_ns - r.scheduled_ns for r in results if r.sent_ns >= 0]
     tracker.start_ns = tracker.start_ns or start_ns
     tracker.close(progress.Reading(plan.requests, len(lags), len(results), errors, lags, ttfts))
-    start_wall_ns = clock.Anchor.take().to_wall(start_ns)
+    end = clock.Anchor.take()
+    start_wall_ns = end.to_wall(start_ns)
+    start_at = parse_start_at(options.start_at) if options.start_at else 0
+    clocks = clock_offset.record(start_at, start_ns, outcome.ready_ns, end, plan.clock_reference)
     extras = dict(sidecars.stop())
     after = telemetry.scrape_cache_state(options.cache_metrics_url)
     extras["prefix_cache"] = {"before": plan.pre_run.get("prefix_cache", {}), "after": after}
     if live_replies:
         extras["live_replies"] = live_replies
-    return result_file.write_results(options, plan, results, start_wall_ns, extras, stopped_s)
+    return result_file.write_results(options, plan, results, start_wall_ns, extras, stopped_s, clocks)

@@ -50,6 +50,7 @@ class Outcome:
 
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
+    ready_ns: int = 0  # monotonic time the start was decided at: everything was ready to send
     live_replies: dict[str, Any] = field(default_factory=dict)  # replies.Counts.record(), if live
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from replayproxy.report.document_types import (
     GroupDoc,
     RunDoc,
     SessionsDoc,
+    ShardClockDoc,
     SloClause,
     StepDoc,
     SweepDoc,
@@ -154,6 +156,7 @@ def run_doc(run: Run, slos: tuple[Slo, ...], baseline: Run | None = None) -> Run
         "prefix_cache": cache.prefix_cache_doc(run),
         "sessions": _sessions_doc(m),
         "cached_share": cache.cached_share_doc(run, baseline),
+        "shard_clocks": [_shard_clock_doc(c) for c in run.shard_clocks],
         "breakdowns": {
             "input_length": [group_doc(g) for g in breakdown.by_input_length(m)],
             "endpoint": [group_doc(g) for g in breakdown.by_endpoint(m)],
@@ -171,6 +174,28 @@ def _telemetry_doc(run: Run, requests: int) -> TelemetryDoc | None:
     """The engine's own view of the run, from the first telemetry record (one per run)."""
     records = run.extras.get("telemetry", [])
     return telemetry.summarize(records[0], requests) if records else None
+
+
+def _shard_clock_doc(record: dict[str, Any]) -> ShardClockDoc:
+    reference = record.get("reference")
+    reference = reference if isinstance(reference, dict) else {}
+    source = reference.get("source")
+    return {
+        "shard": str(record.get("shard", "")),
+        "lag_p99_ms": _scaled(record.get("lag_p99_ms"), 1.0),
+        "clock_offset_ms": _scaled(reference.get("offset_ns"), 1e-6),
+        "clock_offset_bound_ms": _scaled(reference.get("bound_ns"), 1e-6),
+        "clock_reference": source if isinstance(source, str) else None,
+        "ready_before_start_s": _scaled(record.get("ready_before_start_ns"), 1e-9),
+        "wall_drift_ms": _scaled(record.get("wall_drift_ns"), 1e-6),
+    }
+
+
+def _scaled(value: object, scale: float) -> float | None:
+    """A number read from a result header, scaled; None where it is missing or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return num(value * scale)
 
 
 def _trace_prefix_reuse(run: Run) -> float | None:

@@ -228,6 +228,19 @@ class CachedShareDoc(TypedDict):
     difference: Summary | None  # per call: this run's share - the recorded share
 
 
+class ShardClockDoc(TypedDict):
+    """One shard of a sharded run: its schedule lag and what it measured of its clock
+    (replay.clock_offset); None where not measured."""
+
+    shard: str
+    lag_p99_ms: float | None
+    clock_offset_ms: float | None  # its wall clock minus the reference's (positive: it started early)
+    clock_offset_bound_ms: float | None  # the offset is within this of the truth
+    clock_reference: str | None
+    ready_before_start_s: float | None
+    wall_drift_ms: float | None
+
+
 class RunDoc(TypedDict):
     """One run's figures, in the order `--json` writes them."""
 
@@ -277,6 +290,7 @@ class RunDoc(TypedDict):
     prefix_cache: PrefixCacheDoc | None
     sessions: SessionsDoc | None
     cached_share: CachedShareDoc | None  # None when no call reported cached tokens
+    shard_clocks: list[ShardClockDoc]
     breakdowns: Breakdowns
 
 

@@ -15,6 +15,7 @@ nanosecond, e.g. a copied file) is counted once and named.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ import numpy as np
 
 from replayproxy.errors import BadInputFile
 from replayproxy.report import telemetry
-from replayproxy.report.measures import Measures, Requests, measure
+from replayproxy.report.measures import NS_PER_MS, Measures, Requests, measure
+from replayproxy.report.stats import summarize
 from replayproxy.results import ResultFile, RunHeader, load_results
 from replayproxy.trace import ReadReport
 
@@ -52,6 +54,9 @@ class Run:
     prepared_late: int = 0  # requests sent late because their bodies were not prepared in time
     at_speed: bool = False  # the label was replayed at several loads: headings name the load
     damage: tuple[str, ...] = ()  # what made its files readable only in part (figures cover what was read)
+    shard_clocks: tuple[
+        dict[str, Any], ...
+    ] = ()  # per shard: its schedule lag p99 and clock (RunHeader.clock)
 
     @property
     def speed(self) -> float | None:
@@ -233,7 +238,16 @@ def _run(files: list[ResultFile]) -> Run:
         footer=files[0].footer,
         cancelled=int(cut_off.sum()),
         prepared_late=sum(int(f.column("prepared_late").sum()) for f in files),
+        shard_clocks=tuple(_shard_clock(f) for f in files) if len(files) > 1 or header.clock else (),
     )
+
+
+def _shard_clock(f: ResultFile) -> dict[str, Any]:
+    """One shard's schedule lag p99 (on its own clock) beside what it measured of that clock."""
+    sent, scheduled = f.column("sent_ns"), f.column("scheduled_ns")
+    lag = (sent - scheduled)[(sent >= 0) & (scheduled >= 0)]
+    p99 = summarize(lag / NS_PER_MS).p99 if len(lag) else math.nan
+    return {"shard": f.header.shard, "lag_p99_ms": p99, **f.header.clock}
 
 
 def _requests(files: list[ResultFile]) -> Requests:

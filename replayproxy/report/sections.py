@@ -472,6 +472,39 @@ def prefix_cache_section(doc: Document) -> list[Table]:
     return [Table("Prefix cache", ["figure", *(r["label"] for r in runs)], rows, notes, "prefix_cache")]
 
 
+def shards_section(doc: Document) -> list[Table]:
+    """Per shard of a sharded run: its schedule lag (on its own clock) beside its clock's offset
+    (which lag cannot show: a shard whose clock is ahead starts early by as much)."""
+    tables = []
+    for run in doc["runs"]:
+        if not run["shard_clocks"]:
+            continue
+        rows = [
+            [
+                c["shard"] or MISSING,
+                fmt(c["lag_p99_ms"]),
+                MISSING
+                if c["clock_offset_ms"] is None
+                else f"{fmt(c['clock_offset_ms'])} ± {fmt(c['clock_offset_bound_ms'])}",
+                fmt(c["ready_before_start_s"]),
+                fmt(c["wall_drift_ms"]),
+            ]
+            for c in run["shard_clocks"]
+        ]
+        sources = sorted({c["clock_reference"] for c in run["shard_clocks"] if c["clock_reference"]})
+        notes = [
+            f"clock offset: the shard's wall clock minus {' / '.join(sources) or 'a reference'} "
+            "(one-second resolution, bounded by timed probes): positive means it started that much early",
+            "ready: how long before the start everything was ready; wall drift: the start as the wall "
+            "clock read after the run minus --start-at (the clock slewed or stepped meanwhile)",
+        ]
+        header = ["shard", "lag p99 ms", "clock offset ms", "ready before start s", "wall drift ms"]
+        tables.append(
+            Table(f"Shards of {run['name']}: schedule lag and clock", header, rows, notes, "shards")
+        )
+    return tables
+
+
 def warnings_section(doc: Document) -> list[Table]:
     if not doc["warnings"]:
         return []
@@ -495,6 +528,7 @@ SECTIONS: list[Callable[[Document], list[Table]]] = [
     gpu_section,
     sessions_section,
     depth_section,
+    shards_section,
     warnings_section,
 ]
 

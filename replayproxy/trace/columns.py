@@ -21,7 +21,7 @@ from replayproxy.trace.fleet import join_sessions
 from replayproxy.trace.frames import ReadReport
 from replayproxy.trace.header import FORMAT_NAME, FORMAT_VERSION, TraceFormatError, TraceHeader
 from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
-from replayproxy.trace.storage import Named, ObjectURL, Source
+from replayproxy.trace.storage import Named, ObjectURL, Source, Spilled
 
 
 def read_trace_files(
@@ -188,7 +188,7 @@ def load(
     With `digest`, `report.content` is the sha256 of the files' bytes in path order, taken from
     the bytes read here (so a replay need not read its trace twice to name it in its results).
     """
-    if isinstance(paths, str | os.PathLike | ObjectURL):
+    if isinstance(paths, str | os.PathLike | ObjectURL | Spilled):
         paths = [paths]
     report = ReadReport(content=hashlib.sha256() if digest else None)
     wanted = None if fields is None else {"offset_ns", *RAGGED, *fields}

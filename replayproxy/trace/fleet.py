@@ -5,22 +5,45 @@ keyed `chat_id` equals its `parent_id`. Behind a router that spreads one convers
 pods, the pod that gets turn 2 never saw turn 1's reply, so it starts a new session there (turn 0,
 think time unknown). Sidecars sharing a hash key compute the same ids, so once all files are read
 together such a turn finds its parent by id, and takes the parent's session, the next turn number
-and the think time from the parent's end to its own arrival. Runs once per load, in arrival order
-(a parent always arrives before its continuation), over the orphaned turns only.
+and the think time from the parent's end to its own arrival. Runs once per load, in arrival order,
+over the orphaned turns only.
+
+Arrivals and ends are on each recorder's wall clock. Pods whose clocks disagree by up to
+`REPLAYPROXY_FLEET_CLOCK_SKEW_S` seconds (default 1) still join: a parent counts as ended before
+its continuation if its end is at most that much after the continuation's arrival, wherever the
+merge put it. A joined turn's think time then carries the skew (clipped at 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from replayproxy.errors import BadOption
+
+SKEW_VARIABLE = "REPLAYPROXY_FLEET_CLOCK_SKEW_S"
+DEFAULT_SKEW_S = 1.0
 NEEDED = ("offset_ns", "e2e_ns", "session", "turn", "think_ns", "chat_id", "parent_id")
 
 
-def join_sessions(scalar: dict[str, np.ndarray]) -> int:
-    """Relink, in place in `scalar` (arrival order), the turns whose parent a recorder did not see;
-    returns how many were joined. Columns that are not all loaded leave the trace as it is."""
+def skew_ns(environ: Mapping[str, str] | None = None) -> int:
+    """The clock skew between recorders that a join tolerates, from the environment."""
+    raw = (os.environ if environ is None else environ).get(SKEW_VARIABLE, "")
+    try:
+        seconds = float(raw) if raw.strip() else DEFAULT_SKEW_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < 3600:
+        raise BadOption(f"{SKEW_VARIABLE} must be seconds in [0, 3600), got {raw!r}")
+    return int(seconds * 1e9)
+
+
+def join_sessions(scalar: dict[str, np.ndarray], skew: int | None = None) -> int:
+    """Relink, in place in `scalar` (arrival order), the turns whose parent a recorder did not see,
+    tolerating `skew` ns between recorders' clocks (default: `skew_ns()`); returns how many were
+    joined. Columns that are not all loaded leave the trace as it is."""
     if not all(name in scalar for name in NEEDED):
         return 0
     parent_id, turn, think = scalar["parent_id"], scalar["turn"], scalar["think_ns"]
@@ -44,9 +67,10 @@ def join_sessions(scalar: dict[str, np.ndarray]) -> int:
     # linked to it: they move with it, their turn numbers shifted alike.
     moved: dict[int, tuple[int, int]] = {}  # recorder's session -> (joined session, turn shift)
     continued: set[int] = set()
+    tolerance = skew_ns() if skew is None else skew
     for row in orphans.tolist():
         arrival = int(offsets[row])
-        parent = _parent(by_id.get(int(parent_id[row]), []), arrival, continued, row)
+        parent = _parent(by_id.get(int(parent_id[row]), []), arrival + tolerance, continued, row)
         if parent is None:
             continue
         prow, end = parent
@@ -69,11 +93,12 @@ def _resolved(moved: dict[int, tuple[int, int]], session: int, turn: int) -> tup
 
 
 def _parent(
-    candidates: Sequence[tuple[int, int]], arrival: int, continued: set[int], row: int
+    candidates: Sequence[tuple[int, int]], latest_end: int, continued: set[int], row: int
 ) -> tuple[int, int] | None:
-    """As the recorder chooses (proxy.links): of the turns with that reply which ended before this
-    arrival, the oldest not yet continued, else the newest (a retry continues the same session)."""
-    ended = [(r, end) for r, end in candidates if r < row and end <= arrival]
+    """As the recorder chooses (proxy.links): of the turns with that reply which ended by
+    `latest_end` (the arrival, plus the skew tolerated), the oldest not yet continued, else the
+    newest (a retry continues the same session)."""
+    ended = [(r, end) for r, end in candidates if r != row and end <= latest_end]
     if not ended:
         return None
     for r, end in ended:

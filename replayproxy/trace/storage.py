@@ -86,7 +86,27 @@ class ObjectURL:
         return spill.result()
 
 
-Source = Path | ObjectURL
+@dataclass(frozen=True, slots=True)
+class Spilled:
+    """A remote object already downloaded to a local file: read from there, named by its URL
+    (in reports and digests), so that several readers of one trace download it once."""
+
+    url: str
+    local: Path
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def name(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.name).suffix
+
+
+Source = Path | ObjectURL | Spilled
 
 
 def filesystem(url: str) -> tuple[Any, str]:
@@ -120,7 +140,7 @@ def _shown(url: str) -> str:
     return parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")).geturl()
 
 
-Named = str | os.PathLike[str] | ObjectURL  # what a command is given, or an object already found
+Named = str | os.PathLike[str] | ObjectURL | Spilled  # what a command is given, or a found object
 
 
 def expand(raws: Iterable[Named], suffix: str) -> list[Source]:
@@ -130,7 +150,7 @@ def expand(raws: Iterable[Named], suffix: str) -> list[Source]:
     found: list[Source] = []
     raws = list(raws)
     for raw in raws:
-        if isinstance(raw, ObjectURL):
+        if isinstance(raw, ObjectURL | Spilled):
             found.append(raw)
             continue
         text = os.fspath(raw)
@@ -195,13 +215,40 @@ def prefetch(sources: Sequence[Source], ahead: int = AHEAD) -> None:
 
 
 @contextlib.contextmanager
+def local_copies(raws: Iterable[Named], suffix: str) -> Iterator[list[Source]]:
+    """`raws` expanded, each remote object downloaded once (AHEAD at a time) into a private
+    temporary directory that the block's end removes: for several readers of one trace (a replay
+    and its preparer process), which then read the local copies by path instead of each
+    downloading the objects. Local files are passed as they are."""
+    sources = expand(raws, suffix)
+    with tempfile.TemporaryDirectory(prefix="replayproxy-copies-", ignore_cleanup_errors=True) as directory:
+        copies: list[Source] = list(sources)
+        pending = {
+            at: (s.url, _executor().submit(_download, s.url, Path(directory) / f"{at:06d}{s.suffix}"))
+            for at, s in enumerate(sources)
+            if isinstance(s, ObjectURL)
+        }
+        try:
+            for at, (url, download) in pending.items():
+                with _store_errors(url), download.result() as copy:
+                    copies[at] = Spilled(url, Path(copy.name))
+        finally:
+            for _, download in pending.values():
+                download.cancel()
+        yield copies
+
+
+@contextlib.contextmanager
 def opened(source: Source) -> Iterator[bytes | mmap.mmap]:
     """The file's bytes, memory-mapped when large so a big trace is not copied into the heap first.
 
     The map is closed on leaving, even on an error: an exception's traceback would otherwise keep
     it (and the file's pages) alive. Nothing read from it may view it past then.
     """
-    if isinstance(source, ObjectURL):
+    stream: IO[bytes]
+    if isinstance(source, Spilled):
+        stream = open(source.local, "rb")  # noqa: SIM115 — closed below
+    elif isinstance(source, ObjectURL):
         with _store_errors(source.url):
             stream = source.take()
     else:
@@ -236,10 +283,10 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
-def _download(url: str) -> IO[bytes]:
-    """The object copied into an unlinked temporary file a block at a time."""
+def _download(url: str, into: Path | None = None) -> IO[bytes]:
+    """The object copied a block at a time into an unlinked temporary file, or the new file `into`."""
     fs, path = filesystem(url)
-    spill = tempfile.TemporaryFile(prefix="replayproxy-")  # noqa: SIM115 — handed to the caller
+    spill = open(into, "xb") if into else tempfile.TemporaryFile(prefix="replayproxy-")  # noqa: SIM115
     try:
         with fs.open(path, "rb", block_size=BLOCK) as remote:
             shutil.copyfileobj(remote, spill, BLOCK)

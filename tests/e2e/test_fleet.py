@@ -14,6 +14,7 @@ import asyncio
 import json
 import secrets
 import signal
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -26,7 +27,7 @@ from replayproxy.trace import load
 from tests import conversations, servers
 from tests.cli import run_cli
 from tests.replay import traces
-from tests.s3server import ACCESS_KEY, SECRET_KEY, s3_server
+from tests.s3server import ACCESS_KEY, SECRET_KEY, gets, s3_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -126,3 +127,28 @@ def _metrics(output: list[str]) -> str:
     admin = next(line.split("admin listening on ", 1)[1] for line in output if "admin listening on" in line)
     with urllib.request.urlopen(f"{admin.strip()}/metrics", timeout=10) as resp:
         return str(resp.read().decode())
+
+
+def test_a_replay_downloads_each_remote_segment_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay and its preparer process both read the trace: from one local copy, so the store
+    serves each object one GET (the objects are smaller than one ranged read)."""
+    keys = []
+    log = tmp_path / "s3.log"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the local copies go, and are removed
+    with s3_server(monkeypatch, log=log) as s3:
+        s3.make_bucket("fleet")
+        for seed in ("1", "2"):
+            segment = tmp_path / f"t{seed}.rpt"
+            made = run_cli("synth", "-o", str(segment), "--requests", "30", "--rate", "50", "--seed", seed,
+                           "--input-len", "uniform:20,60", "--output-len", "uniform:2,6")  # fmt: skip
+            assert made.returncode == 0, made.stderr
+            keys.append(f"traces/date=2026-12-07/hour=13/pod=p{seed}/t.rpt")
+            s3.client().upload_file(str(segment), "fleet", keys[-1])  # type: ignore[attr-defined]
+        with servers.sim("--speed", "20") as sim:
+            code = main(["replay", "s3://fleet/traces/", "--target", sim.url, "-o", str(tmp_path / "r.rpr"),
+                         "--flavor", "vllm", "--quiet"])  # fmt: skip
+    assert code == 0
+    (result,) = load_results([tmp_path / "r.rpr"])
+    assert result.table.n == 60 and not any(result.column("error"))
+    assert [gets(log, f"fleet/{key}") for key in keys] == [1, 1]
+    assert not list(tmp_path.glob("replayproxy-copies-*"))

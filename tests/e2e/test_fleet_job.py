@@ -93,9 +93,29 @@ def test_the_indexed_job_runs_as_local_processes_and_keeps_sessions_whole(
         assert s3.keys("fleet", "replays/") == [f"replays/staging/shard-{i}.rpr" for i in range(shards)]
         results = load_results(["s3://fleet/replays/staging/"])
         reported = run_cli("report", "s3://fleet/replays/staging/", "--json")
+        shown = run_cli("report", "s3://fleet/replays/staging/")
     assert reported.returncode == 0, reported.stderr
     (run,) = json.loads(reported.stdout)["runs"]
     assert run["shards"] == shards
+
+    # Each shard says where its clock stood against the shared start, beside its lag. Here all
+    # share this host's clock, and so the target's: the measured offset bounds 0.
+    start_at_ns = int(float(start) * 1e9)
+    for result in results:
+        clocks = result.header.clock
+        assert clocks["start_at_ns"] == start_at_ns and clocks["ready_before_start_ns"] > 0
+        assert abs(clocks["wall_drift_ns"]) < 50_000_000
+        reference = clocks["reference"]
+        assert reference["source"] == "target Date header" and reference["bound_ns"] < 600_000_000
+        assert abs(reference["offset_ns"]) <= reference["bound_ns"] + 20_000_000, reference
+    by_shard = {c["shard"]: c for c in run["shard_clocks"]}
+    assert sorted(by_shard) == [f"{i}/{shards}" for i in range(shards)]
+    assert all(c["lag_p99_ms"] is not None and c["clock_offset_ms"] is not None for c in by_shard.values())
+    assert (
+        shown.returncode == 0
+        and "schedule lag and clock" in shown.stdout
+        and "clock offset ms" in shown.stdout
+    )
 
     cols = load(trace)
     owner: dict[int, int] = {}
