@@ -54,13 +54,11 @@ def is_url(text: str | os.PathLike[str]) -> bool:
     return isinstance(text, str) and _URL.match(text) is not None
 
 
-@dataclass(eq=False, slots=True)
-class ObjectURL:
-    """A remote object named by its URL; `fetch` starts its download into a local spill file."""
+class _NamedByURL:
+    """What reports and digests show of a remote source: its URL, and the name and suffix in it."""
 
+    __slots__ = ()
     url: str
-    size: int = -1
-    _spill: Future[IO[bytes]] | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         return self.url
@@ -72,6 +70,15 @@ class ObjectURL:
     @property
     def suffix(self) -> str:
         return Path(self.name).suffix
+
+
+@dataclass(eq=False, slots=True)
+class ObjectURL(_NamedByURL):
+    """A remote object named by its URL; `fetch` starts its download into a local spill file."""
+
+    url: str
+    size: int = -1
+    _spill: Future[IO[bytes]] | None = field(default=None, repr=False)
 
     def fetch(self) -> None:
         """Start the download in the background (once); `opened` waits for it."""
@@ -87,23 +94,12 @@ class ObjectURL:
 
 
 @dataclass(frozen=True, slots=True)
-class Spilled:
+class Spilled(_NamedByURL):
     """A remote object already downloaded to a local file: read from there, named by its URL
     (in reports and digests), so that several readers of one trace download it once."""
 
     url: str
     local: Path
-
-    def __str__(self) -> str:
-        return self.url
-
-    @property
-    def name(self) -> str:
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def suffix(self) -> str:
-        return Path(self.name).suffix
 
 
 Source = Path | ObjectURL | Spilled
