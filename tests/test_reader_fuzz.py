@@ -29,6 +29,8 @@ import msgpack
 import pytest
 import zstandard
 
+from tests.fuzz_workers import run_workers
+
 ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = 2000  # per file kind
 PER_READ_S = 5.0
@@ -399,27 +401,8 @@ def worker(count: int, seed: int, kinds: list[str]) -> None:
 
 @pytest.mark.timeout(300)
 def test_damaged_files_never_crash_exhaust_memory_or_hang() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    workers = [  # traces and results side by side, one core each
-        subprocess.Popen(
-            [sys.executable, __file__, str(MUTATIONS), str(seed), kinds],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        for seed, kinds in ((1, "trace,golden"), (2, "result,check"))
-    ]  # fmt: skip
-    summary: dict[str, Counter[str]] = {"outcomes": Counter(), "failures": Counter()}
-    try:
-        for process in workers:
-            out, err = process.communicate(timeout=280)
-            assert process.returncode == 0, err[-3000:]
-            part = json.loads(out.strip().splitlines()[-1])
-            for key in summary:
-                summary[key].update(part[key])
-    finally:
-        for process in workers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    jobs = [(1, "trace,golden"), (2, "result,check")]  # traces and results side by side, one core each
+    summary = run_workers(__file__, MUTATIONS, jobs, timeout_s=280)
     assert not summary["failures"], json.dumps(summary, indent=1)
     outcomes = summary["outcomes"]
     for name in ("trace", "result", "check"):

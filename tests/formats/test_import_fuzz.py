@@ -11,11 +11,9 @@ array past it (the jsonl `input_tokens` of 2**31 took 6.6 GB) shows as a MemoryE
 from __future__ import annotations
 
 import json
-import os
 import random
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -28,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from tests.fuzz_workers import run_workers  # noqa: E402  (ROOT is on the path when run as a worker)
+
 MUTATIONS = 1000  # per importer
 PER_IMPORT_S = 5.0
 HUGE = [2**24 + 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63), 10**30, 1e308, -1e308, 1e-300]
@@ -252,28 +252,8 @@ def worker(count: int, seed: int, names: list[str]) -> None:
 
 @pytest.mark.timeout(200)
 def test_hostile_imports_never_crash_exhaust_memory_or_hang() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     groups = ("mooncake,mooncake-sessions,azure,burstgpt", "bailian,jsonl,tracelab,servegen")
-    workers = [
-        subprocess.Popen(
-            [sys.executable, __file__, str(MUTATIONS), str(seed), names],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        for seed, names in enumerate(groups, 1)
-    ]  # fmt: skip
-    summary: dict[str, Counter[str]] = {"outcomes": Counter(), "failures": Counter()}
-    try:
-        for process in workers:
-            out, err = process.communicate(timeout=190)
-            assert process.returncode == 0, err[-3000:]
-            part = json.loads(out.strip().splitlines()[-1])
-            for key in summary:
-                summary[key].update(part[key])
-    finally:
-        for process in workers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    summary = run_workers(__file__, MUTATIONS, list(enumerate(groups, 1)), timeout_s=190)
     assert not summary["failures"], json.dumps(summary, indent=1)
     for names in groups:
         for name in names.split(","):
