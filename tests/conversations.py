@@ -9,6 +9,8 @@ from typing import Any
 
 import aiohttp
 
+from tests.agents import streamed_content
+
 TOPICS = ("rivers", "mountains", "trains", "gardens")
 
 
@@ -35,7 +37,7 @@ async def _conversation(
             assert resp.status == 200, await resp.text()
             raw = await resp.read()
         if body["stream"]:
-            reply = _streamed_content(raw) if echo else "answer"
+            reply = streamed_content(raw) if echo else "answer"
         else:
             reply = await _content(raw)
         messages.append({"role": "assistant", "content": reply})
@@ -46,17 +48,6 @@ async def _content(raw: bytes) -> str:
     import orjson
 
     return str(orjson.loads(raw)["choices"][0]["message"]["content"])
-
-
-def _streamed_content(raw: bytes) -> str:
-    import orjson
-
-    parts = []
-    for line in raw.split(b"\n"):
-        if line.startswith(b"data: {"):
-            choices = orjson.loads(line[6:]).get("choices") or [{}]
-            parts.append((choices[0].get("delta") or {}).get("content") or "")
-    return "".join(parts)
 
 
 async def send(
