@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 from replayproxy import config
-from replayproxy.check.command import labelled
 from replayproxy.errors import BadOption, user_file
 from replayproxy.launch import proxy_in_front
-from replayproxy.replay import command as replay_command
+from replayproxy.replay import arguments as replay_arguments
 from replayproxy.replay import procedure, summary
 from replayproxy.replay import run as replay_run
 from replayproxy.replay.options import ReplayOptions
-from replayproxy.report import command as report_command
+from replayproxy.report.produce import ReportOptions, produce
 
 EXAMPLES = (
     "replayproxy compare prod.rpt --target old=http://10.0.0.1:8000 --target new=http://10.0.0.2:8000 "
@@ -72,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def candidate_options(args: argparse.Namespace) -> dict[str, ReplayOptions]:
     """Each candidate's replay options, read by replay's own parser, so every replay option works."""
-    targets = labelled(args.target, "--target")
+    targets = config.labelled(args.target, "--target")
     if len(targets) < 2:
         raise BadOption("compare needs two or more --target LABEL=URL")
     if args.repeat < 1:
@@ -83,14 +82,14 @@ def candidate_options(args: argparse.Namespace) -> dict[str, ReplayOptions]:
                 f"--replay-args must not set {arg.split('=', 1)[0]}: compare sets it per candidate"
             )
     parser = argparse.ArgumentParser(prog="replayproxy compare --replay-args", add_help=False)
-    replay_command.add_arguments(parser)
+    replay_arguments.add_arguments(parser)
     out = Path(args.output)
     options = {}
     for label, url in targets.items():
         argv = [*args.traces, "--target", url, "--label", label, "-o", str(out / f"{label}.rpr")]
         argv += ["--repeat", str(args.repeat), "--warmup", args.warmup, "--quiet", *args.replay_args]
         argv += ["--api-key", args.api_key] if args.api_key else []  # parsed here, in this process
-        options[label] = replay_command.options_from_args(parser.parse_args(argv))
+        options[label] = replay_arguments.options_from_args(parser.parse_args(argv))
     return options
 
 
@@ -108,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"replayproxy compare: {label}: {failure} (results in {output})", file=sys.stderr)
             failed = 1
     paths = [procedure.output_for(options[label].output, i, args.repeat) for label, i in order]
-    code = report_command.run(_report_args(args, paths))
+    code = produce(
+        ReportOptions(tuple(paths), slo=args.slo, html=args.html, gate=args.gate, gate_base=args.gate_base)
+    )
     return failed or code
 
 
@@ -134,14 +135,3 @@ async def _measure_all(
     finally:
         for plan in plans.values():
             plan.close()
-
-
-def _report_args(args: argparse.Namespace, paths: list[str]) -> argparse.Namespace:
-    """`report` over every run of the session, as if called by hand."""
-    parser = argparse.ArgumentParser(prog="replayproxy compare", add_help=False)
-    report_command.add_arguments(parser)
-    argv = [*paths]
-    for name in ("slo", "gate", "gate_base", "html"):
-        if getattr(args, name):
-            argv += [f"--{name.replace('_', '-')}", getattr(args, name)]
-    return parser.parse_args(argv)

@@ -80,6 +80,19 @@ def api_key_environment(given: str | None) -> dict[str, str] | None:
     return {**os.environ, API_KEY_VARIABLE: given} if given else None
 
 
+def labelled(values: list[str], what: str) -> dict[str, str]:
+    """`LABEL=VALUE` options (e.g. `--target A=URL`) in order, each label once."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        label, sep, rest = value.partition("=")
+        if not sep or not label or not rest:
+            raise BadOption(f"{what} {value!r}: expected LABEL=VALUE")
+        if label in pairs:
+            raise BadOption(f"{what}: label {label!r} given twice")
+        pairs[label] = rest
+    return pairs
+
+
 def http_url(url: str, what: str) -> SplitResult:
     """`url` split, refused in one line unless it is http(s) with a host and a port in 0..65535
     (urlsplit defers the port's check to the first `.port`, which raises a bare ValueError)."""

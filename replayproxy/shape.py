@@ -63,6 +63,17 @@ ErrorClass = Literal[
 ]
 ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
+
+def http_error(status: int) -> ErrorClass:
+    """The error class an HTTP status alone says ("" below 400): the one rule of the proxy, the
+    replayer and the output check, so a 4xx is counted as the same failure everywhere."""
+    if status >= 500:
+        return "http_5xx"
+    if status >= 400:
+        return "http_4xx"
+    return ""
+
+
 # Sampling parameters whose *values* may be kept: numbers and booleans only.
 SAMPLING_VALUE_KEYS = (
     "temperature",

@@ -18,6 +18,7 @@ from replayproxy.shape import (
     FIELDS,
     OTHER_ROLE,
     RequestShape,
+    http_error,
     keep_sampling,
     key_fingerprint,
     pack_u32,
@@ -130,6 +131,16 @@ def test_key_fingerprint_never_reveals_the_key(key: bytes) -> None:
 def test_key_fingerprints_differ_per_key() -> None:
     fingerprints = {key_fingerprint(bytes([i]) * 16) for i in range(64)}
     assert len(fingerprints) == 64
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(200, ""), (204, ""), (301, ""), (399, ""), (400, "http_4xx"), (429, "http_4xx"), (499, "http_4xx")]
+    + [(500, "http_5xx"), (503, "http_5xx"), (599, "http_5xx")],
+)
+def test_an_http_status_alone_gives_one_error_class(status: int, error: str) -> None:
+    """The proxy, the replayer and the output check all count a status by this one rule."""
+    assert http_error(status) == error
 
 
 def test_roles_are_a_closed_vocabulary() -> None:

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from replayproxy import clock, sse
-from replayproxy.shape import ErrorClass
+from replayproxy.shape import ErrorClass, http_error
 
 UNKNOWN = -1
 
@@ -68,7 +68,7 @@ async def send(
         return Answer(error="reset", error_message=type(e).__name__, e2e_ns=clock.now_ns() - start)
     e2e_ns = clock.now_ns() - start
     if status != 200:
-        kind: ErrorClass = "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "other"
+        kind: ErrorClass = http_error(status) or "other"
         error_type = sse.error_kind(raw)
         return Answer(status, kind, f"HTTP {status} {error_type}" if error_type else f"HTTP {status}", e2e_ns)
     try:

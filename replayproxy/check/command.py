@@ -97,19 +97,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--quiet", action="store_true", help="no progress lines")
 
 
-def labelled(values: list[str], what: str) -> dict[str, str]:
-    """`LABEL=VALUE` options (e.g. `--target A=URL`) in order, each label once."""
-    pairs: dict[str, str] = {}
-    for value in values:
-        label, sep, rest = value.partition("=")
-        if not sep or not label or not rest:
-            raise BadOption(f"{what} {value!r}: expected LABEL=VALUE")
-        if label in pairs:
-            raise BadOption(f"{what}: label {label!r} given twice")
-        pairs[label] = rest
-    return pairs
-
-
 def _check_numbers(args: argparse.Namespace) -> None:
     for name in ("repeat", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
@@ -122,8 +109,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
-    urls = labelled(args.target, "--target")
-    forced = labelled(args.flavor, "--flavor")
+    urls = config.labelled(args.target, "--target")
+    forced = config.labelled(args.flavor, "--flavor")
     for label, name in forced.items():
         flavors.get(name)
         if label not in urls:

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from replayproxy import shape
 from replayproxy.proxy.linker import SessionLinker
 from replayproxy.proxy.links import Conversation, Reply, conversation, reply_ids
 from replayproxy.proxy.observe import Capture
@@ -58,13 +59,7 @@ def build_shape(
 
 
 def _error_class(cap: Capture) -> ErrorClass:
-    if cap.error:
-        return cap.error
-    if cap.status >= 500:
-        return "http_5xx"
-    if cap.status >= 400:
-        return "http_4xx"
-    return ""
+    return cap.error or shape.http_error(cap.status)
 
 
 def _request_json(cap: Capture) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ import orjson
 from replayproxy import sse
 from replayproxy.replay.prepared import Prepared
 from replayproxy.results import ReplayResult
-from replayproxy.shape import ErrorClass
+from replayproxy.shape import ErrorClass, http_error
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # non-streaming answers and error bodies are kept up to this
 MAX_MESSAGE_CHARS = 200
@@ -109,8 +109,8 @@ class RequestTimeline:
                 self.error, self.message = "bad_stream", "stream ended without a content chunk"
         elif self.error:
             return
-        elif self.status >= 400:
-            self.error = "http_4xx" if self.status < 500 else "http_5xx"
+        elif error := http_error(self.status):
+            self.error = error
             self.message = _error_message(f"HTTP {self.status}", b"".join(data for _, data in self.reads))
         elif self.status != 200:
             self.error, self.message = "other", f"unexpected status {self.status}"

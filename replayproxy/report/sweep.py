@@ -32,6 +32,8 @@ P95_JUMP_MIN_MS = 50.0
 SATURATED_SHARE = 0.8  # achieved below this share of offered at the lowest step: already saturated
 MAX_ERROR_RATE = 0.01
 ATTAINMENT = 0.9  # share of requests that must meet per-request SLOs for a step to meet the SLO
+MAX_RUNS = 8  # replays one --auto search may run
+START_SPEED = 1.0  # the first speed a search tries; it doubles from there while the SLO holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +304,8 @@ def auto_search(
     run_step: Callable[[float], Step],
     passes: Callable[[Step], bool],
     *,
-    start: float = 1.0,
-    max_runs: int = 8,
+    start: float = START_SPEED,
+    max_runs: int = MAX_RUNS,
     precision: float = 0.05,
     min_speed: float = 1 / 64,
     max_speed: float = 4096.0,

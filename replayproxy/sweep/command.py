@@ -24,7 +24,8 @@ from replayproxy.report.render_json import render_json
 from replayproxy.report.render_text import format_markdown, format_text, text_width
 from replayproxy.report.runs import Run, load_runs
 from replayproxy.report.sections import sweep_section
-from replayproxy.report.sweep import MAX_ERROR_RATE, Step, auto_search, check_search_options, meets, step_of
+from replayproxy.report.sweep import Step, auto_search, check_search_options, meets, step_of
+from replayproxy.sweep.options import add_search_options
 from replayproxy.sweep.steps import replay_command, run_replay, step_path
 from replayproxy.trace import load, require_requests
 
@@ -57,20 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SLOs, e.g. 'ttft<=500ms,tpot<=50ms'; required with --auto (default: none)",
     )
     parser.add_argument("-o", "--output-dir", default="sweep", metavar="DIR", help="where the steps' .rpr go")
-    parser.add_argument("--max-runs", type=int, default=8, help="--auto: most replays to run")
-    parser.add_argument("--start-speed", type=float, default=1.0, help="--auto: first speed tried")
-    parser.add_argument(
-        "--max-error-rate",
-        type=float,
-        default=MAX_ERROR_RATE,
-        help="a step with this error rate or more fails",
-    )
-    parser.add_argument(
-        "--attainment",
-        type=float,
-        default=0.9,
-        help="--auto: share of requests that must meet per-request SLOs",
-    )
+    add_search_options(parser, "the search", prefix="--auto: ")
     parser.add_argument(
         "--progress",
         choices=PROGRESS,

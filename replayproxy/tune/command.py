@@ -21,7 +21,8 @@ from replayproxy.clock import now_ns
 from replayproxy.config import API_KEY_HELP, api_key_environment
 from replayproxy.errors import BadOption
 from replayproxy.report.goodput import parse_slo
-from replayproxy.report.sweep import MAX_ERROR_RATE, check_search_options
+from replayproxy.report.sweep import check_search_options
+from replayproxy.sweep.options import add_search_options
 from replayproxy.tune.candidates import Config, Engine, load_candidates
 from replayproxy.tune.engine import EngineFailed, Fresh
 from replayproxy.tune.fit import trace_facts
@@ -46,21 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("-o", "--output-dir", default="tune", metavar="DIR", help="results and outcomes (default: tune)")
     add("--repeat", type=int, default=3, metavar="K", help="runs at each final point (default: 3)")
     add("--precision", type=float, default=0.1, help="bisect until the bracket is this narrow (default: 0.1)")
-    add("--max-runs", type=int, default=8, metavar="N", help="search replays per configuration (default: 8)")
-    add("--start-speed", type=float, default=1.0, metavar="X", help="first speed tried (default: 1)")
+    add_search_options(parser, "each configuration's search")
     add("--warmup", type=int, default=20, metavar="N", help="warm-up requests after each start (default: 20)")
-    add(
-        "--max-error-rate",
-        type=float,
-        default=MAX_ERROR_RATE,
-        help=f"a run with this error rate or more fails (default: {MAX_ERROR_RATE})",
-    )
-    add(
-        "--attainment",
-        type=float,
-        default=0.9,
-        help="share of requests that must meet per-request SLOs (default: 0.9)",
-    )
     add(
         "--no-early-stop",
         dest="early_stop",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.cli import main
-from replayproxy.replay import command
+from replayproxy.replay import arguments
 from replayproxy.report.document import build_document
 from replayproxy.report.runs import load_runs
 from replayproxy.results import load_results
@@ -28,14 +28,14 @@ MODELS = b'HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n{"data":[{"id":"bench"}]
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
+    arguments.add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def test_options_merge_file_and_command_line(tmp_path: Path) -> None:
     config = tmp_path / "r.toml"
     config.write_text('[replay]\ntarget = "http://t:1"\nspeed = 3.0\nmodel_map = { a = "b" }\nseed = 4\n')
-    options = command.options_from_args(
+    options = arguments.options_from_args(
         parse(["x.rpt", "-o", "o.rpr", "--config", str(config), "--seed", "9"])
     )
     assert (options.target, options.speed, options.model_map, options.seed) == (
@@ -45,7 +45,7 @@ def test_options_merge_file_and_command_line(tmp_path: Path) -> None:
         9,
     )
     assert options.reset_prefix_cache and options.calibrate
-    quiet = command.options_from_args(
+    quiet = arguments.options_from_args(
         parse(["x.rpt", "--target", "http://t", "-o", "o", "--no-reset-prefix-cache"])
     )
     assert quiet.reset_prefix_cache is False
