@@ -19,7 +19,8 @@ from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.record_core import TraceRecorder, trace_files
 from replayproxy.proxy.record_tally import Tally, apply
 from replayproxy.shape import key_fingerprint
-from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, read_trace_files
+from replayproxy.trace import ReadReport, TraceWriter, read_trace_files
+from replayproxy.trace.frames import FrameWriter
 from tests.proxy.helpers import add_piece, settings
 from tests.trace.helpers import shapes_of
 
