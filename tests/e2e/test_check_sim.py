@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from replayproxy.report.check_report import check_documents
+from replayproxy.report.checks.report import check_documents
 from replayproxy.results import load_checks
 from replayproxy.trace import ReadReport
 from replayproxy.trace.frames import iter_frame_payloads
