@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from replayproxy import trace  # noqa: E402
 from replayproxy.cli import main  # noqa: E402
 from replayproxy.launch import run_server  # noqa: E402
-from replayproxy.replay import exact, flavors, plan  # noqa: E402
-from replayproxy.replay.exactness import chat_keys  # noqa: E402
+from replayproxy.replay import flavors, plan, prompt_parts  # noqa: E402
 from replayproxy.replay.hf_tokenizer import LocalTokenizer  # noqa: E402
+from replayproxy.replay.tokenizer_setup import chat_keys  # noqa: E402
 from replayproxy.results import load_results  # noqa: E402
 from tests import bpe, conversations  # noqa: E402
 from tests.replay import traces  # noqa: E402
@@ -94,7 +94,7 @@ def preparation_rate(tokenizer_path: Path, work: Path, requests: int) -> tuple[f
     rows = np.arange(len(cols))
     tokenizer = LocalTokenizer(tokenizer_path)
     started = time.perf_counter()
-    book = asyncio.run(exact.measure(tokenizer, chat_keys(cols, rows)))
+    book = asyncio.run(prompt_parts.measure(tokenizer, chat_keys(cols, rows)))
     measured = time.perf_counter() - started
     prepared = plan.prepare(cols, rows, flavors.get("vllm"), plan.PlanOptions(book=book))
     total = time.perf_counter() - started

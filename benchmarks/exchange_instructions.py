@@ -183,10 +183,10 @@ def _handoff(step: str, count: int) -> None:
     """Record `count` exchanges, then run one step of recording's work on their captures through
     filter() (counted); the steps before it run uncounted, as they would have."""
     from replayproxy.clock import Anchor
-    from replayproxy.proxy import record_wire as wire
     from replayproxy.proxy.prompt import PromptHasher
-    from replayproxy.proxy.record_core import TraceRecorder
-    from replayproxy.proxy.record_tally import Tally
+    from replayproxy.proxy.recording import wire
+    from replayproxy.proxy.recording.core import TraceRecorder
+    from replayproxy.proxy.recording.tally import Tally
 
     exchanges = [_Exchange("rec") for _ in range(count)]
     for name in ("request", "head", "paced", "end"):

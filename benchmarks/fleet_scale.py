@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/fleet_scale.py [--requests 1000000] [--segments 60] [--shards 4]
 
-In one run: (1) upload throughput of the sidecar's uploader (proxy.upload) for the segments;
+In one run: (1) upload throughput of the sidecar's uploader (proxy.recording.upload) for the segments;
 (2) loading the trace from the bucket (prefix of all segments) against loading the same files
 from local disk — seconds to a loaded trace and peak RSS of each, in a fresh process;
 (3) forwarding latency p50/p99 through a recording proxy in front of a fast upstream (the
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from replayproxy import children  # noqa: E402
 from replayproxy.clock import now_ns, wall_ns  # noqa: E402
-from replayproxy.proxy.upload import SegmentUploader  # noqa: E402
+from replayproxy.proxy.recording.upload import SegmentUploader  # noqa: E402
 from replayproxy.results import load_results  # noqa: E402
 from replayproxy.synthetic import LengthDist, SynthSpec, generate, header_for  # noqa: E402
 from replayproxy.trace import load, write_trace  # noqa: E402

@@ -13,7 +13,7 @@ Under callgrind the proxy runs ~50x slower, so the load is 10 req/s; the trace w
 interval is raised to 20 s so that a frame holds ~200 records, as it does at 200 req/s. What the
 threads spend idle (the pipe's timer runs 50 times a second) is counted over a second window
 of the same length without load and taken off, so the figures do not depend on the rate.
-Recording runs in a recorder process (proxy/recorder.py); callgrind follows it too
+Recording runs in a recorder process (proxy/recording/recorder.py); callgrind follows it too
 (`--trace-children`), and its instructions are shown beside the proxy process's own.
 
     python benchmarks/recording_instructions.py              # 100 streams per variant, about 3 minutes

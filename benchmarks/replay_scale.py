@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from replayproxy import clock, trace  # noqa: E402
-from replayproxy.replay import exact, flavors, plan  # noqa: E402
-from replayproxy.replay.exactness import chat_keys  # noqa: E402
+from replayproxy.replay import flavors, plan, prompt_parts  # noqa: E402
 from replayproxy.replay.progress import LOG_EVERY_S  # noqa: E402
+from replayproxy.replay.tokenizer_setup import chat_keys  # noqa: E402
 from replayproxy.results import load_results  # noqa: E402
 from replayproxy.shape import RequestShape  # noqa: E402
 from replayproxy.trace import TraceHeader, write_trace  # noqa: E402
@@ -394,7 +394,7 @@ def rate_case(args: argparse.Namespace, work: Path) -> None:
         path = synthetic_trace(work / f"rate-{endpoint}.rpt", args.rate_requests, 500.0, endpoint)
         cols = trace.load(path)
         rows = np.arange(len(cols))
-        book = asyncio.run(exact.measure(tokenizer, chat_keys(cols, rows)))
+        book = asyncio.run(prompt_parts.measure(tokenizer, chat_keys(cols, rows)))
         for name, options in (("approximate", plan.PlanOptions()), ("exact", plan.PlanOptions(book=book))):
             started = time.process_time()
             count = sum(1 for _ in plan.Planner(cols, rows, flavors.get("vllm"), options))

@@ -19,20 +19,16 @@ from typing import Any
 import numpy as np
 
 from replayproxy.shape import ErrorClass
-from replayproxy.trace import (
+from replayproxy.trace import ReadReport, TraceFormatError, expand_paths, storage
+from replayproxy.trace.column_file import (
     ColumnFileData,
     ColumnFileWriter,
-    Named,
-    ReadReport,
-    Source,
-    TraceFormatError,
-    checked_fields,
-    expand_paths,
     read_column_file,
     read_each,
-    storage,
     with_defaults,
 )
+from replayproxy.trace.header import checked_fields
+from replayproxy.trace.storage import Named, Source
 
 FORMAT_NAME = "replayproxy-result"
 FORMAT_VERSION = 1

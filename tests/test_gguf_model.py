@@ -22,7 +22,7 @@ pytest.importorskip("tokenizers")
 
 from replayproxy.capacity.command import load_model  # noqa: E402
 from replayproxy.proxy.prompt import PromptHasher  # noqa: E402
-from replayproxy.replay import exactness, flavors  # noqa: E402
+from replayproxy.replay import flavors, tokenizer_setup  # noqa: E402
 from replayproxy.replay.hf_tokenizer import LocalTokenizer  # noqa: E402
 from replayproxy.replay.tokenizer import Chat, TokenizerError  # noqa: E402
 from tests.cli import run_cli  # noqa: E402
@@ -227,11 +227,11 @@ def test_the_served_gguf_counts_as_the_real_llama_server_tokenize() -> None:
         assert local.encode_text_now(TEXTS, special) == asyncio.run(_server_ids(url, TEXTS, special))
 
 
-async def _discovered(url: str) -> exactness.Chosen:
+async def _discovered(url: str) -> tokenizer_setup.Chosen:
     """What replay chooses against this server: its GGUF, found through /props and checked to count
     as its /apply-template + /tokenize do on chat and text probes."""
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{url}/v1/models") as resp:
             models = await resp.json()
         model, flavor = models["data"][0]["id"], flavors.get("llamacpp")
-        return await exactness.choose_tokenizer("", "", flavor, session, url, model, {}, models)
+        return await tokenizer_setup.choose_tokenizer("", "", flavor, session, url, model, {}, models)

@@ -323,7 +323,7 @@ def readers() -> dict[str, Callable[[Path, bool], object]]:
         return render_text(build_document(runs, resamples=100)) if consume else runs
 
     def check(path: Path, consume: bool) -> object:
-        from replayproxy.report.check_report import check_documents, render_checks
+        from replayproxy.report.checks.report import check_documents, render_checks
 
         return render_checks(check_documents([str(path)]), False, False) if consume else load_checks([path])
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from replayproxy import results, trace
 from replayproxy.results import RESULT_FIELDS, ReplayResult, ResultWriter, RunHeader, load_results
 from replayproxy.trace import ReadReport, TraceFormatError
+from replayproxy.trace.column_file import read_column_file
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 U32 = st.integers(0, 2**32 - 1)
@@ -124,7 +125,7 @@ def test_newer_result_version_and_traces_are_refused(tmp_path: Path) -> None:
     with ResultWriter(tmp_path / "run.rpr", HEADER):
         pass
     with pytest.raises(TraceFormatError, match="newer than this reader"):
-        trace.read_column_file(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
+        read_column_file(tmp_path / "run.rpr", results.FORMAT_NAME, 0, ReadReport())
     trace_path = tmp_path / "t.rpt"
     trace.write_trace(
         trace_path, trace.TraceHeader(start_wall_ns=0), [], mono_ns=lambda: 0, wall_ns=lambda: 0

@@ -21,7 +21,7 @@ from replayproxy.check.runner import CheckOptions, run_check
 from replayproxy.errors import BadOption
 from replayproxy.replay import flavors
 from replayproxy.replay.target import describe
-from replayproxy.report.check_report import check_documents, render_checks
+from replayproxy.report.checks.report import check_documents, render_checks
 from replayproxy.results import CHECK_MAX_REPEAT, CHECK_SUFFIX, CheckTarget
 
 DESCRIPTION_EPILOG = (

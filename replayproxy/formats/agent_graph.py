@@ -22,7 +22,7 @@ import numpy as np
 from replayproxy.formats.chained_hashes import ChainedHashes
 from replayproxy.formats.importing import BadLines, Imported, Ragged, SpilledColumns, key_of
 from replayproxy.shape import UNKNOWN, ErrorClass
-from replayproxy.trace import SpilledArray
+from replayproxy.trace.mapped import SpilledArray
 
 MAX_CALLS = 1 << 20  # requests of one session: past this a file is damaged, not an agent
 MAX_JOINS = 4096  # replies one request waits for besides its parent

@@ -23,7 +23,7 @@ from replayproxy.formats.agent_graph import MAX_JOINS, Call, SessionGraphs, add_
 from replayproxy.formats.importing import BadLines, Imported, ImportOptions, iter_json_lines, paused_gc
 from replayproxy.formats.mooncake import DEFAULT_BLOCK
 from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
-from replayproxy.trace import SpilledArray
+from replayproxy.trace.mapped import SpilledArray
 
 
 class _Bad(ValueError):

@@ -38,7 +38,8 @@ from replayproxy.formats.importing import (
     unit_warnings,
 )
 from replayproxy.shape import REQUEST_TYPES
-from replayproxy.trace import Columns, mapped_array
+from replayproxy.trace import Columns
+from replayproxy.trace.mapped import mapped_array
 
 DEFAULT_BLOCK = 16
 

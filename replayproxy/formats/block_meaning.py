@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayproxy.trace import SpilledArray
+from replayproxy.trace.mapped import SpilledArray
 
 
 class BlockMeaning:

@@ -19,7 +19,8 @@ import numpy as np
 
 from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.formats.exporting import row_chunks
-from replayproxy.trace import Columns, release_pages
+from replayproxy.trace import Columns
+from replayproxy.trace.mapped import release_pages
 from replayproxy.trace.reuse import value_ranges
 
 

@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from replayproxy.formats.idchain import chain_hashes
-from replayproxy.trace import SpilledArray, release_pages
+from replayproxy.trace.mapped import SpilledArray, release_pages
 
 MEMORY_BYTES = 32 << 20  # hashes held in memory before they go to the temporary file
 _ITEM = np.dtype(np.uint64).itemsize

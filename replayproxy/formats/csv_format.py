@@ -10,7 +10,8 @@ import numpy as np
 
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, header_note, request_columns
-from replayproxy.trace import Columns, release_pages
+from replayproxy.trace import Columns
+from replayproxy.trace.mapped import release_pages
 
 CHUNK_ROWS = 16_384  # rows turned into text at a time: memory does not grow with the trace
 

@@ -23,7 +23,7 @@ import numpy as np
 from replayproxy.formats.agent_graph import Call, SessionGraphs, add_linked, seconds_within
 from replayproxy.formats.importing import BadLines, Imported, ImportOptions, iter_json_lines, paused_gc
 from replayproxy.shape import MAX_OFFSET_S, MAX_TOKENS
-from replayproxy.trace import SpilledArray
+from replayproxy.trace.mapped import SpilledArray
 
 SCHEMA = "dynamo.request.trace.v1"
 _CHAIN_KEYS = ("trajectory_id", "program_id", "session_id")

@@ -23,7 +23,7 @@ from replayproxy.formats.blocks import source_blocks
 from replayproxy.formats.exporting import ExportOptions, failed, select_rows
 from replayproxy.formats.registry import exporters, listing, writer
 from replayproxy.formats.rows_out import ROW_FORMATS, write_rows
-from replayproxy.replay import exact, flavors, plan
+from replayproxy.replay import flavors, plan, prompt_parts
 from replayproxy.trace.reuse import prefix_reuse
 
 # Analysis tables keep every request with its status and error; workload formats send only successes.
@@ -208,7 +208,7 @@ def replayer_prompts(cols: trace.Columns, tokenizer: str | None = None) -> Itera
     if tokenizer:
         from replayproxy.replay.hf_tokenizer import LocalTokenizer
 
-        book = asyncio.run(exact.measure(LocalTokenizer(tokenizer), []))
+        book = asyncio.run(prompt_parts.measure(LocalTokenizer(tokenizer), []))
     options = plan.PlanOptions(book=book)
     for prepared in plan.iter_prepared(completions, np.arange(len(cols)), flavors.get("openai"), options):
         yield str(orjson.loads(prepared.body)["prompt"])

@@ -9,15 +9,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from replayproxy.trace import (
-    Columns,
-    is_mapped,
-    mapped_array,
-    ragged_rows,
-    release_pages,
-    row_starts,
-    take_rows,
-)
+from replayproxy.trace import Columns, ragged_rows
+from replayproxy.trace.columns import row_starts, take_rows
+from replayproxy.trace.mapped import is_mapped, mapped_array, release_pages
 
 # The replayer's prompt synthesis, injected by the export command (formats may not import replay):
 # the prompt text of every request, in arrival order, as the replayer would send it, one at a time.

@@ -30,7 +30,8 @@ from replayproxy.errors import BadInputFile
 from replayproxy.formats.chained_hashes import ChainedHashes, take_rows
 from replayproxy.formats.idchain import IMPORT_HASH_SCHEME
 from replayproxy.shape import UNKNOWN
-from replayproxy.trace import SpilledArray, TraceHeader, release_pages, write_columns
+from replayproxy.trace import TraceHeader, write_columns
+from replayproxy.trace.mapped import SpilledArray, release_pages
 
 
 class ImportFormatError(BadInputFile):

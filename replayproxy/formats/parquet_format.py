@@ -12,7 +12,8 @@ import numpy as np
 from replayproxy.errors import BadOption
 from replayproxy.formats.exporting import ExportOptions, ExportResult
 from replayproxy.formats.request_columns import COLUMNS, RAGGED, header_note, request_columns
-from replayproxy.trace import Columns, release_pages
+from replayproxy.trace import Columns
+from replayproxy.trace.mapped import release_pages
 
 ROW_GROUP_ROWS = 1 << 16  # rows converted and written at a time: memory does not grow with the trace
 ROW_GROUP_VALUES = 1 << 21  # list values (16 MiB of hashes) per row group at most: long prompts hold many

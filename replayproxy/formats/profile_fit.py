@@ -17,7 +17,8 @@ import orjson
 
 from replayproxy.formats.blocks import source_blocks
 from replayproxy.formats.exporting import ExportOptions, ExportResult
-from replayproxy.trace import Columns, gather, is_mapped
+from replayproxy.trace import Columns
+from replayproxy.trace.mapped import gather, is_mapped
 from replayproxy.trace.reuse import value_ranges
 
 FORMAT = "replayproxy-profile"

@@ -36,7 +36,7 @@ from replayproxy.formats.importing import (
     sorted_columns,
 )
 from replayproxy.shape import MAX_TOKENS
-from replayproxy.trace import mapped_array, release_pages
+from replayproxy.trace.mapped import mapped_array, release_pages
 
 DEFAULT_BLOCK = 64  # AIPerf's TraceLab default: the corpus has no hashes, so any size reproduces its split
 INPUT_EVENTS = frozenset({"user_message", "tool_result"})

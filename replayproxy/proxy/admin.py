@@ -53,7 +53,9 @@ class AdminLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class AdminResponse:
+    """One answer of the admin listener (/metrics, /healthz, /readyz or an error): status, body, type."""
+
     status: int
     body: bytes
     content_type: bytes = b"application/json"
@@ -206,13 +208,13 @@ class AdminServer:
 
     # ------------------------------------------------------------------ answers
 
-    async def reply(self, method: bytes, path: bytes) -> Reply:
+    async def reply(self, method: bytes, path: bytes) -> AdminResponse:
         if path not in (b"/metrics", b"/healthz", b"/readyz"):
-            return Reply(404, b'{"error": "not found"}')
+            return AdminResponse(404, b'{"error": "not found"}')
         if method not in (b"GET", b"HEAD"):
-            return Reply(405, b'{"error": "GET or HEAD"}')
+            return AdminResponse(405, b'{"error": "GET or HEAD"}')
         if path == b"/metrics":
-            return Reply(200, self._render(), CONTENT_TYPE_LATEST.encode())
+            return AdminResponse(200, self._render(), CONTENT_TYPE_LATEST.encode())
         if path == b"/healthz":
             return self._healthz()
         return await self._readyz()
@@ -223,15 +225,15 @@ class AdminServer:
             self._rendered, self._rendered_ns = generate_latest(self._metrics.registry), now
         return self._rendered
 
-    def _healthz(self) -> Reply:
+    def _healthz(self) -> AdminResponse:
         """Liveness: 200 while accepting traffic, even while recording fails (live traffic never pays
         for it), and 503 once draining, so load balancers stop sending; the body says both."""
         accepting = self._health.accepting()
         recording = _recording(self._health.recording())
         body = {"status": "ok" if accepting else "draining", "recording": recording}
-        return Reply(200 if accepting else 503, json.dumps(body).encode())
+        return AdminResponse(200 if accepting else 503, json.dumps(body).encode())
 
-    async def _readyz(self) -> Reply:
+    async def _readyz(self) -> AdminResponse:
         """Readiness: accepting, the upstream answers, and (unless told otherwise) recording keeps up."""
         health = self._health
         accepting = health.accepting()
@@ -244,7 +246,7 @@ class AdminServer:
             "upstream": f"down ({upstream})" if upstream else "ok",
             "recording": _recording(recording),
         }
-        return Reply(200 if ready else 503, json.dumps(body).encode())
+        return AdminResponse(200 if ready else 503, json.dumps(body).encode())
 
 
 def _recording(failing: str) -> str:
@@ -280,12 +282,12 @@ class AdminConnection(asyncio.Protocol):
             self.deadline_ns = now_ns() + int(self.server.limits.header_timeout_s * 1e9)
         self.size += len(data)
         if self.size > MAX_REQUEST_BYTES:
-            self._send(Reply(431, b'{"error": "request too large"}'), close=True)
+            self._send(AdminResponse(431, b'{"error": "request too large"}'), close=True)
             return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._send(Reply(405, b'{"error": "GET or HEAD"}'), close=True)
+            self._send(AdminResponse(405, b'{"error": "GET or HEAD"}'), close=True)
         except httptools.HttpParserError:
             self.abort()
 
@@ -320,7 +322,7 @@ class AdminConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
-    def _send(self, reply: Reply, close: bool, head_only: bool = False) -> None:
+    def _send(self, reply: AdminResponse, close: bool, head_only: bool = False) -> None:
         if self.transport is None or self.closing:
             return
         head = b"HTTP/1.1 %d %b\r\nContent-Type: %b\r\nContent-Length: %d\r\n%b\r\n" % (

@@ -1,13 +1,14 @@
 """One request/response pair on the forwarding path as an explicit state machine: THE hot path.
 
-Events come in as bytes and ticks (the client side's parsed request, upstream reads, the timer
-tick) and bytes go out through `Link`s (seam.py); nothing here touches a socket, so tests drive it
-with scripted byte splits. Its decisions never read a clock (deadlines come in as ticks); the one
-reading is the observers' capture timestamps (`now_ns`, only for exchanges an observer wants: the
-arrival, each forwarded read, the end). One state enum, one transition table, one deadline per
-state, like h11. httptools (llhttp) only finds response boundaries; a capture for observers keeps
-references to the bytes, taken after they were written to the client. Failures map like nginx's:
-502/504 before the response head, a cut stream after it.
+Events come in as bytes and ticks (the client side's parsed request, upstream reads, the timer tick)
+and bytes go out through `Link`s (seam.py); nothing here touches a socket, so tests drive it with
+scripted byte splits. Its decisions read no clock: time comes in as the forwarder's timer ticks
+(`Context.tick`, `Exchange.tick(now)`), and every deadline is a tick count. It calls `clock.now_ns`
+itself in three places, all to timestamp an observer's capture (the arrival, each forwarded read,
+the end) and only for exchanges an observer wants; no decision reads those stamps. One state enum,
+one transition table, one deadline per state, like h11. httptools (llhttp) only finds response
+boundaries; a capture for observers keeps references to the bytes, taken after they were written to
+the client. Failures map like nginx's: 502/504 before the response head, a cut stream after it.
 """
 
 from __future__ import annotations

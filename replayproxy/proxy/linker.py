@@ -39,7 +39,7 @@ class _Ended:
     continued: bool = False
 
 
-class Link(NamedTuple):
+class SessionLink(NamedTuple):
     session: int
     turn: int  # depth: one past the deepest dependency; 0 for a root
     think_ns: int  # last dependency's end -> arrival; -1 when it depends on nothing this recorder saw
@@ -58,19 +58,21 @@ class SessionLinker:
         self._by_chat: OrderedDict[int, list[_Ended]] = OrderedDict()
         self._by_content: OrderedDict[int, list[_Ended]] = OrderedDict()
 
-    def link(self, context: Conversation, chat: int, content: int, arrival_ns: int, end_ns: int) -> Link:
+    def link(
+        self, context: Conversation, chat: int, content: int, arrival_ns: int, end_ns: int
+    ) -> SessionLink:
         """Session, depth, joins and think time of a request; remember its reply for dependents."""
         parent, at = self._parent_of(context.marks, arrival_ns)
         joins, tool_chars = self._joins(context.marks[at + 1 :], parent, arrival_ns)
         if parent is None and not joins:
             seed = context.digest + arrival_ns.to_bytes(8, "little", signed=True)
             session = as_id(hashlib.blake2b(b"session\0" + seed, key=self._key, digest_size=8).digest())
-            found = Link(session, 0, -1, context.parent_id, context.tool_chars, ())
+            found = SessionLink(session, 0, -1, context.parent_id, context.tool_chars, ())
         else:
             needed = [parent, *joins] if parent is not None else joins
             if parent is not None:
                 parent.continued = True
-            found = Link(
+            found = SessionLink(
                 needed[0].session,
                 max(e.turn for e in needed) + 1,
                 max(0, arrival_ns - max(e.end_ns for e in needed)),

@@ -23,7 +23,7 @@ from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.observe import Observer, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.proxy.readiness import UpstreamProbe
-from replayproxy.proxy.recorder import Recorder
+from replayproxy.proxy.recording.recorder import Recorder
 from replayproxy.proxy.settings import ProxySettings, parse_hostport
 from replayproxy.tasks import spawn
 

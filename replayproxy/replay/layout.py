@@ -1,6 +1,6 @@
 """Exact prompts in token positions: where each message's content sits, and which word is at each position.
 
-A templated prompt is the structure's template tokens with content between them (replay.exact);
+A templated prompt is the structure's template tokens with content between them (replay.prompt_parts);
 every content word is one token, so a layout of content lengths fixes the total and every
 position. A request that shares `S` tokens with its donor copies the donor's layout up to `S` and
 puts its own content at `S`; message ends are put on block bounds where they fit, so a later
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayproxy.replay.exact import Structure
+from replayproxy.replay.prompt_parts import Structure
 from replayproxy.replay.synth import _GOLDEN, _M1, _M2, _mix
 
 _TAIL_SALT = np.uint64(0x7A11_5EED_0000_0001)

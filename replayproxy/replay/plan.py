@@ -14,7 +14,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-from replayproxy.replay import block_bounds, continuations, exact, flavors, layout, prefix_words, synth, turns
+from replayproxy.replay import (
+    block_bounds,
+    continuations,
+    flavors,
+    layout,
+    prefix_words,
+    prompt_parts,
+    synth,
+    turns,
+)
 from replayproxy.replay.prepared import Prepared, Schedule
 from replayproxy.replay.schedule import scheduled_ns
 from replayproxy.shape import ENDPOINT_PATHS
@@ -23,7 +32,7 @@ from replayproxy.trace import Columns, ragged_rows
 PATHS = {e: ENDPOINT_PATHS[e] for e in ("chat", "completions")}  # the endpoints a trace is replayed on
 DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 256
-_TOKEN_ID_PROMPT = exact.Structure((), (), ())  # token ids need no special tokens around them
+_TOKEN_ID_PROMPT = prompt_parts.Structure((), (), ())  # token ids need no special tokens around them
 _ENDPOINT_SALT = {"chat": 0, "completions": 0x5A17_C0DE_5A17_C0DE}
 
 
@@ -36,7 +45,7 @@ class PlanOptions:
     default_model: str = ""  # for requests without a recorded model (the target's first model)
     chat_template: synth.Template = field(default_factory=synth.Template)
     text_template: synth.Template = field(default_factory=lambda: synth.Template(fixed_tokens=1))
-    book: exact.Book | None = None  # the target's tokenizer measured: exact lengths and sharing
+    book: prompt_parts.Book | None = None  # the target's tokenizer measured: exact lengths and sharing
     closed_loop: bool = False  # later turns wait for the turns they continue (replay.continuations)
     live_replies: bool = False  # ...and carry the candidate's replies to them
 
@@ -272,7 +281,7 @@ class _Spelled:
     tails: np.ndarray  # uint64: each planned request's own key
     prefixes: prefix_words.PrefixWords  # words of prefixes that recur
 
-    def __init__(self, letters: exact.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
+    def __init__(self, letters: prompt_parts.Alphabet, words: synth.Words, rows: np.ndarray) -> None:
         object.__setattr__(self, "words", np.array(letters.words, dtype=object))
         object.__setattr__(self, "ids", np.array(letters.ids, dtype=np.int64))
         object.__setattr__(self, "codes", layout.PositionCodes(words._seed))
@@ -290,7 +299,7 @@ def _plan_exact(
     marks: list[int],
     position: int,
     options: PlanOptions,
-    book: exact.Book,
+    book: prompt_parts.Book,
     spelled: _Spelled,
     token_ids: bool,
     render: bool = True,

@@ -24,16 +24,16 @@ from replayproxy.errors import BadInputFile, BadOption
 from replayproxy.replay import (
     calibrate,
     clock_offset,
-    exact,
-    exactness,
     flavors,
     models,
     plan,
     probe_http,
+    prompt_parts,
     replies,
     schedule,
     shards,
     synth,
+    tokenizer_setup,
     turns,
 )
 from replayproxy.replay.connection import Target
@@ -48,7 +48,7 @@ from replayproxy.trace.reuse import prefix_reuse
 _log = logging.getLogger("replayproxy.replay")
 MAX_POOL = 4096
 CHECKED_REQUESTS = 64  # the first requests of the schedule are prepared here too, to check their
-CHECKED_TOKENS = exactness.VERIFY_TOKENS  # lengths: this many, or fewer holding this many prompt tokens
+CHECKED_TOKENS = tokenizer_setup.VERIFY_TOKENS  # lengths: this many, or fewer holding this many prompt tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,20 +203,20 @@ async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> 
         record: dict[str, Any] = {}
         model = _probe_model(requested, plan_options)
         prober = calibrate.Prober(session, target.url, flavor, model, options.headers)
-        chosen = await exactness.choose_tokenizer(
+        chosen = await tokenizer_setup.choose_tokenizer(
             options.tokenizer, options.chat_template, flavor, session, target.url, model, options.headers,
             info.models,
         )  # fmt: skip
         tokenizer = chosen.tokenizer
-        book: exact.Book | None = None
+        book: prompt_parts.Book | None = None
         exact_record: dict[str, Any] = {"tokenizer": None, "lengths": "approximate", "reason": chosen.note}
         if tokenizer is not None:
-            book, exact_record = await exactness.measure(tokenizer, cols, rows)
+            book, exact_record = await tokenizer_setup.measure_book(tokenizer, cols, rows)
             exact_record["tokenizer_source"] = chosen.note
         if book is None:
-            exactness.require_exact(exact_record, options.allow_approximate)
+            tokenizer_setup.require_exact(exact_record, options.allow_approximate)
         if len(rows) and np.any(cols.endpoint[rows] == "completions"):
-            flavor, ids_record = await exactness.check_token_ids(prober, flavor, book)
+            flavor, ids_record = await tokenizer_setup.check_token_ids(prober, flavor, book)
             exact_record.update(ids_record)
             prober.flavor = flavor
         plan_options = replace(plan_options, book=book)
@@ -224,7 +224,7 @@ async def _prepare(options: ReplayOptions, traces: Sequence[storage.Source]) -> 
             plan_options, record = await _calibrate(prober, cols, rows, flavor, plan_options)
         first = plan.prepare(cols, _checked(cols, rows), flavor, plan_options)  # as the preparer will
         if tokenizer is not None and book is not None:
-            exact_record["check"] = await exactness.verify(tokenizer, first)
+            exact_record["check"] = await tokenizer_setup.verify(tokenizer, first)
         approximate = [p for p in first if p.endpoint == "chat" and not p.exact]
         if options.calibrate and approximate:
             record["check"] = await calibrate.verify(prober, approximate)
@@ -321,7 +321,7 @@ async def _calibrate(
 def _live_replies(
     options: ReplayOptions,
     mode: turns.Mode,
-    book: exact.Book | None,
+    book: prompt_parts.Book | None,
     tokenizer_path: str,
     flavor: flavors.Flavor,
     target: Target,

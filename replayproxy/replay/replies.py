@@ -5,7 +5,7 @@ previous prompt as sent, the reply (its text for chat; its token ids for token-i
 vLLM's `return_token_ids`, else the text tokenized), and the new part: the planned turn's new
 messages cut or stretched so the whole prompt has the recorded input length under the target's
 tokenizer. One tokenize call per chat turn measures the prompt with one word per new message;
-alphabet words are one token each (replay.exact), so the difference fixes the word count. The
+alphabet words are one token each (replay.prompt_parts), so the difference fixes the word count. The
 engine's prefix cache then sees what production's did: its own reply again in the next turn.
 Built after the previous turn ended, during the think time; a build that outlasts the think time
 shows as schedule lag of that turn.
@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 
 from replayproxy import sse
-from replayproxy.replay import continuations, exact, exactness, flavors
+from replayproxy.replay import continuations, flavors, prompt_parts, tokenizer_setup
 from replayproxy.replay.connection import Target
 from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.request_timeline import RequestTimeline
@@ -308,7 +308,7 @@ def _split(total: int, planned: Sequence[int]) -> list[int]:
 
 
 def setup_for(
-    book: exact.Book | None,
+    book: prompt_parts.Book | None,
     options_tokenizer: str,
     chat_template: str,
     flavor: flavors.Flavor,
@@ -334,7 +334,7 @@ async def opened(
 ) -> AsyncIterator[Threader]:
     """A threader with its own tokenizer (and HTTP session, for an engine's tokenize endpoint)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0)) as session:
-        tokenizer, why = await exactness.find_tokenizer(
+        tokenizer, why = await tokenizer_setup.find_tokenizer(
             setup.tokenizer_path, setup.chat_template, flavors.get(setup.flavor), session, setup.url,
             setup.model, setup.headers,
         )  # fmt: skip

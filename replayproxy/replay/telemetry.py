@@ -64,7 +64,7 @@ class Histogram:
 
 
 @dataclass(slots=True)
-class Snapshot:
+class Scrape:
     """One scrape, in canonical names, plus which engine names supplied them."""
 
     values: dict[str, float] = field(default_factory=dict)
@@ -72,7 +72,7 @@ class Snapshot:
     found: dict[str, str] = field(default_factory=dict)  # canonical -> engine metric name
 
 
-def parse_exposition(text: str) -> Snapshot:
+def parse_exposition(text: str) -> Scrape:
     """Map a Prometheus text exposition to canonical names; unknown metrics are ignored.
 
     Samples are looked up by sample name (not family), because parsers disagree on whether a
@@ -82,7 +82,7 @@ def parse_exposition(text: str) -> Snapshot:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples.setdefault(sample.name, []).append(sample)
-    snapshot = Snapshot()
+    snapshot = Scrape()
     for canonical, (combine, names) in GAUGES.items():
         _first_found(snapshot, canonical, names, samples, max if combine == "max" else math.fsum)
     for canonical, names in COUNTERS.items():
@@ -102,7 +102,7 @@ def parse_exposition(text: str) -> Snapshot:
 
 
 def _first_found(
-    snapshot: Snapshot,
+    snapshot: Scrape,
     canonical: str,
     names: tuple[str, ...],
     samples: dict[str, list[Any]],
@@ -148,8 +148,8 @@ class TelemetryScraper:
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._origin_ns = 0
         self.samples: list[dict[str, Any]] = []
-        self.first: Snapshot | None = None
-        self.last: Snapshot | None = None
+        self.first: Scrape | None = None
+        self.last: Scrape | None = None
         self.errors = 0
         self.last_error = ""
 
@@ -200,7 +200,7 @@ class TelemetryScraper:
         self.samples.append({"t_ns": taken_ns, **snapshot.values})
 
 
-def _histograms_record(snapshot: Snapshot | None) -> dict[str, Any]:
+def _histograms_record(snapshot: Scrape | None) -> dict[str, Any]:
     return {name: h.to_record() for name, h in snapshot.histograms.items()} if snapshot else {}
 
 

@@ -20,7 +20,7 @@ import orjson
 from replayproxy.errors import UserError
 
 if TYPE_CHECKING:  # aiohttp is imported where a request is made: the preparer process imports
-    import aiohttp  # this module (through replay.exact) and never makes one
+    import aiohttp  # this module (through replay.prompt_parts) and never makes one
 
 Message = Mapping[str, Any]  # an OpenAI chat message: {"role": ..., "content": ...}
 CONCURRENCY = 32  # tokenize calls in flight against an engine (they are short)

@@ -23,7 +23,7 @@ class Published(Protocol):
     def to_json(self) -> Mapping[str, object]: ...
 
 
-class Summary(TypedDict):
+class SummaryDoc(TypedDict):
     """A distribution (`stats.Summary.to_dict`): the contract's percentiles, mean and count."""
 
     p50: float | None
@@ -53,7 +53,7 @@ class Concurrency(TypedDict):
     peak: int | None
 
 
-class PercentileCheck(TypedDict):
+class PercentileCheckDoc(TypedDict):
     slo: str
     value_ms: float | None
     limit_ms: float
@@ -75,7 +75,7 @@ class GoodputDoc(TypedDict):
     fraction: float | None
     good: int
     of: int
-    percentile_checks: list[PercentileCheck]
+    percentile_checks: list[PercentileCheckDoc]
     percentiles_met: bool
     not_applicable: int  # successful requests with no TPOT/ITL to judge
     sessions: SessionGoodputDoc | None  # None unless the SLO has a per-session clause
@@ -87,9 +87,9 @@ class GroupDoc(TypedDict):
     name: str
     requests: int
     errors: int
-    ttft_ms: Summary
-    tpot_ms: Summary
-    e2e_ms: Summary
+    ttft_ms: SummaryDoc
+    tpot_ms: SummaryDoc
+    e2e_ms: SummaryDoc
 
 
 class WindowDoc(GroupDoc):
@@ -186,9 +186,9 @@ class ThinkFigures(TypedDict):
 
     later_turns: int
     overlapping_turns: int
-    think_ms: Summary
-    think_error_ms: Summary
-    think_abs_error_ms: Summary
+    think_ms: SummaryDoc
+    think_error_ms: SummaryDoc
+    think_abs_error_ms: SummaryDoc
 
 
 class Quantiles(TypedDict):
@@ -213,9 +213,9 @@ class SessionsDoc(ThinkFigures):
 
     sessions: int
     multi_turn_sessions: int
-    turns_per_session: Summary
-    session_s: Summary  # the makespan: first request's send -> last request's end
-    finish_from_schedule_s: Summary | None  # None when some turn had no scheduled time
+    turns_per_session: SummaryDoc
+    session_s: SummaryDoc  # the makespan: first request's send -> last request's end
+    finish_from_schedule_s: SummaryDoc | None  # None when some turn had no scheduled time
     by_depth: list[DepthRow] | None  # None when the result file has no `turn` column
 
 
@@ -223,9 +223,9 @@ class CachedShareDoc(TypedDict):
     """Per call, the share of its prompt the engine said it served from cache (cached / prompt
     tokens), and, with a baseline trace, the same call's share as recorded beside it."""
 
-    per_call: Summary  # successful calls that reported cached tokens
-    recorded: Summary | None  # the same calls in the baseline trace; None without one
-    difference: Summary | None  # per call: this run's share - the recorded share
+    per_call: SummaryDoc  # successful calls that reported cached tokens
+    recorded: SummaryDoc | None  # the same calls in the baseline trace; None without one
+    difference: SummaryDoc | None  # per call: this run's share - the recorded share
 
 
 class ShardClockDoc(TypedDict):
@@ -268,17 +268,17 @@ class RunDoc(TypedDict):
     input_tokens_per_s: float | None
     timed_requests: int
     concurrency: Concurrency
-    input_tokens: Summary
-    output_tokens: Summary
+    input_tokens: SummaryDoc
+    output_tokens: SummaryDoc
     output_tokens_from_usage_share: float | None
-    ttft_ms: Summary
-    tpot_ms: Summary
-    itl_ms: Summary
+    ttft_ms: SummaryDoc
+    tpot_ms: SummaryDoc
+    itl_ms: SummaryDoc
     itl_unit: str
-    e2e_ms: Summary
-    schedule_lag_ms: Summary
-    ttft_from_scheduled_ms: Summary
-    e2e_from_scheduled_ms: Summary
+    e2e_ms: SummaryDoc
+    schedule_lag_ms: SummaryDoc
+    ttft_from_scheduled_ms: SummaryDoc
+    e2e_from_scheduled_ms: SummaryDoc
     exact_input_share: float | None
     exact_input_count: int
     exact_output_share: float | None
@@ -319,9 +319,9 @@ class StepDoc(TypedDict):
     requests_per_s: float | None
     output_tokens_per_s: float | None
     mean_concurrency: float | None
-    ttft_ms: Summary
-    tpot_ms: Summary
-    e2e_ms: Summary
+    ttft_ms: SummaryDoc
+    tpot_ms: SummaryDoc
+    e2e_ms: SummaryDoc
     errors: int
     error_rate: float | None
     goodput: GoodputDoc | None
@@ -396,8 +396,8 @@ class Document(TypedDict):
     warnings: list[str]
 
 
-# The Summary-valued figures of a run by key, for tables that loop over them (mypy checks each key).
-SUMMARIES: dict[str, Callable[[RunDoc], Summary]] = {
+# The SummaryDoc-valued figures of a run by key, for tables that loop over them (mypy checks each key).
+SUMMARIES: dict[str, Callable[[RunDoc], SummaryDoc]] = {
     "input_tokens": lambda r: r["input_tokens"],
     "output_tokens": lambda r: r["output_tokens"],
     "ttft_ms": lambda r: r["ttft_ms"],
@@ -410,11 +410,11 @@ SUMMARIES: dict[str, Callable[[RunDoc], Summary]] = {
 }
 
 
-def summary_of(run: RunDoc, key: str) -> Summary:
+def summary_of(run: RunDoc, key: str) -> SummaryDoc:
     """A run's distribution by key ("ttft_ms", "schedule_lag_ms", ...); KeyError for others."""
     return SUMMARIES[key](run)
 
 
-def stat(summary: Summary, name: str) -> float | int | None:
+def stat(summary: SummaryDoc, name: str) -> float | int | None:
     """One statistic by name ("p99", "count", ...), for tables that loop over `stats.STAT_NAMES`."""
     return cast(Mapping[str, float | int | None], summary)[name]

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replayproxy.errors import BadOption, user_file
-from replayproxy.report import check_report
 from replayproxy.report.baseline import baseline_run
-from replayproxy.report.check_types import CheckDoc
+from replayproxy.report.checks import report as check_report
+from replayproxy.report.checks.document_types import CheckDoc
 from replayproxy.report.document import build_document
 from replayproxy.report.goodput import parse_slo
 from replayproxy.report.regression_gate import Outcome, evaluate, parse_replay_gate

@@ -22,7 +22,7 @@ from replayproxy.report.document_types import (
     RunDoc,
     SessionsDoc,
     SloSection,
-    Summary,
+    SummaryDoc,
     stat,
     summary_of,
 )
@@ -346,7 +346,7 @@ def sweep_section(doc: Document) -> list[Table]:
     return tables
 
 
-SESSION_ROWS: tuple[tuple[str, Callable[[SessionsDoc], Summary | None], tuple[str, ...]], ...] = (
+SESSION_ROWS: tuple[tuple[str, Callable[[SessionsDoc], SummaryDoc | None], tuple[str, ...]], ...] = (
     ("turns per session", lambda f: f["turns_per_session"], ("p50", "p95", "max")),
     ("makespan s (first send to last end)", lambda f: f["session_s"], ("p50", "p95", "max")),
     ("finish s (from first scheduled send)", lambda f: f["finish_from_schedule_s"], ("p50", "p95")),
@@ -443,7 +443,7 @@ def cached_share_section(doc: Document) -> list[Table]:
     ]
 
 
-def _stat_or_none(summary: Summary | None, name: str) -> float | int | None:
+def _stat_or_none(summary: SummaryDoc | None, name: str) -> float | int | None:
     return None if summary is None else stat(summary, name)
 
 

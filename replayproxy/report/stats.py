@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayproxy.report.decision_types import IntervalDoc
-from replayproxy.report.document_types import Summary as SummaryDoc
+from replayproxy.report.document_types import SummaryDoc
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("p50", "p90", "p95", "p99", "max", "mean", "count")

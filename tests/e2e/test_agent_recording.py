@@ -14,7 +14,8 @@ import pytest
 
 from replayproxy import trace
 from replayproxy.cli import main
-from replayproxy.trace import ReadReport, iter_frame_payloads
+from replayproxy.trace import ReadReport
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.agents import MODEL, AgentClient, AgentSession, Step, check_recorded_graph, random_sessions
 from tests.servers import sim, start_proxy
 

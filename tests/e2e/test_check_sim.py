@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from replayproxy.report.check_report import check_documents
+from replayproxy.report.checks.report import check_documents
 from replayproxy.results import load_checks
-from replayproxy.trace import ReadReport, iter_frame_payloads
+from replayproxy.trace import ReadReport
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.cli import run_cli
 from tests.servers import sim
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from replayproxy.report.check_report import check_documents
+from replayproxy.report.checks.report import check_documents
 from tests.cli import run_cli
 from tests.servers import start_proxy
 from tests.trace.helpers import shapes_of

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from replayproxy.results import load_checks, load_results
-from replayproxy.trace import ReadReport, iter_frame_payloads
+from replayproxy.trace import ReadReport
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.cli import CliResult, run_cli
 from tests.servers import sim
 

@@ -11,7 +11,8 @@ import aiohttp
 import orjson
 
 from replayproxy import trace
-from replayproxy.trace import ReadReport, iter_frame_payloads
+from replayproxy.trace import ReadReport
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.proxy.helpers import admin_url
 from tests.servers import sim, start_proxy
 

@@ -13,7 +13,8 @@ from replayproxy import cli
 from replayproxy.formats import bailian, csv_format
 from replayproxy.formats.exporting import ExportOptions
 from replayproxy.formats.importing import ImportFormatError, ImportOptions, write_imported
-from replayproxy.trace import ReadReport, iter_frame_payloads, load
+from replayproxy.trace import ReadReport, load
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.formats import consumers
 from tests.formats.helpers import conversation_trace
 

@@ -9,21 +9,35 @@ from pathlib import Path
 PROXY = Path(__file__).resolve().parents[2] / "replayproxy" / "proxy"
 
 
+def module_name(path: Path) -> str:
+    """`exchange`, `recording.child`; a sub-package's __init__ is the package's name."""
+    parts = path.relative_to(PROXY).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path) for path in PROXY.rglob("*.py")} - {""}
+
+
 def imports_of(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "replayproxy.proxy":
-                found.update(alias.name for alias in node.names)
-            elif node.module.startswith("replayproxy.proxy."):
-                found.add(node.module.split(".")[2])
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("replayproxy.proxy"):
+            base = node.module.removeprefix("replayproxy.proxy").removeprefix(".")
+            for alias in node.names:
+                inner = f"{base}.{alias.name}" if base else alias.name
+                found.add(inner if inner in MODULES else base)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("replayproxy.proxy."))
-    return found & {p.stem for p in PROXY.glob("*.py")}
+            found.update(
+                a.name.removeprefix("replayproxy.proxy.")
+                for a in node.names
+                if a.name.startswith("replayproxy.proxy.")
+            )
+    return found & MODULES
 
 
 def test_proxy_modules_import_one_way() -> None:
-    graph = {path.stem: imports_of(path) - {path.stem} for path in PROXY.glob("*.py")}
+    graph = {module_name(path): imports_of(path) - {module_name(path)} for path in PROXY.rglob("*.py")}
+    graph.pop("", None)
     state: dict[str, str] = {}
 
     def visit(module: str, trail: list[str]) -> None:

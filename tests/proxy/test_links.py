@@ -12,7 +12,8 @@ from replayproxy.proxy.extract import build_shape
 from replayproxy.proxy.linker import SessionLinker
 from replayproxy.proxy.prompt import PromptHasher
 from replayproxy.shape import RequestShape
-from replayproxy.trace import ReadReport, TraceHeader, iter_frame_payloads, write_trace
+from replayproxy.trace import ReadReport, TraceHeader, write_trace
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.proxy.test_extract import MS, capture, delta, event
 
 KEY = b"k" * 32

@@ -1,4 +1,4 @@
-"""The recorder process's loop (proxy/record_child.py), run on a thread over a real socket pair: every
+"""The recorder process's loop (proxy/recording/child.py), run on a thread over a real socket pair: every
 way the proxy can go — its end reset with unread data (what a SIGKILL leaves), or the process
 handed to another parent while something else holds the pipe — ends recording with everything
 read written and the footer."""
@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from replayproxy.clock import Anchor
-from replayproxy.proxy import record_child
-from replayproxy.proxy import record_wire as wire
+from replayproxy.proxy.recording import child, wire
 from replayproxy.trace import ReadReport, read_trace_files
 from tests.proxy.helpers import settings
 from tests.proxy.test_record_core import KEY, cap
@@ -38,7 +37,7 @@ def _start(tmp_path: Path, parent: int | None) -> tuple[socket.socket, socket.so
     config = wire.config_record(settings("http://127.0.0.1:9", tmp_path / "traces"), KEY, Anchor.take())
     ours.sendall(packer.pack([wire.CONFIG, config]))
     ours.sendall(packer.pack([wire.CAPTURES, [wire.capture_record(cap(i)) for i in range(5)]]))
-    thread = threading.Thread(target=record_child.serve, args=(theirs, parent), daemon=True)
+    thread = threading.Thread(target=child.serve, args=(theirs, parent), daemon=True)
     thread.start()
     return ours, theirs, thread
 

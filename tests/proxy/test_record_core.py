@@ -1,5 +1,5 @@
-"""Recording's work (proxy/record_core.py), driven in-process: writes, survives failures and resumes,
-rotates and retains; what it counts reaches the proxy's metrics through a `Tally` (record_tally.py)."""
+"""Recording's work (proxy/recording/core.py), driven in-process: writes, survives failures and resumes,
+rotates and retains; what it counts reaches the proxy's metrics through a `Tally` (recording/tally.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from replayproxy.clock import Anchor, now_ns
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.record_core import TraceRecorder, trace_files
-from replayproxy.proxy.record_tally import Tally, apply
+from replayproxy.proxy.recording.core import TraceRecorder, trace_files
+from replayproxy.proxy.recording.tally import Tally, apply
 from replayproxy.shape import key_fingerprint
-from replayproxy.trace import FrameWriter, ReadReport, TraceWriter, read_trace_files
+from replayproxy.trace import ReadReport, TraceWriter, read_trace_files
+from replayproxy.trace.frames import FrameWriter
 from tests.proxy.helpers import add_piece, settings
 from tests.trace.helpers import shapes_of
 

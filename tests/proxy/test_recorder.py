@@ -1,4 +1,4 @@
-"""The recorder seen from the proxy process (proxy/recorder.py): a bounded queue in front of a real
+"""The recorder seen from the proxy process (proxy/recording/recorder.py): a bounded queue in front of a real
 recorder process; its counts and log lines come back, a dead one is counted and replaced, close
 writes everything, and the process never outlives its recorder."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from replayproxy.proxy.metrics import ProxyMetrics
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.recorder import STUCK_S, Recorder
+from replayproxy.proxy.recording.recorder import STUCK_S, Recorder
 from replayproxy.trace import ReadReport, read_trace_files
 from tests.proxy.helpers import ended, run, settings
 from tests.proxy.test_record_core import KEY, cap
@@ -194,7 +194,7 @@ def test_the_hash_key_reaches_the_recorder_process_only_through_its_pipe(tmp_pat
         return seen
 
     cmdline, environ = run(main())
-    assert b"record_child" in cmdline
+    assert b"recording.child" in cmdline
     for text in (cmdline, environ):
         assert KEY[:8] not in text and KEY.hex()[:16].encode() not in text
 

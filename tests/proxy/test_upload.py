@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from replayproxy.proxy.upload import SegmentUploader, object_url, partition, pod_name
+from replayproxy.proxy.recording.upload import SegmentUploader, object_url, partition, pod_name
 from tests.s3server import S3, s3_server
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from replayproxy import trace
-from replayproxy.replay import block_bounds, exact, flavors, plan
-from replayproxy.replay.exactness import chat_keys
+from replayproxy.replay import block_bounds, flavors, plan, prompt_parts
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.synth import first_owners
+from replayproxy.replay.tokenizer_setup import chat_keys
 from replayproxy.shape import RequestShape
 from tests.replay import traces
 from tests.replay.test_exact import _ids, _longest_shared
@@ -88,7 +88,7 @@ def test_exact_prompts_share_what_the_bounds_say(tmp_path: Path, bpe_tokenizer: 
     cols = trace.load(path)
     rows = np.arange(len(cols))
     tokenizer = LocalTokenizer(bpe_tokenizer)
-    book = asyncio.run(exact.measure(tokenizer, chat_keys(cols, rows)))
+    book = asyncio.run(prompt_parts.measure(tokenizer, chat_keys(cols, rows)))
     prepared = plan.prepare(cols, rows, flavors.get("vllm"), plan.PlanOptions(book=book))
     ids = _ids(tokenizer, prepared)
     assert [len(i) for i in ids] == [p.expected_input_tokens for p in prepared]

@@ -10,16 +10,16 @@ import orjson
 import pytest
 
 from replayproxy import trace
-from replayproxy.replay import exact, flavors, plan
-from replayproxy.replay.exactness import chat_keys
+from replayproxy.replay import flavors, plan, prompt_parts
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat
+from replayproxy.replay.tokenizer_setup import chat_keys
 from tests.replay import traces
 
 
-def _book(tokenizer: LocalTokenizer, cols: trace.Columns) -> exact.Book:
-    return asyncio.run(exact.measure(tokenizer, chat_keys(cols, np.arange(len(cols)))))
+def _book(tokenizer: LocalTokenizer, cols: trace.Columns) -> prompt_parts.Book:
+    return asyncio.run(prompt_parts.measure(tokenizer, chat_keys(cols, np.arange(len(cols)))))
 
 
 def _ids(tokenizer: LocalTokenizer, prepared: list[Prepared]) -> list[list[int]]:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replayproxy.replay import exact, layout
+from replayproxy.replay import layout, prompt_parts
 from replayproxy.replay.synth import _GOLDEN, _M1, _M2
 
 _MASK = (1 << 64) - 1
@@ -51,7 +51,7 @@ def cases(draw: st.DrawFn) -> tuple[layout.TokenLayout, list[int], int, list[int
     head = draw(st.integers(0, 5))
     between = tuple((7,) * draw(st.integers(0, 6)) for _ in lengths[1:])
     closing = (9,) * draw(st.integers(0, 4))
-    structure = exact.Structure((5,) * head, between, closing)
+    structure = prompt_parts.Structure((5,) * head, between, closing)
     starts, at = [], head
     for m, length in enumerate(lengths):
         starts.append(at)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
-from replayproxy.replay import exact, flavors, plan, prefix_words
-from replayproxy.replay.exactness import chat_keys
+from replayproxy.replay import flavors, plan, prefix_words, prompt_parts
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
+from replayproxy.replay.tokenizer_setup import chat_keys
 from tests.replay import traces
 
 
@@ -24,7 +24,7 @@ def test_copied_prefixes_give_the_bodies_built_afresh(
     path = traces.prefix_heavy(tmp_path / "t.rpt", endpoint, requests=120, turns="uniform:2,4")
     cols = trace.load(path)
     rows = np.arange(len(cols))
-    book = asyncio.run(exact.measure(LocalTokenizer(bpe_tokenizer), chat_keys(cols, rows)))
+    book = asyncio.run(prompt_parts.measure(LocalTokenizer(bpe_tokenizer), chat_keys(cols, rows)))
     options = plan.PlanOptions(book=book)
     found: list[bool] = []
     get = prefix_words.PrefixWords.get

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from replayproxy.replay import exact, replies
+from replayproxy.replay import prompt_parts, replies
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat
@@ -50,19 +50,19 @@ def _prepared(
 
 
 @pytest.fixture(scope="module")
-def local(bpe_tokenizer: Path) -> tuple[LocalTokenizer, exact.Alphabet]:
+def local(bpe_tokenizer: Path) -> tuple[LocalTokenizer, prompt_parts.Alphabet]:
     tokenizer = LocalTokenizer(bpe_tokenizer)
-    return tokenizer, asyncio.run(exact.alphabet(tokenizer, exact.candidates()))
+    return tokenizer, asyncio.run(prompt_parts.alphabet(tokenizer, prompt_parts.candidates()))
 
 
-def _threader(local: tuple[LocalTokenizer, exact.Alphabet]) -> replies.Threader:
+def _threader(local: tuple[LocalTokenizer, prompt_parts.Alphabet]) -> replies.Threader:
     tokenizer, letters = local
     setup = replies.Setup(letters.words, "", "", "vllm", "http://127.0.0.1:1", "m")
     return replies.Threader(setup, tokenizer, continued={0: 2, 1: 2})
 
 
 def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
-    local: tuple[LocalTokenizer, exact.Alphabet],
+    local: tuple[LocalTokenizer, prompt_parts.Alphabet],
 ) -> None:
     tokenizer, letters = local
     words = letters.words
@@ -98,7 +98,7 @@ def test_a_chat_turn_carries_the_reply_and_has_the_recorded_length(
 
 @pytest.mark.parametrize("slot", ["assistant", "tool"])
 def test_a_join_carries_every_joined_reply_where_its_context_had_them(
-    local: tuple[LocalTokenizer, exact.Alphabet], slot: str
+    local: tuple[LocalTokenizer, prompt_parts.Alphabet], slot: str
 ) -> None:
     """A join continuing branch 0 and joining branches 1 and 2: the parent's reply after its prompt,
     the joined replies in the assistant (quoted answers) or tool (tool results) messages after it,

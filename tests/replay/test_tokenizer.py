@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from replayproxy.replay import calibrate, exact, exactness, flavors
+from replayproxy.replay import calibrate, flavors, prompt_parts, tokenizer_setup
 from replayproxy.replay.hf_tokenizer import LocalTokenizer
 from replayproxy.replay.tokenizer import Chat, TokenizerError, engine_tokenizer
 from replayproxy.sim.config import SimConfig
@@ -123,9 +123,9 @@ def test_a_target_refusing_token_ids_gets_text_prompts(
 
     async def main(token_ids: bool) -> tuple[flavors.Flavor, dict[str, Any]]:
         async with fake_engine(local, token_ids) as url, aiohttp.ClientSession() as session:
-            book = await exact.measure(local, [])
+            book = await prompt_parts.measure(local, [])
             prober = calibrate.Prober(session, url, flavors.get("llamacpp"), "m", {})
-            return await exactness.check_token_ids(prober, flavors.get("llamacpp"), book)
+            return await tokenizer_setup.check_token_ids(prober, flavors.get("llamacpp"), book)
 
     refused, record = asyncio.run(main(False))
     assert not refused.token_id_prompts and record == {"token_id_prompts": "refused: sent as text"}

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from replayproxy.cli import main
-from replayproxy.report.check_report import check_documents, parse_check_gate, render_checks, split_inputs
+from replayproxy.report.checks.report import check_documents, parse_check_gate, render_checks, split_inputs
 from replayproxy.results import ResultWriter, RunHeader
 from tests.report.check_helpers import both, row, write_check
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from replayproxy import trace
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape, pack_u32, pack_u64
 from replayproxy.trace import TraceHeader, TraceWriter
+from replayproxy.trace.column_file import Pieces, encode_column
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 U64 = st.integers(0, 2**64 - 1)
@@ -140,7 +141,7 @@ def frame_bounds(data: bytes) -> list[tuple[int, int, int]]:
 
 def _as_bytes(value: object) -> bytes:
     """encode_column's blobs (arrays, pieces) as the plain bytes msgpack writes."""
-    if isinstance(value, trace.Pieces):
+    if isinstance(value, Pieces):
         return b"".join(value.items)
     if isinstance(value, np.ndarray):
         return value.tobytes()
@@ -169,7 +170,7 @@ def batch(
             values = [pack_u64(v) for v in values]
         elif name == "chunk_gaps_us":
             values = [pack_u32(v) if v else b"" for v in values]
-        columns.append(trace.encode_column(FIELD_KINDS[name], values))
+        columns.append(encode_column(FIELD_KINDS[name], values))
     for kind, values in (extra or {}).values():
-        columns.append(trace.encode_column(kind, values))
+        columns.append(encode_column(kind, values))
     return {"type": "batch", "n": len(shapes), "columns": columns}

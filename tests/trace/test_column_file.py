@@ -14,16 +14,8 @@ import pytest
 from replayproxy import trace
 from replayproxy.errors import FileAccessError
 from replayproxy.shape import RequestShape
-from replayproxy.trace import (
-    ColumnFileWriter,
-    ReadReport,
-    TraceFormatError,
-    TraceHeader,
-    expand_paths,
-    read_column_file,
-    read_each,
-    with_defaults,
-)
+from replayproxy.trace import ReadReport, TraceFormatError, TraceHeader, expand_paths
+from replayproxy.trace.column_file import ColumnFileWriter, read_column_file, read_each, with_defaults
 from tests.trace.helpers import batch, exact, frames_with_header, shapes_of, write
 
 KINDS = {

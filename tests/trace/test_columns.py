@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from replayproxy import trace
 from replayproxy.shape import FIELD_KINDS, FIELDS, RequestShape
 from replayproxy.trace import TraceFormatError, TraceHeader
+from replayproxy.trace.column_file import CODED_KINDS, NUMERIC_KINDS, RAGGED_KINDS
+from replayproxy.trace.columns import RAGGED
 from tests.trace.helpers import (
     FakeClock,
     batch,
@@ -35,8 +37,8 @@ GOLDEN_V2 = Path(__file__).parents[1] / "data" / "trace-v2-golden.rpt"
 
 def test_the_record_layout_has_one_field_list_with_a_kind_for_every_field() -> None:
     assert tuple(FIELD_KINDS) == FIELDS == RequestShape._fields
-    assert set(FIELD_KINDS.values()) <= {*trace.NUMERIC_KINDS, *trace.RAGGED_KINDS, *trace.CODED_KINDS}
-    assert {name for name, kind in FIELD_KINDS.items() if kind in trace.RAGGED_KINDS} == set(trace.RAGGED)
+    assert set(FIELD_KINDS.values()) <= {*NUMERIC_KINDS, *RAGGED_KINDS, *CODED_KINDS}
+    assert {name for name, kind in FIELD_KINDS.items() if kind in RAGGED_KINDS} == set(RAGGED)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -14,16 +14,14 @@ import zstandard
 
 from replayproxy import trace
 from replayproxy.shape import RequestShape
-from replayproxy.trace import (
+from replayproxy.trace import ReadReport, TraceFormatError, TraceHeader, frames, write_columns
+from replayproxy.trace.frames import (
+    PLAUSIBLE_RATIO,
     FrameWriter,
-    ReadReport,
-    TraceFormatError,
-    TraceHeader,
-    frames,
+    frame_totals,
     iter_frame_payloads,
-    write_columns,
+    plausible_size,
 )
-from replayproxy.trace.frames import PLAUSIBLE_RATIO, frame_totals, plausible_size
 from tests.trace.helpers import frame_bounds, write
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from replayproxy import trace
 from replayproxy.shape import FIELD_KINDS, FIELDS
-from replayproxy.trace import TraceFormatError, TraceHeader, checked_fields
+from replayproxy.trace import TraceFormatError, TraceHeader
+from replayproxy.trace.header import checked_fields
 from tests.trace.helpers import FakeClock, frames_with_header
 
 

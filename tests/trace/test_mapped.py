@@ -9,15 +9,8 @@ import numpy as np
 import pytest
 
 from replayproxy import trace
-from replayproxy.trace import (
-    TraceHeader,
-    gather,
-    is_mapped,
-    mapped_array,
-    release_pages,
-    reuse,
-    write_columns,
-)
+from replayproxy.trace import TraceHeader, reuse, write_columns
+from replayproxy.trace.mapped import gather, is_mapped, mapped_array, release_pages
 
 
 def _trace(path: Path, start_ns: int, offsets: np.ndarray, seed: int) -> Path:

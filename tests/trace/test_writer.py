@@ -11,6 +11,7 @@ import numpy as np
 from replayproxy import trace
 from replayproxy.shape import FIELD_KINDS, RequestShape
 from replayproxy.trace import TraceHeader, TraceWriter
+from replayproxy.trace.frames import iter_frame_payloads
 from tests.trace.helpers import FakeClock, exact, shapes_of
 
 
@@ -181,9 +182,7 @@ def test_graph_links_hold_only_numbers_so_text_put_there_never_reaches_a_file(tm
     ) as writer:
         writer.write(RequestShape(offset_ns=0, join_ids=(2**64 - 1, 5), spawned=True))
         writer.write(RequestShape(offset_ns=1, join_ids=(secret,)))  # type: ignore[arg-type]
-    stored = b"".join(
-        bytes(p) for p in trace.iter_frame_payloads(path.read_bytes(), str(path), trace.ReadReport())
-    )
+    stored = b"".join(bytes(p) for p in iter_frame_payloads(path.read_bytes(), str(path), trace.ReadReport()))
     assert secret.encode()[:8] not in stored and counted == {"join_ids": 1}
     loaded = trace.load(path)
     assert loaded.joins_of(0).tolist() == [2**64 - 1, 5] and len(loaded.joins_of(1)) == 0

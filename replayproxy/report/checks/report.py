@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from replayproxy.errors import BadOption
-from replayproxy.report.check_summary import build_check_document
-from replayproxy.report.check_tables import render_check_markdown, render_check_text
-from replayproxy.report.check_types import CheckDoc
-from replayproxy.report.check_verdict import GATE_METRICS, gate_values
+from replayproxy.report.checks.document_types import CheckDoc
+from replayproxy.report.checks.summary import build_check_document
+from replayproxy.report.checks.tables import render_check_markdown, render_check_text
+from replayproxy.report.checks.verdict import GATE_METRICS, gate_values
 from replayproxy.report.gate import GateRule, failed_rules, parse_gate
 from replayproxy.report.render_json import render_json
 from replayproxy.results import CHECK_SUFFIX, SUFFIX, load_checks

@@ -22,11 +22,11 @@ from typing import Any, cast
 import msgpack
 
 from replayproxy.clock import now_ns
-from replayproxy.proxy import record_wire as wire
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.record_core import TraceRecorder
-from replayproxy.proxy.record_tally import Tally
+from replayproxy.proxy.recording import wire
+from replayproxy.proxy.recording.core import TraceRecorder
+from replayproxy.proxy.recording.tally import Tally
 from replayproxy.proxy.settings import parse_cpus
 
 NICE = 10  # below the proxy's priority: recording waits, forwarding does not

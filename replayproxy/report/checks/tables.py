@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replayproxy.report.cells import Table, fmt, pct
-from replayproxy.report.check_types import CheckDoc, CheckTargetDoc
+from replayproxy.report.checks.document_types import CheckDoc, CheckTargetDoc
 from replayproxy.report.render_text import format_markdown, format_text
 
 OUTPUT_PREVIEW = 160  # characters of each kept output shown beside a worst-differing prompt

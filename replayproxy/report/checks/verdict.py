@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replayproxy.report.check_types import CheckDoc, CheckTargetDoc
+from replayproxy.report.checks.document_types import CheckDoc, CheckTargetDoc
 
 Figure = Callable[[CheckTargetDoc], float | None]
 # Gate metric -> (the target's figure, whether the baseline's own value counts)

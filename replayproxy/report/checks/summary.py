@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayproxy.report.check_types import (
+from replayproxy.report.checks.document_types import (
     AnswerCounts,
     CheckDoc,
     CheckTargetDoc,
@@ -24,7 +24,7 @@ from replayproxy.report.check_types import (
     StructuredFigures,
     WorstPrompt,
 )
-from replayproxy.report.check_verdict import verdict
+from replayproxy.report.checks.verdict import verdict
 from replayproxy.results import NOT_APPLICABLE, CheckFile
 
 PPM = 1_000_000

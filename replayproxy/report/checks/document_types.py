@@ -1,4 +1,4 @@
-"""The output-check document, typed: `check_summary` fills it, the verdict, the gate and the tables
+"""The output-check document, typed: `summary` fills it, the verdict, the gate and the tables
 read it, and mypy checks both sides. The keys are the ones `--json` writes (docs/check.md); a share
 that had nothing to count is None (null), as is a baseline's comparison with itself.
 """

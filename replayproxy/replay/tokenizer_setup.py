@@ -24,7 +24,7 @@ import orjson
 
 from replayproxy import trace
 from replayproxy.errors import BadOption
-from replayproxy.replay import exact, flavors, synth, tokenizer_discovery
+from replayproxy.replay import flavors, prompt_parts, synth, tokenizer_discovery
 from replayproxy.replay.calibrate import Prober
 from replayproxy.replay.prepared import Prepared
 from replayproxy.replay.tokenizer import Chat, Tokenizer, TokenizerError, engine_tokenizer
@@ -134,12 +134,12 @@ def require_exact(record: Mapping[str, Any], allowed: bool) -> None:
     )
 
 
-async def measure(
+async def measure_book(
     tokenizer: Tokenizer, cols: trace.Columns, rows: np.ndarray
-) -> tuple[exact.Book | None, dict[str, Any]]:
+) -> tuple[prompt_parts.Book | None, dict[str, Any]]:
     """The book for exact planning, and what the result header says about it."""
     try:
-        book = await exact.measure(tokenizer, chat_keys(cols, rows))
+        book = await prompt_parts.measure(tokenizer, chat_keys(cols, rows))
     except TokenizerError as e:
         _log.warning("exact prompts unavailable (%s); input lengths will be approximate", e)
         return None, {"tokenizer": tokenizer.name, "lengths": "approximate", "reason": str(e)}
@@ -163,7 +163,7 @@ async def token_ids_accepted(prober: Prober, ids: Sequence[int]) -> bool:
 
 
 async def check_token_ids(
-    prober: Prober, flavor: flavors.Flavor, book: exact.Book | None
+    prober: Prober, flavor: flavors.Flavor, book: prompt_parts.Book | None
 ) -> tuple[flavors.Flavor, dict[str, Any]]:
     """Keep token-id prompts only where the target takes ids from the vocabulary in use."""
     if not flavor.token_id_prompts:

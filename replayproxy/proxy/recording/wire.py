@@ -1,7 +1,7 @@
 """The pipe between the proxy and its recorder process: msgpack messages `[kind, payload]`.
 
 Proxy to recorder: `config` (settings, the hash key, the trace's time anchor) once, then
-`captures` batches, `rotate` and `close`. Recorder to proxy: `tally` reports (record_tally.py).
+`captures` batches, `rotate` and `close`. Recorder to proxy: `tally` reports (tally.py).
 A capture crosses as a flat list of the fields shape building reads: the same bytes the
 forwarding path kept, nothing more (the request path, used only to classify, stays behind).
 """

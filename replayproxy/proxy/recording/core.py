@@ -1,6 +1,6 @@
 """Recording's work: captures in, request shapes built and written to rotating trace files.
 
-Runs in the recorder process (record_child.py), single-threaded and free of the forwarding path's
+Runs in the recorder process (child.py), single-threaded and free of the forwarding path's
 GIL. It builds shapes (JSON, SSE, hashing), writes them through `TraceWriter`, applies retention,
 and survives any failure: a full disk, an unwritable directory or a bug drops records (counted,
 logged once per interval) and writing resumes by itself after `retry_s`. What it counts goes into
@@ -21,9 +21,9 @@ from replayproxy.proxy.extract import build_shape
 from replayproxy.proxy.linker import SessionLinker
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.record_tally import Tally
+from replayproxy.proxy.recording.tally import Tally
+from replayproxy.proxy.recording.upload import SegmentUploader, pod_name
 from replayproxy.proxy.settings import ProxySettings
-from replayproxy.proxy.upload import SegmentUploader, pod_name
 from replayproxy.shape import RequestShape, key_fingerprint
 from replayproxy.trace import SUFFIX, TraceHeader, TraceWriter
 

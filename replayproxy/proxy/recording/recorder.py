@@ -1,7 +1,7 @@
 """The recorder as the forwarding process sees it: a bounded queue and a pipe to a recorder process.
 
 Building shapes and writing traces cost ~15 times what packing a capture costs (BENCHMARKS.md),
-so they run in a child process (record_child.py) that never holds this process's GIL. The event
+so they run in a child process (child.py) that never holds this process's GIL. The event
 loop only samples, enqueues and counts (`wants`, `finished`); every 20 ms a timer packs what is
 queued and hands it to a non-blocking socket transport. Nothing here waits on the child: past
 `queue_records` / `queue_bytes` (queued here, in the pipe, or unread by the child) a record is
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import cast
 
 from replayproxy.clock import Anchor, now_ns
-from replayproxy.proxy import record_wire as wire
 from replayproxy.proxy.metrics import EndpointFigures, ProxyMetrics
 from replayproxy.proxy.observe import Capture, RateLimitedLog
 from replayproxy.proxy.prompt import PromptHasher
-from replayproxy.proxy.record_core import trace_files
-from replayproxy.proxy.record_tally import Tally, apply
+from replayproxy.proxy.recording import wire
+from replayproxy.proxy.recording.core import trace_files
+from replayproxy.proxy.recording.tally import Tally, apply
 from replayproxy.proxy.settings import ProxySettings
 from replayproxy.shape import ENDPOINTS
 from replayproxy.tasks import spawn
@@ -210,7 +210,7 @@ class Recorder:
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "replayproxy.proxy.record_child", str(theirs.fileno())],
+                [sys.executable, "-m", "replayproxy.proxy.recording.child", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # its log lines come through the pipe; stderr stays for tracebacks
