@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -120,6 +120,27 @@ def _pack(values: tuple[int, ...]) -> bytes:
     return np.minimum(np.asarray(values, dtype=np.int64), 0xFFFFFFFF).astype("<u4").tobytes()
 
 
+class GpuFacts(TypedDict):
+    """One GPU of the replayer's host, as `nvidia-smi` names it (memory with its unit)."""
+
+    name: str
+    memory_total: str
+    driver: str
+
+
+class RunContract(TypedDict, total=False):
+    """The conditions of a run beyond the engine version and /v1/models (both in the header): what
+    the replayer asked of the engine and the host, and what the user said. Written as a map, in
+    this order; a key the writer could not learn is absent, and a reader keeps keys it does not
+    know (a newer writer's) as they are."""
+
+    max_model_len: int | None  # the context length the engine serves (vLLM's, else llama.cpp's per slot)
+    engine_config: dict[str, Any]  # as the engine published it; engines name their keys apart
+    gpus: list[GpuFacts]
+    engine_args: str  # how the engine was started, as the user told it (--engine-args)
+    note: str  # the user's --note
+
+
 @dataclass(frozen=True, slots=True)
 class RunHeader:
     """The measurement contract of one run (DESIGN.md, "A result file carries the contract")."""
@@ -141,7 +162,7 @@ class RunHeader:
     repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
     repetitions: int = 1
     warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
-    contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
+    contract: RunContract = field(default_factory=RunContract)
     clock: dict[str, Any] = field(default_factory=dict)  # this run's clock against a shared start
 
     def to_record(self) -> dict[str, Any]:
@@ -158,9 +179,8 @@ class RunHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunHeader:
-        known = checked_fields(cls, record)
-        known["trace_paths"] = tuple(known.get("trace_paths", ()))
-        return cls(**known)
+        """The header of a result file, each entry of its declared type (TraceFormatError if not)."""
+        return cls(**checked_fields(cls, record))
 
 
 class ResultWriter:
@@ -404,11 +424,7 @@ class CheckHeader:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> CheckHeader:
         """The header of a check file, each entry of its declared type (TraceFormatError if not)."""
-        targets = record.get("targets")
-        if not isinstance(targets, list | tuple) or not all(isinstance(t, dict) for t in targets):
-            raise TraceFormatError("header's 'targets' is not a list of targets")
-        found = tuple(CheckTarget(**checked_fields(CheckTarget, t)) for t in targets)
-        return cls(**checked_fields(cls, {**record, "targets": found}))
+        return cls(**checked_fields(cls, record))
 
 
 class CheckWriter:

@@ -41,6 +41,7 @@ from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
+from replayproxy.results import RunContract
 from replayproxy.tasks import spawn
 from replayproxy.trace import storage
 from replayproxy.trace.reuse import prefix_reuse
@@ -78,7 +79,7 @@ class RunPlan:
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
     repetition: int = 1  # which measured run is next (1..options.repeat)
     warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
-    contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
+    contract: RunContract = field(default_factory=RunContract)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
     preparer: Preparer | None = None  # streams the bodies
