@@ -141,6 +141,34 @@ class RunContract(TypedDict, total=False):
     note: str  # the user's --note
 
 
+class RunWarmup(TypedDict, total=False):
+    """The warm-up sent before the measured runs (`--warmup`), excluded from the results."""
+
+    spec: str  # --warmup as given
+    requests: int
+    errors: int
+    duration_s: float
+
+
+class ClockReference(TypedDict):
+    """This host's wall clock against the target's `Date` header (replay.clock_offset.against_date)."""
+
+    source: str  # "target Date header"
+    offset_ns: int  # local wall clock minus the target's
+    bound_ns: int  # the offset is within this of the truth
+    probes: int  # probes that were answered
+
+
+class RunClock(TypedDict, total=False):
+    """What a shard measured of its clock (replay.clock_offset.record); `start_at_ns` and
+    `wall_drift_ns` only with --start-at, `reference` only when the target's Date could be read."""
+
+    ready_before_start_ns: int
+    start_at_ns: int
+    wall_drift_ns: int
+    reference: ClockReference
+
+
 @dataclass(frozen=True, slots=True)
 class RunHeader:
     """The measurement contract of one run (DESIGN.md, "A result file carries the contract")."""
@@ -161,9 +189,9 @@ class RunHeader:
     shard: str = ""  # "i/N" when this run is one shard of a sharded replay
     repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
     repetitions: int = 1
-    warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
+    warmup: RunWarmup = field(default_factory=RunWarmup)
     contract: RunContract = field(default_factory=RunContract)
-    clock: dict[str, Any] = field(default_factory=dict)  # this run's clock against a shared start
+    clock: RunClock = field(default_factory=RunClock)  # this run's clock against a shared start
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)

@@ -256,6 +256,8 @@ def _written_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[
         ({"contract": ["engine_args"]}, "header's 'contract' is not of type RunContract"),
         ({"trace_paths": "a.rpt"}, "header's 'trace_paths' is not of type tuple[str, ...]"),
         ({"repetition": True}, "header's 'repetition' is not of type int"),
+        ({"warmup": {"requests": 2.5}}, "header's 'warmup.requests' is not of type int"),
+        ({"clock": {"reference": {"source": "target Date header"}}}, "lacks 'clock.reference.offset_ns'"),
     ],
 )
 def test_a_header_entry_of_the_wrong_type_names_the_entry_and_the_file(
@@ -278,3 +280,10 @@ def test_the_contract_reads_typed_and_keeps_what_a_newer_writer_added(
     (loaded,) = load_results([path])
     assert loaded.header.contract == contract  # the unknown key kept, in the file's order
     assert loaded.header.to_record()["contract"] == contract  # written again as it was read
+
+
+def test_a_float_entry_may_be_written_as_an_int(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    warmup = {"spec": "8", "requests": 8, "errors": 0, "duration_s": 2}
+    path = _written_with(tmp_path, monkeypatch, {"warmup": warmup})
+    (loaded,) = load_results([path])
+    assert loaded.header.warmup == warmup

@@ -41,7 +41,7 @@ from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
-from replayproxy.results import RunContract
+from replayproxy.results import ClockReference, RunContract, RunWarmup
 from replayproxy.tasks import spawn
 from replayproxy.trace import storage
 from replayproxy.trace.reuse import prefix_reuse
@@ -78,12 +78,12 @@ class RunPlan:
     trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
     repetition: int = 1  # which measured run is next (1..options.repeat)
-    warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
+    warmup: RunWarmup = field(default_factory=RunWarmup)  # what the warm-up sent
     contract: RunContract = field(default_factory=RunContract)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
     preparer: Preparer | None = None  # streams the bodies
-    clock_reference: dict[str, Any] | None = None  # with --start-at: the wall clock vs the target's
+    clock_reference: ClockReference | None = None  # with --start-at: the wall clock vs the target's
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the preparer, and the
     # local copies of a remote trace it reads: ended by `close`
 

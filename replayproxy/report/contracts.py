@@ -38,7 +38,7 @@ def contract_of(run: Run) -> ContractDoc:
         "gpus": contract.get("gpus") or [],
         "engine_args": contract.get("engine_args", ""),
         "note": contract.get("note", ""),
-        "warmup": header.warmup if header is not None else {},
+        "warmup": dict(header.warmup) if header is not None else {},
         "runs": run.repetitions,
         "cache_reset": cache_reset(run),
         "prompt_lengths": prompt_lengths(run),

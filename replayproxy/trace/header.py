@@ -81,7 +81,10 @@ def _read(value: Any, hint: Any, name: str) -> Any:
     if hint is int:  # within ±2**62, so that differences (of start times, say) fit in int64
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 62:
             return value
-    elif hint in (str, bool, float) or hint is type(None):
+    elif hint is float:  # an int stands for a float, as in Python's typing
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    elif hint in (str, bool) or hint is type(None):
         if isinstance(value, hint):
             return value
     elif origin in (types.UnionType, typing.Union):
