@@ -418,6 +418,16 @@ class CheckTarget:
     engine_version: str = ""
 
 
+class PinnedSampling(TypedDict, total=False):
+    """The sampling every target of a check got (check.requests.Sampling)."""
+
+    temperature: float
+    seed: int
+    max_tokens: int
+    ignore_eos: bool
+    stream: bool
+
+
 @dataclass(frozen=True, slots=True)
 class CheckHeader:
     """The contract of one output check: targets, baseline, pinned sampling and the prompt set."""
@@ -425,7 +435,7 @@ class CheckHeader:
     start_wall_ns: int
     targets: tuple[CheckTarget, ...]
     baseline: str  # label of the target the others are compared with
-    sampling: dict[str, Any] = field(default_factory=dict)  # pinned: temperature, seed, max_tokens
+    sampling: PinnedSampling = field(default_factory=PinnedSampling)
     repeat: int = 1
     warmup: int = 0
     concurrency: int = 1
