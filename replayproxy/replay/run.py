@@ -20,6 +20,7 @@ from replayproxy.replay import (
     contract,
     procedure,
     progress,
+    replies,
     result_file,
     sender,
     telemetry,
@@ -213,7 +214,7 @@ def _finish(
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
-    live_replies: dict[str, Any] | None = None,
+    live_replies: replies.LiveReplies | None = None,
 ) -> Summary:
     """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
     `live_replies` (counts of the turns built from replies) becomes a side record."""
