@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -230,7 +230,7 @@ class ResultWriter:
         if self._file.pending >= self._frame_records:
             self._file.flush()
 
-    def write_extra(self, record_type: str, payload: dict[str, Any]) -> None:
+    def write_extra(self, record_type: str, payload: Mapping[str, Any]) -> None:
         """A side record (telemetry samples, sampler output) in its own frame."""
         self._file.write_side_record({"type": record_type, **payload})
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection as Pipe
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -61,6 +61,14 @@ class Share:
     schedule: Schedule
 
 
+class TraceProfile(TypedDict):
+    """The result file's `trace_profile` side record: what the replayed window held."""
+
+    requests: int
+    input_tokens: int
+    prefix_reuse: float | None
+
+
 @dataclass(slots=True)
 class RunPlan:
     """What the preparation produced, for the local runner or the workers."""
@@ -75,7 +83,9 @@ class RunPlan:
     pool_size: int
     trace_paths: tuple[str, ...] = ()
     trace_digest: str = ""  # sha256 of the trace files' bytes, as read
-    trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
+    trace_profile: TraceProfile = field(  # of the replayed window
+        default_factory=lambda: TraceProfile(requests=0, input_tokens=0, prefix_reuse=None)
+    )
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
     repetition: int = 1  # which measured run is next (1..options.repeat)
     warmup: RunWarmup = field(default_factory=RunWarmup)  # what the warm-up sent
@@ -286,10 +296,10 @@ def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> t
     return rows[keep], int((~keep).sum())
 
 
-def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
+def window_profile(cols: trace.Columns, rows: np.ndarray) -> TraceProfile:
     """The replayed window's prefix reuse, by the definition `inspect` uses (trace.reuse)."""
     total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
-    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
+    return TraceProfile(requests=len(rows), input_tokens=total, prefix_reuse=prefix_reuse(cols, rows))
 
 
 def _probe_model(requested: Counter[Any], options: plan.PlanOptions) -> str:
