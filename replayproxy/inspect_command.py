@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Literal
 
 from replayproxy.trace import load, require_requests
-from replayproxy.workload_stats import workload_stats
+from replayproxy.workload_stats import Distribution, WorkloadStats, workload_stats
+
+FIGURES: tuple[Literal["p50", "p90", "p99", "max", "mean"], ...] = ("p50", "p90", "p99", "max", "mean")
 
 EXAMPLES = (
     "replayproxy inspect traces/",
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_text(stats: dict[str, Any]) -> str:
+def render_text(stats: WorkloadStats) -> str:
     lines = [
         f"requests           {stats['requests']} in {stats['files']} file(s) "
         f"over {stats['duration_s']:.1f} s",
@@ -75,10 +77,10 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _dist(summary: dict[str, Any]) -> str:
+def _dist(summary: Distribution) -> str:
     if not summary["count"]:
         return "n/a"
-    parts = [f"{name} {_num(summary[name])}" for name in ("p50", "p90", "p99", "max", "mean")]
+    parts = [f"{name} {_num(summary[name])}" for name in FIGURES]
     return ", ".join(parts) + f" (of {summary['count']})"
 
 

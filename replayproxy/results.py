@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -116,6 +116,55 @@ def _pack(values: tuple[int, ...]) -> bytes:
     return np.minimum(np.asarray(values, dtype=np.int64), 0xFFFFFFFF).astype("<u4").tobytes()
 
 
+class GpuFacts(TypedDict):
+    """One GPU of the replayer's host, as `nvidia-smi` names it (memory with its unit)."""
+
+    name: str
+    memory_total: str
+    driver: str
+
+
+class RunContract(TypedDict, total=False):
+    """The conditions of a run beyond the engine version and /v1/models (both in the header): what
+    the replayer asked of the engine and the host, and what the user said. Written as a map, in
+    this order; a key the writer could not learn is absent, and a reader keeps keys it does not
+    know (a newer writer's) as they are."""
+
+    max_model_len: int | None  # the context length the engine serves (vLLM's, else llama.cpp's per slot)
+    engine_config: dict[str, Any]  # as the engine published it; engines name their keys apart
+    gpus: list[GpuFacts]
+    engine_args: str  # how the engine was started, as the user told it (--engine-args)
+    note: str  # the user's --note
+
+
+class RunWarmup(TypedDict, total=False):
+    """The warm-up sent before the measured runs (`--warmup`), excluded from the results."""
+
+    spec: str  # --warmup as given
+    requests: int
+    errors: int
+    duration_s: float
+
+
+class ClockReference(TypedDict):
+    """This host's wall clock against the target's `Date` header (replay.clock_offset.against_date)."""
+
+    source: str  # "target Date header"
+    offset_ns: int  # local wall clock minus the target's
+    bound_ns: int  # the offset is within this of the truth
+    probes: int  # probes that were answered
+
+
+class RunClock(TypedDict, total=False):
+    """What a shard measured of its clock (replay.clock_offset.record); `start_at_ns` and
+    `wall_drift_ns` only with --start-at, `reference` only when the target's Date could be read."""
+
+    ready_before_start_ns: int
+    start_at_ns: int
+    wall_drift_ns: int
+    reference: ClockReference
+
+
 @dataclass(frozen=True, slots=True)
 class RunHeader:
     """The measurement contract of one run (DESIGN.md, "A result file carries the contract")."""
@@ -136,9 +185,9 @@ class RunHeader:
     shard: str = ""  # "i/N" when this run is one shard of a sharded replay
     repetition: int = 1  # with `replay --repeat K`: which of the K measured runs this is (1..K)
     repetitions: int = 1
-    warmup: dict[str, Any] = field(default_factory=dict)  # warm-up sent before, excluded from results
-    contract: dict[str, Any] = field(default_factory=dict)  # engine config, GPU, --engine-args, --note
-    clock: dict[str, Any] = field(default_factory=dict)  # this run's clock against a shared start
+    warmup: RunWarmup = field(default_factory=RunWarmup)
+    contract: RunContract = field(default_factory=RunContract)
+    clock: RunClock = field(default_factory=RunClock)  # this run's clock against a shared start
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
@@ -154,9 +203,8 @@ class RunHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunHeader:
-        known = checked_fields(cls, record)
-        known["trace_paths"] = tuple(known.get("trace_paths", ()))
-        return cls(**known)
+        """The header of a result file, each entry of its declared type (TraceFormatError if not)."""
+        return cls(**checked_fields(cls, record))
 
 
 class ResultWriter:
@@ -178,7 +226,7 @@ class ResultWriter:
         if self._file.pending >= self._frame_records:
             self._file.flush()
 
-    def write_extra(self, record_type: str, payload: dict[str, Any]) -> None:
+    def write_extra(self, record_type: str, payload: Mapping[str, Any]) -> None:
         """A side record (telemetry samples, sampler output) in its own frame."""
         self._file.write_side_record({"type": record_type, **payload})
 
@@ -366,6 +414,16 @@ class CheckTarget:
     engine_version: str = ""
 
 
+class PinnedSampling(TypedDict, total=False):
+    """The sampling every target of a check got (check.requests.Sampling)."""
+
+    temperature: float
+    seed: int
+    max_tokens: int
+    ignore_eos: bool
+    stream: bool
+
+
 @dataclass(frozen=True, slots=True)
 class CheckHeader:
     """The contract of one output check: targets, baseline, pinned sampling and the prompt set."""
@@ -373,7 +431,7 @@ class CheckHeader:
     start_wall_ns: int
     targets: tuple[CheckTarget, ...]
     baseline: str  # label of the target the others are compared with
-    sampling: dict[str, Any] = field(default_factory=dict)  # pinned: temperature, seed, max_tokens
+    sampling: PinnedSampling = field(default_factory=PinnedSampling)
     repeat: int = 1
     warmup: int = 0
     concurrency: int = 1
@@ -400,11 +458,7 @@ class CheckHeader:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> CheckHeader:
         """The header of a check file, each entry of its declared type (TraceFormatError if not)."""
-        targets = record.get("targets")
-        if not isinstance(targets, list | tuple) or not all(isinstance(t, dict) for t in targets):
-            raise TraceFormatError("header's 'targets' is not a list of targets")
-        found = tuple(CheckTarget(**checked_fields(CheckTarget, t)) for t in targets)
-        return cls(**checked_fields(cls, {**record, "targets": found}))
+        return cls(**checked_fields(cls, record))
 
 
 class CheckWriter:

@@ -19,6 +19,7 @@ from typing import (
     Literal,
     NamedTuple,
     NoReturn,
+    TypedDict,
     get_args,
     get_origin,
     get_type_hints,
@@ -186,6 +187,46 @@ class RequestShape(NamedTuple):
     def chunk_count(self) -> int:
         """Content chunks seen: the first one plus one per recorded gap."""
         return len(self.chunk_gaps_us) + 1 if self.ttft_ns >= 0 else 0
+
+
+class ShapeFields(TypedDict, total=False):
+    """RequestShape's fields as a map filled piece by piece (proxy.extract builds one per exchange
+    and ends with `RequestShape(**fields)`), so that mypy checks each entry against its field; an
+    absent entry takes the field's default. Same names and types as RequestShape (tests/test_shape.py)."""
+
+    offset_ns: int
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    input_tokens: int
+    output_tokens: int
+    output_estimated: bool
+    max_tokens: int
+    sampling: dict[str, float | int | bool]
+    roles: str
+    has_tools: bool
+    has_response_format: bool
+    prefix_hashes: BlockHashList
+    prefix_units: int
+    status: int
+    error: ErrorClass
+    ttft_ns: int
+    e2e_ns: int
+    chunk_gaps_us: GapList
+    cached_tokens: int
+    session: Hash64
+    turn: int
+    method: str
+    request_bytes: int
+    response_bytes: int
+    think_ns: int
+    chat_id: Hash64
+    parent_id: Hash64
+    tool_chars: int
+    request_type: RequestType
+    usage_source: UsageSource
+    join_ids: HashList
+    spawned: bool
 
 
 def _column_kind(hint: Any) -> str:

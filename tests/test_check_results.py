@@ -107,7 +107,7 @@ def test_only_output_holds_answer_text() -> None:
     [
         ({"prompt_count": 10**8, "repeat": 10**6}, "repeat 1000000 is out of range"),
         ({"prompt_count": b"\x00"}, "header's 'prompt_count' is not of type int"),
-        ({"targets": [1, 2]}, "'targets' is not a list of targets"),
+        ({"targets": [1, 2]}, "header's 'targets[0]' is not of type CheckTarget"),
         ({"baseline": "C"}, "baseline 'C' do not agree"),
         ({"prompt_count": 1}, "a row's prompt_index is outside 0..0"),
     ],

@@ -232,3 +232,59 @@ def test_the_writer_still_writes_what_the_reader_reads_as_the_golden_file(tmp_pa
             assert again.column(name).dtype == golden.column(name).dtype, name
     assert again.extras == golden.extras and again.footer == golden.footer
     assert list(results.request_rows([again])) == list(results.request_rows([golden]))
+
+
+# --------------------------------------------------------------------------- the header's types
+
+
+def _written_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, object]) -> Path:
+    """A result file whose header record is HEADER's with `change` applied, as another writer may have
+    left it."""
+    record = {**HEADER.to_record(), **change}
+    monkeypatch.setattr(RunHeader, "to_record", lambda self: record)
+    path = tmp_path / "run.rpr"
+    with ResultWriter(path, HEADER) as writer:
+        writer.write(ReplayResult(index=0, scheduled_ns=0, sent_ns=1))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"contract": {"max_model_len": "4k"}}, "'contract.max_model_len' is not of type int | None"),
+        ({"contract": {"gpus": [{"name": 1, "memory_total": "", "driver": ""}]}}, "'contract.gpus[0].name'"),
+        ({"contract": {"gpus": [{"name": "H100"}]}}, "header lacks 'contract.gpus[0].memory_total'"),
+        ({"contract": ["engine_args"]}, "header's 'contract' is not of type RunContract"),
+        ({"trace_paths": "a.rpt"}, "header's 'trace_paths' is not of type tuple[str, ...]"),
+        ({"repetition": True}, "header's 'repetition' is not of type int"),
+        ({"warmup": {"requests": 2.5}}, "header's 'warmup.requests' is not of type int"),
+        ({"clock": {"reference": {"source": "target Date header"}}}, "lacks 'clock.reference.offset_ns'"),
+    ],
+)
+def test_a_header_entry_of_the_wrong_type_names_the_entry_and_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, object], message: str
+) -> None:
+    path = _written_with(tmp_path, monkeypatch, change)
+    with pytest.raises(TraceFormatError) as info:
+        load_results([path])
+    assert message in str(info.value) and str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_contract_reads_typed_and_keeps_what_a_newer_writer_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu = {"name": "H100", "memory_total": "81559 MiB", "driver": "550.54"}
+    contract = {"max_model_len": None, "gpus": [gpu], "note": "n", "power_limit_w": 700}
+    path = _written_with(tmp_path, monkeypatch, {"contract": contract})
+    monkeypatch.undo()
+    (loaded,) = load_results([path])
+    assert loaded.header.contract == contract  # the unknown key kept, in the file's order
+    assert loaded.header.to_record()["contract"] == contract  # written again as it was read
+
+
+def test_a_float_entry_may_be_written_as_an_int(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    warmup = {"spec": "8", "requests": 8, "errors": 0, "duration_s": 2}
+    path = _written_with(tmp_path, monkeypatch, {"warmup": warmup})
+    (loaded,) = load_results([path])
+    assert loaded.header.warmup == warmup

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from replayproxy.shape import (
     FIELDS,
     OTHER_ROLE,
     RequestShape,
+    ShapeFields,
     http_error,
     keep_sampling,
     key_fingerprint,
@@ -256,3 +258,12 @@ def test_gaps_pack_little_endian_and_clamp_beyond_u32() -> None:
     assert packed == (1).to_bytes(4, "little") + (70_000).to_bytes(4, "little") + b"\xff" * 4
     assert np.frombuffer(packed, "<u4").tolist() == [1, 70_000, 2**32 - 1]
     assert pack_u32(()) == b""
+
+
+def test_shape_fields_declare_what_request_shape_declares() -> None:
+    """The extractor fills a ShapeFields and unpacks it into a RequestShape: mypy checks each entry
+    only while the two declare the same names, in the same order, of the same types."""
+    shape = typing.get_type_hints(RequestShape, include_extras=True)
+    fields = typing.get_type_hints(ShapeFields, include_extras=True)
+    assert list(fields.items()) == list(shape.items())
+    assert ShapeFields.__required_keys__ == frozenset()  # filled piece by piece

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replayproxy.check.prompts import CHAT, Prompt
+from replayproxy.results import PinnedSampling
 
 PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
 DEFAULT_SEED = 1234
@@ -28,14 +29,14 @@ class Sampling:
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "max_tokens": self.max_tokens,
-            "ignore_eos": False,
-            "stream": False,
-        }
+    def to_record(self) -> PinnedSampling:
+        return PinnedSampling(
+            temperature=self.temperature,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+            ignore_eos=False,
+            stream=False,
+        )
 
 
 def request_body(prompt: Prompt, sampling: Sampling, model: str, flavor: str) -> dict[str, Any]:

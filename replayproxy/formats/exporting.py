@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ class ExportOptions:
     sessions: bool = False  # add session_id / delay (AIPerf, GenAI-Perf multi-turn)
     model: str = "MODEL"  # shown in the printed consumer command lines
     url: str = "http://localhost:8000"
-    inspect: dict[str, object] | None = None  # `inspect --json` figures, for the profile
+    inspect: Mapping[str, object] | None = None  # `inspect --json` figures, for the profile
     prompts: PromptsOf | None = None  # the replayer's prompt synthesis, for vllm-custom
 
 

@@ -9,6 +9,7 @@ its tolerances are in docs/formats.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def write(cols: Columns, path: Path, options: ExportOptions) -> ExportResult:
     return ExportResult(len(cols), [f"replayproxy synth --profile {path} --rate-scale 2 -o scaled.rpt"])
 
 
-def fit_profile(cols: Columns, inspect: dict[str, Any] | None = None) -> dict[str, Any]:
+def fit_profile(cols: Columns, inspect: Mapping[str, object] | None = None) -> dict[str, Any]:
     """Everything `shapes_from_profile` needs, from loaded trace columns."""
     size, unit = source_blocks(cols)
     profile: dict[str, Any] = {

@@ -20,7 +20,15 @@ from replayproxy.proxy.links import Conversation, Reply, conversation, reply_ids
 from replayproxy.proxy.observe import Capture
 from replayproxy.proxy.prompt import PromptHasher, render_chat, render_completion
 from replayproxy.proxy.stream_scan import StreamScan
-from replayproxy.shape import UNKNOWN, ErrorClass, RequestShape, UsageSource, keep_sampling, role_letters
+from replayproxy.shape import (
+    UNKNOWN,
+    ErrorClass,
+    RequestShape,
+    ShapeFields,
+    UsageSource,
+    keep_sampling,
+    role_letters,
+)
 from replayproxy.sse import Usage, parse_timings, parse_usage
 
 
@@ -28,7 +36,7 @@ def build_shape(
     cap: Capture, hasher: PromptHasher, origin_ns: int, linker: SessionLinker | None = None
 ) -> RequestShape:
     """The shape of one exchange; `origin_ns` is the monotonic time of the trace's offset 0."""
-    fields: dict[str, Any] = {
+    fields: ShapeFields = {
         "offset_ns": cap.arrival_ns - origin_ns,
         "endpoint": cap.endpoint,
         "method": cap.method,
@@ -79,10 +87,10 @@ def _json_object(parts: list[bytes]) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -> dict[str, Any]:
+def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -> ShapeFields:
     model = body.get("model")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    fields: dict[str, Any] = {
+    fields: ShapeFields = {
         "model": model if isinstance(model, str) else "",
         "stream": body.get("stream") is True,
         "max_tokens": max_tokens
@@ -104,7 +112,7 @@ def _request_fields(endpoint: str, body: dict[str, Any], hasher: PromptHasher) -
 
 def _link_fields(
     cap: Capture, context: Conversation, reply: Reply | None, key: bytes, linker: SessionLinker
-) -> dict[str, Any]:
+) -> ShapeFields:
     """Session, turn and think time; a reply that was cut or failed cannot be continued as sent."""
     whole = reply is not None and not cap.response_truncated and not cap.error
     chat, content = reply_ids(context, reply, key) if whole and reply is not None else (0, 0)
@@ -120,7 +128,7 @@ def _link_fields(
     }
 
 
-def _stream_fields(cap: Capture, error: ErrorClass, reply: Reply | None) -> dict[str, Any]:
+def _stream_fields(cap: Capture, error: ErrorClass, reply: Reply | None) -> ShapeFields:
     scan = StreamScan(cap.pieces, cap.piece_ns, reply)
     fields = _usage_fields(scan.usage, scan.timings)
     if scan.content_ns:
@@ -135,8 +143,8 @@ def _stream_fields(cap: Capture, error: ErrorClass, reply: Reply | None) -> dict
     return fields
 
 
-def _body_fields(cap: Capture, reply: Reply | None) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def _body_fields(cap: Capture, reply: Reply | None) -> ShapeFields:
+    fields: ShapeFields = {}
     if cap.piece_ns and 200 <= cap.status < 300:
         fields["ttft_ns"] = cap.piece_ns[0] - cap.arrival_ns
     if cap.endpoint == "other" or cap.response_truncated or not cap.pieces:
@@ -149,7 +157,7 @@ def _body_fields(cap: Capture, reply: Reply | None) -> dict[str, Any]:
     return fields
 
 
-def _usage_fields(usage: Usage | None, timings: Usage | None) -> dict[str, Any]:
+def _usage_fields(usage: Usage | None, timings: Usage | None) -> ShapeFields:
     source: UsageSource = "usage" if usage is not None else "timings"
     counts = usage if usage is not None else timings
     if counts is None:

@@ -16,22 +16,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 import aiohttp
 
 from replayproxy import clock
+from replayproxy.results import ClockReference, RunClock
 
 SECOND_NS = 1_000_000_000
+DATE_SOURCE = "target Date header"
 PROBES = 6  # the first bounds the offset to ~1 s; each later one halves it
 
 
 async def against_date(
     http: aiohttp.ClientSession, url: str, headers: Mapping[str, str], probes: int = PROBES
-) -> dict[str, Any] | None:
-    """{"offset_ns": local wall clock minus the target's `Date`, "bound_ns": the estimate is within
-    this of the truth, "probes"}, or None when the target sends no usable `Date` (or contradicts
-    itself). Failed probes are skipped: the offset is a note on the run, never a reason to stop."""
+) -> ClockReference | None:
+    """Local wall clock minus the target's `Date` (`offset_ns`), within `bound_ns` of the truth, or
+    None when the target sends no usable `Date` (or contradicts itself). Failed probes are
+    skipped: the offset is a note on the run, never a reason to stop."""
     low, high = -(1 << 62), 1 << 62
     answered = 0
     for probe in range(probes):
@@ -55,7 +56,8 @@ async def against_date(
             return None  # two clocks behind one address, or one stepped meanwhile
     if not answered:
         return None
-    return {"offset_ns": (low + high) // 2, "bound_ns": (high - low + 1) // 2, "probes": answered}
+    offset_ns, bound_ns = (low + high) // 2, (high - low + 1) // 2
+    return ClockReference(source=DATE_SOURCE, offset_ns=offset_ns, bound_ns=bound_ns, probes=answered)
 
 
 def _until_tick(offset_ns: int) -> int:
@@ -65,8 +67,8 @@ def _until_tick(offset_ns: int) -> int:
 
 
 def record(
-    start_at_ns: int, start_ns: int, ready_ns: int, end: clock.Anchor, reference: dict[str, Any] | None
-) -> dict[str, Any]:
+    start_at_ns: int, start_ns: int, ready_ns: int, end: clock.Anchor, reference: ClockReference | None
+) -> RunClock:
     """What a shard's result header says about its clock (RunHeader.clock), each figure as measured:
 
     - ready_before_start_ns: how long before its start this process had everything ready
@@ -76,10 +78,10 @@ def record(
       against the monotonic one during the run);
     - reference: the wall clock against the target's `Date` (see `against_date`), if measured.
     """
-    out: dict[str, Any] = {"ready_before_start_ns": start_ns - ready_ns}
+    out = RunClock(ready_before_start_ns=start_ns - ready_ns)
     if start_at_ns:
         out["start_at_ns"] = start_at_ns
         out["wall_drift_ns"] = end.to_wall(start_ns) - start_at_ns
     if reference is not None:
-        out["reference"] = {"source": "target Date header", **reference}
+        out["reference"] = reference
     return out

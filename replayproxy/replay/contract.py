@@ -22,6 +22,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from replayproxy.replay import probe_http
+from replayproxy.results import GpuFacts, RunContract
 
 CONFIG_INFO = ("vllm:cache_config_info",)
 SGLANG_INFO_PATHS = ("/get_server_info", "/server_info")
@@ -157,7 +158,7 @@ async def engine_config(
     return {}
 
 
-def gpus() -> list[dict[str, str]]:
+def gpus() -> list[GpuFacts]:
     """One {name, memory_total, driver} per GPU of this host, from nvidia-smi; [] without it."""
     command = shutil.which("nvidia-smi")
     if command is None:
@@ -178,22 +179,30 @@ def gpus() -> list[dict[str, str]]:
     for line in done.stdout.splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 3:
-            out.append({"name": fields[0], "memory_total": fields[1], "driver": fields[2]})
+            out.append(GpuFacts(name=fields[0], memory_total=fields[1], driver=fields[2]))
     return out
 
 
 async def collect(
     url: str, models: Any, headers: Mapping[str, str], engine_args: str, note: str
-) -> dict[str, Any]:
+) -> RunContract:
     """The run's contract beyond the engine version and /v1/models (both already in the header)."""
     async with probe_http.session(30.0) as session:
         config = await engine_config(session, url, headers, models)
-    return {
-        "max_model_len": max_model_len(models)
-        or config.get("n_ctx_per_slot")
-        or config.get("max_total_tokens"),
-        "engine_config": config,
-        "gpus": gpus(),
-        "engine_args": engine_args,
-        "note": note,
-    }
+    return RunContract(
+        max_model_len=context_length(models, config),
+        engine_config=config,
+        gpus=gpus(),
+        engine_args=engine_args,
+        note=note,
+    )
+
+
+def context_length(models: Any, config: dict[str, Any]) -> int | None:
+    """The context the engine serves: vLLM's `max_model_len`, else llama.cpp's context per slot,
+    else TGI's `max_total_tokens`; None when none is a positive number (llama.cpp slots of
+    different sizes give no one length)."""
+    for value in (max_model_len(models), config.get("n_ctx_per_slot"), config.get("max_total_tokens")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection as Pipe
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.prepared import Schedule
 from replayproxy.replay.preparer import Preparer
 from replayproxy.replay.target import TargetInfo, describe
+from replayproxy.results import ClockReference, RunContract, RunWarmup
 from replayproxy.tasks import spawn
 from replayproxy.trace import storage
 from replayproxy.trace.reuse import prefix_reuse
@@ -60,6 +61,14 @@ class Share:
     schedule: Schedule
 
 
+class TraceProfile(TypedDict):
+    """The result file's `trace_profile` side record: what the replayed window held."""
+
+    requests: int
+    input_tokens: int
+    prefix_reuse: float | None
+
+
 @dataclass(slots=True)
 class RunPlan:
     """What the preparation produced, for the local runner or the workers."""
@@ -74,15 +83,17 @@ class RunPlan:
     pool_size: int
     trace_paths: tuple[str, ...] = ()
     trace_digest: str = ""  # sha256 of the trace files' bytes, as read
-    trace_profile: dict[str, Any] = field(default_factory=dict)  # of the replayed window
+    trace_profile: TraceProfile = field(  # of the replayed window
+        default_factory=lambda: TraceProfile(requests=0, input_tokens=0, prefix_reuse=None)
+    )
     speed: float = 1.0  # the time scale used: --speed, or the one --request-rate asked for
     repetition: int = 1  # which measured run is next (1..options.repeat)
-    warmup: dict[str, Any] = field(default_factory=dict)  # what the warm-up sent
-    contract: dict[str, Any] = field(default_factory=dict)  # the conditions of the measurement
+    warmup: RunWarmup = field(default_factory=RunWarmup)  # what the warm-up sent
+    contract: RunContract = field(default_factory=RunContract)  # the conditions of the measurement
     sessions: turns.Mode = "open"  # as resolved for this trace
     live: replies.Setup | None = None  # how later turns are built from replies; None: as planned
     preparer: Preparer | None = None  # streams the bodies
-    clock_reference: dict[str, Any] | None = None  # with --start-at: the wall clock vs the target's
+    clock_reference: ClockReference | None = None  # with --start-at: the wall clock vs the target's
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the preparer, and the
     # local copies of a remote trace it reads: ended by `close`
 
@@ -285,10 +296,10 @@ def _without_failures(cols: trace.Columns, rows: np.ndarray, include: bool) -> t
     return rows[keep], int((~keep).sum())
 
 
-def window_profile(cols: trace.Columns, rows: np.ndarray) -> dict[str, Any]:
+def window_profile(cols: trace.Columns, rows: np.ndarray) -> TraceProfile:
     """The replayed window's prefix reuse, by the definition `inspect` uses (trace.reuse)."""
     total = int(np.maximum(cols.input_tokens[rows], 0).sum()) if len(rows) else 0
-    return {"requests": len(rows), "input_tokens": total, "prefix_reuse": prefix_reuse(cols, rows)}
+    return TraceProfile(requests=len(rows), input_tokens=total, prefix_reuse=prefix_reuse(cols, rows))
 
 
 def _probe_model(requested: Counter[Any], options: plan.PlanOptions) -> str:

@@ -27,6 +27,7 @@ from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan
 from replayproxy.replay.target import pre_run
+from replayproxy.results import RunWarmup
 
 WARMUP_LEAD_NS = 100_000_000
 _WARMUP = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>s?)$")
@@ -81,24 +82,24 @@ def output_for(output: str, repetition: int, repetitions: int) -> str:
     return str(path.with_name(f"{path.stem}-run{repetition}{path.suffix or '.rpr'}"))
 
 
-async def warm_up(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:
+async def warm_up(options: ReplayOptions, plan: RunPlan) -> RunWarmup:
     """Send the warm-up requests at their own timing; what was sent is recorded, not measured."""
     warmup = Warmup.parse(options.warmup)
     count = warmup.select(plan.schedule.scheduled_ns[plan.send])
     if not count:
-        return {"spec": options.warmup, "requests": 0, "errors": 0, "duration_s": 0.0}
+        return RunWarmup(spec=options.warmup, requests=0, errors=0, duration_s=0.0)
     chosen = plan.send[:count]
     share = plan.share(options, chosen, shift_ns=int(plan.schedule.scheduled_ns[chosen[0]]))
     started = clock.now_ns()
     outcome = await sender.run_local(
         options, share, min(plan.pool_size, count), clock.now_ns() + WARMUP_LEAD_NS
     )
-    return {
-        "spec": options.warmup,
-        "requests": len(outcome.results),
-        "errors": sum(1 for r in outcome.results if r.error),
-        "duration_s": round((clock.now_ns() - started) / 1e9, 3),
-    }
+    return RunWarmup(
+        spec=options.warmup,
+        requests=len(outcome.results),
+        errors=sum(1 for r in outcome.results if r.error),
+        duration_s=round((clock.now_ns() - started) / 1e9, 3),
+    )
 
 
 async def reset_target(options: ReplayOptions, plan: RunPlan) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from replayproxy.errors import BadOption
 
 ProgressMode = Literal["auto", "tty", "log", "none"]
 MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
+Shown = Literal["tty", "log", "none"]  # a mode resolved for this run's stream
 LOG_EVERY_S = 10.0
 TTFT_WINDOW = 2000  # running TTFT percentiles over the most recent successful requests
 
 
-def resolve(mode: str, quiet: bool, stream: IO[str]) -> str:
+def resolve(mode: str, quiet: bool, stream: IO[str]) -> Shown:
     """`auto` is a live panel on a terminal and log lines elsewhere; `--quiet` is `none`."""
     if mode not in MODES:
         raise BadOption(f"--progress: invalid choice: {mode!r} (choose from {', '.join(MODES)})")
@@ -224,7 +225,7 @@ class RichDisplay:
         self._live.stop()
 
 
-def display_for(mode: str, name: str, stream: IO[str] | None = None) -> Display | None:
+def display_for(mode: Shown, name: str, stream: IO[str] | None = None) -> Display | None:
     """The display of a resolved mode (`tty`, `log`), or None for `none`."""
     if mode == "tty":
         return RichDisplay(name, stream)
@@ -234,7 +235,7 @@ def display_for(mode: str, name: str, stream: IO[str] | None = None) -> Display 
 
 
 @contextlib.contextmanager
-def stage(mode: str, name: str, text: str, every_s: float = LOG_EVERY_S) -> Iterator[None]:
+def stage(mode: Shown, name: str, text: str, every_s: float = LOG_EVERY_S) -> Iterator[None]:
     """A step of unknown length (reading a large public trace): a spinner on a terminal; in a log, a
     line every `every_s` while it lasts and one when it ends — nothing for a step shorter than that,
     so quick commands and their one-line errors stay as they are."""

@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, TypedDict, get_args
 
 import aiohttp
 import orjson
@@ -92,6 +92,17 @@ class Setup:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class LiveReplies(TypedDict):
+    """The run's `live_replies` side record: how its live turns came out (counts only)."""
+
+    built: int
+    short: int
+    planned: dict[str, int]  # why a turn kept its planned body -> turns
+    reply_tokens: int
+    reply_tokens_as_generated: int
+    target_calls: int
+
+
 @dataclass(slots=True)
 class Counts:
     """How the live turns came out: built exactly, built short of words, or left as planned."""
@@ -108,16 +119,16 @@ class Counts:
             _log.warning("live replies: a turn keeps its planned prompt (%s)", why)
         self.planned[why] = self.planned.get(why, 0) + 1
 
-    def record(self) -> dict[str, Any]:
-        """The run's `live_replies` side record (counts only)."""
-        return {
-            "built": self.built,
-            "short": self.short,
-            "planned": dict(self.planned),
-            "reply_tokens": self.reply_tokens,
-            "reply_tokens_as_generated": self.as_generated,
-            "target_calls": self.target_calls,
-        }
+    def record(self) -> LiveReplies:
+        """The run's `live_replies` side record."""
+        return LiveReplies(
+            built=self.built,
+            short=self.short,
+            planned=dict(self.planned),
+            reply_tokens=self.reply_tokens,
+            reply_tokens_as_generated=self.as_generated,
+            target_calls=self.target_calls,
+        )
 
     def round_trip(self, generated: Sequence[int] | None, sent: Sequence[int]) -> None:
         """Count how far the ids sent back follow the ids generated: a prefix cache hits the reply
@@ -149,7 +160,7 @@ class Threader:
         self._continued = Counter(continued or {})  # trace index -> later turns still to build on it
         self._sent: dict[int, Any] = {}  # trace index -> prompt sent (messages, ids or text), if rebuilt
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> LiveReplies:
         """The counts, with the tokenize calls the run made to the target (an engine tokenizer's)."""
         self.counts.target_calls = calls_made(self.tokenizer) - self._calls_before
         return self.counts.record()

@@ -11,7 +11,7 @@ from replayproxy.replay import summary
 from replayproxy.replay.connection import Target
 from replayproxy.replay.options import ReplayOptions
 from replayproxy.replay.preparation import RunPlan
-from replayproxy.results import ReplayResult, ResultWriter, RunHeader
+from replayproxy.results import ReplayResult, ResultWriter, RunClock, RunHeader
 
 
 def header_for(
@@ -19,7 +19,7 @@ def header_for(
     run: RunPlan,
     start_wall_ns: int,
     token_timing: str,
-    clock: dict[str, Any] | None = None,
+    clock: RunClock | None = None,
 ) -> RunHeader:
     return RunHeader(
         label=options.label or f"{run.flavor.name}@{Target.parse(options.target).host_header}",
@@ -51,7 +51,7 @@ def write_results(
     start_wall_ns: int,
     extras: dict[str, dict[str, Any]] | None = None,
     stopped_s: float | None = None,
-    clock: dict[str, Any] | None = None,
+    clock: RunClock | None = None,
 ) -> summary.Summary:
     """Write the .rpr (results in trace order) with the summary as footer; returns the summary.
 

@@ -20,6 +20,7 @@ from replayproxy.replay import (
     contract,
     procedure,
     progress,
+    replies,
     result_file,
     sender,
     telemetry,
@@ -71,7 +72,7 @@ async def _stopped_by_sigterm(work: Awaitable[T], terminated: list[bool]) -> T:
 
 
 async def replay(
-    options: ReplayOptions, progress_mode: str = "none", front: Front | None = None
+    options: ReplayOptions, progress_mode: progress.Shown = "none", front: Front | None = None
 ) -> list[Summary]:
     """Prepare, warm up, then each measured run; returns the summaries written to the result footers.
 
@@ -114,7 +115,11 @@ Front = Callable[[str, Path], contextlib.AbstractContextManager[str]]
 
 
 async def measure(
-    options: ReplayOptions, plan: RunPlan, repetition: int, progress_mode: str, front: Front | None = None
+    options: ReplayOptions,
+    plan: RunPlan,
+    repetition: int,
+    progress_mode: progress.Shown,
+    front: Front | None = None,
 ) -> Summary:
     """Measured run `repetition` of `options.repeat`: the cache reset, then the run into its own file."""
     plan.repetition = repetition
@@ -132,7 +137,7 @@ async def measure(
 
 
 async def _measure(
-    options: ReplayOptions, plan: RunPlan, progress_mode: str, sending: ReplayOptions
+    options: ReplayOptions, plan: RunPlan, progress_mode: progress.Shown, sending: ReplayOptions
 ) -> Summary:
     """One measured run into `options.output`; `sending`: the options the senders use (their target
     is the proxy's address with --via-proxy)."""
@@ -209,7 +214,7 @@ def _finish(
     tracker: progress.Tracker,
     sidecars: Sidecars,
     stopped_s: float | None = None,
-    live_replies: dict[str, Any] | None = None,
+    live_replies: replies.LiveReplies | None = None,
 ) -> Summary:
     """Write the result file; `stopped_s` (seconds after the start) marks an interrupted, partial run;
     `live_replies` (counts of the turns built from replies) becomes a side record."""

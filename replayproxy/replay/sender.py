@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from replayproxy import clock
 from replayproxy.errors import BadOption
@@ -51,7 +50,7 @@ class Outcome:
     results: list[ReplayResult] = field(default_factory=list)
     start_ns: int = 0  # absolute monotonic start; 0 until it was decided
     ready_ns: int = 0  # monotonic time the start was decided at: everything was ready to send
-    live_replies: dict[str, Any] = field(default_factory=dict)  # replies.Counts.record(), if live
+    live_replies: replies.LiveReplies | None = None  # with live replies: how the turns came out
 
 
 async def run_local(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from replayproxy.report.decision_types import ContractDoc
 from replayproxy.report.runs import Run
+from replayproxy.results import RunContract
 
 # Fields whose difference makes a comparison not like for like, by where they are found.
 LIKE_FOR_LIKE_CONFIG = ("cache_dtype", "kv_cache_dtype", "dtype", "quantization")
@@ -27,7 +28,7 @@ RESET_FIXES = {
 def contract_of(run: Run) -> ContractDoc:
     """One candidate's contract, from its first run's header."""
     header = run.headers[0] if run.headers else None
-    contract = dict(header.contract) if header is not None else {}
+    contract = header.contract if header is not None else RunContract()
     return {
         "label": run.label,
         "engine_version": header.engine_version if header is not None else "",
@@ -37,7 +38,7 @@ def contract_of(run: Run) -> ContractDoc:
         "gpus": contract.get("gpus") or [],
         "engine_args": contract.get("engine_args", ""),
         "note": contract.get("note", ""),
-        "warmup": header.warmup if header is not None else {},
+        "warmup": dict(header.warmup) if header is not None else {},
         "runs": run.repetitions,
         "cache_reset": cache_reset(run),
         "prompt_lengths": prompt_lengths(run),

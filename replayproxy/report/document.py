@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from replayproxy.report.document_types import (
 )
 from replayproxy.report.goodput import Goodput, Slo, goodput
 from replayproxy.report.measures import Measures, concurrency, exact_share
-from replayproxy.report.runs import Run, candidates
+from replayproxy.report.runs import Run, ShardClock, candidates
 from replayproxy.report.sessions import session_columns, session_doc
 from replayproxy.report.stats import summarize
 from replayproxy.report.sweep import ATTAINMENT, Step, find_knee, meets, step_of
@@ -176,26 +175,22 @@ def _telemetry_doc(run: Run, requests: int) -> TelemetryDoc | None:
     return telemetry.summarize(records[0], requests) if records else None
 
 
-def _shard_clock_doc(record: dict[str, Any]) -> ShardClockDoc:
+def _shard_clock_doc(record: ShardClock) -> ShardClockDoc:
     reference = record.get("reference")
-    reference = reference if isinstance(reference, dict) else {}
-    source = reference.get("source")
     return {
-        "shard": str(record.get("shard", "")),
-        "lag_p99_ms": _scaled(record.get("lag_p99_ms"), 1.0),
-        "clock_offset_ms": _scaled(reference.get("offset_ns"), 1e-6),
-        "clock_offset_bound_ms": _scaled(reference.get("bound_ns"), 1e-6),
-        "clock_reference": source if isinstance(source, str) else None,
+        "shard": record["shard"],
+        "lag_p99_ms": num(record["lag_p99_ms"]),
+        "clock_offset_ms": _scaled(reference["offset_ns"] if reference else None, 1e-6),
+        "clock_offset_bound_ms": _scaled(reference["bound_ns"] if reference else None, 1e-6),
+        "clock_reference": reference["source"] if reference else None,
         "ready_before_start_s": _scaled(record.get("ready_before_start_ns"), 1e-9),
         "wall_drift_ms": _scaled(record.get("wall_drift_ns"), 1e-6),
     }
 
 
-def _scaled(value: object, scale: float) -> float | None:
-    """A number read from a result header, scaled; None where it is missing or not a number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return num(value * scale)
+def _scaled(value: int | None, scale: float) -> float | None:
+    """A figure of a result header (checked when read), scaled; None where it is missing."""
+    return None if value is None else num(value * scale)
 
 
 def _trace_prefix_reuse(run: Run) -> float | None:

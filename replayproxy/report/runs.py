@@ -27,7 +27,7 @@ from replayproxy.errors import BadInputFile
 from replayproxy.report import telemetry
 from replayproxy.report.measures import NS_PER_MS, Measures, Requests, measure
 from replayproxy.report.stats import summarize
-from replayproxy.results import ResultFile, RunHeader, load_results
+from replayproxy.results import ResultFile, RunClock, RunHeader, load_results
 from replayproxy.trace import ReadReport
 
 
@@ -54,9 +54,7 @@ class Run:
     prepared_late: int = 0  # requests sent late because their bodies were not prepared in time
     at_speed: bool = False  # the label was replayed at several loads: headings name the load
     damage: tuple[str, ...] = ()  # what made its files readable only in part (figures cover what was read)
-    shard_clocks: tuple[
-        dict[str, Any], ...
-    ] = ()  # per shard: its schedule lag p99 and clock (RunHeader.clock)
+    shard_clocks: tuple[ShardClock, ...] = ()  # per shard: its schedule lag p99 and clock
 
     @property
     def speed(self) -> float | None:
@@ -242,12 +240,18 @@ def _run(files: list[ResultFile]) -> Run:
     )
 
 
-def _shard_clock(f: ResultFile) -> dict[str, Any]:
+class ShardClock(RunClock):
     """One shard's schedule lag p99 (on its own clock) beside what it measured of that clock."""
+
+    shard: str
+    lag_p99_ms: float  # NaN without a sent request
+
+
+def _shard_clock(f: ResultFile) -> ShardClock:
     sent, scheduled = f.column("sent_ns"), f.column("scheduled_ns")
     lag = (sent - scheduled)[(sent >= 0) & (scheduled >= 0)]
     p99 = summarize(lag / NS_PER_MS).p99 if len(lag) else math.nan
-    return {"shard": f.header.shard, "lag_p99_ms": p99, **f.header.clock}
+    return ShardClock(shard=f.header.shard, lag_p99_ms=p99, **f.header.clock)
 
 
 def _requests(files: list[ResultFile]) -> Requests:

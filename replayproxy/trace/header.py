@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
+import types
 import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,44 +50,83 @@ class TraceHeader:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TraceHeader:
-        known = checked_fields(cls, record)
-        known["fields"] = tuple(known.get("fields", FIELDS))
-        known["extra"] = dict(known.get("extra") or {})
-        return cls(**known)
+        return cls(**checked_fields(cls, record))
 
 
 def checked_fields(cls: type[Any], record: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a header `record` that dataclass `cls` declares, each of its declared type
-    (a list stands for a tuple); a missing required one or a wrong type is a TraceFormatError."""
+    """The entries of a header `record` that dataclass `cls` declares, each read as its declared
+    type (a list stands for a tuple, a map for a dataclass; a TypedDict's own keys are checked, a
+    newer writer's other keys kept); a missing required one or a wrong type is a TraceFormatError
+    naming the entry (`contract.max_model_len`). The one reading path of every file header."""
+    return _fields(cls, record, "")
+
+
+def _fields(cls: type[Any], record: dict[str, Any], where: str) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     known: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in record:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise TraceFormatError(f"header lacks {f.name!r}")
+                raise TraceFormatError(f"header lacks {where + f.name!r}")
             continue
-        value = record[f.name]
-        if not _is_a(value, hints[f.name]):
-            raise TraceFormatError(f"header's {f.name!r} is not of type {_type_name(hints[f.name])}")
-        known[f.name] = value
+        known[f.name] = _read(record[f.name], hints[f.name], where + f.name)
     return known
 
 
-def _is_a(value: Any, hint: Any) -> bool:
-    if hint is Any:
-        return True
-    if hint is int:  # within ±2**62, so that differences (of start times, say) fit in int64
-        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 62
-    if hint in (str, bool, float):
-        return isinstance(value, hint)
+def _read(value: Any, hint: Any, name: str) -> Any:
+    """`value` as type `hint` holds it, or TraceFormatError naming entry `name`."""
     origin = typing.get_origin(hint)
-    if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return isinstance(value, list | tuple) and all(_is_a(v, item) for v in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    return isinstance(value, hint)
+    if hint is Any:
+        return value
+    if hint is int:  # within ±2**62, so that differences (of start times, say) fit in int64
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 62:
+            return value
+    elif hint is float:  # an int stands for a float, as in Python's typing
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    elif hint in (str, bool) or hint is type(None):
+        if isinstance(value, hint):
+            return value
+    elif origin in (types.UnionType, typing.Union):
+        for option in typing.get_args(hint):
+            with contextlib.suppress(TraceFormatError):
+                return _read(value, option, name)
+    elif origin is typing.Literal:
+        if value in typing.get_args(hint):
+            return value
+    elif origin in (tuple, list):
+        if isinstance(value, list | tuple):
+            item = typing.get_args(hint)[0]
+            items = [_read(v, item, f"{name}[{i}]") for i, v in enumerate(value)]
+            return tuple(items) if origin is tuple else items
+    elif _is_map(value) and dataclasses.is_dataclass(hint):
+        cls = typing.cast(type[Any], hint)
+        return cls(**_fields(cls, value, f"{name}."))
+    elif _is_map(value) and typing.is_typeddict(hint):
+        return _typed_map(value, hint, name)
+    elif _is_map(value) and origin is dict:
+        kind = typing.get_args(hint)[1]
+        return value if kind is Any else {k: _read(v, kind, f"{name}.{k}") for k, v in value.items()}
+    elif origin is None and not typing.is_typeddict(hint) and isinstance(value, hint):
+        return value
+    raise TraceFormatError(f"header's {name!r} is not of type {_type_name(hint)}")
+
+
+def _is_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+def _typed_map(value: dict[str, Any], hint: Any, name: str) -> dict[str, Any]:
+    """A TypedDict's declared keys checked, in the file's order; keys a newer writer added kept as
+    they are, so that a header read and written again loses nothing."""
+    hints = typing.get_type_hints(hint)
+    missing = [k for k in hints if k in hint.__required_keys__ and k not in value]
+    if missing:
+        raise TraceFormatError(f"header lacks {f'{name}.{missing[0]}'!r}")
+    return {k: _read(v, hints[k], f"{name}.{k}") if k in hints else v for k, v in value.items()}
 
 
 def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", str(hint))
+    """`int | None`, `tuple[CheckTarget, ...]`: the annotation as written, without module paths."""
+    text = str(hint) if typing.get_origin(hint) is not None else getattr(hint, "__name__", str(hint))
+    return re.sub(r"\b(?:[a-z_]\w*\.)+", "", text)

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from replayproxy.replay import contract
+from replayproxy.results import RunContract
 
 LLAMACPP_MODELS = {
     "object": "list",
@@ -55,8 +56,8 @@ def _json(value: Any) -> Callable[[web.Request], Awaitable[web.Response]]:
     return answer
 
 
-def _collect(app: web.Application, models: Any = None) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
+def _collect(app: web.Application, models: Any = None) -> RunContract:
+    async def main() -> RunContract:
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -97,3 +98,13 @@ def test_tgi_info_fills_the_contract() -> None:
     assert found["engine_config"]["source"] == "/info"
     assert found["engine_config"]["model_dtype"] == "torch.float16"
     assert found["max_model_len"] == 4096
+
+
+def test_the_context_length_is_the_first_positive_number_the_engine_gave() -> None:
+    vllm_models = {"data": [{"id": "m", "max_model_len": 8192}]}
+    assert contract.context_length(vllm_models, {"n_ctx_per_slot": 4096}) == 8192
+    assert contract.context_length(None, {"n_ctx_per_slot": 4096, "max_total_tokens": 2048}) == 4096
+    # llama.cpp slots of different sizes give no one length; a TGI answer of another type is no length
+    assert contract.context_length(None, {"n_ctx_per_slot": [2048, 4096], "max_total_tokens": 1024}) == 1024
+    assert contract.context_length(None, {"n_ctx_per_slot": [2048, 4096], "max_total_tokens": "4k"}) is None
+    assert contract.context_length(None, {"max_total_tokens": True}) is None

@@ -81,7 +81,7 @@ def build_check_document(check: CheckFile) -> CheckDoc:
         "repeat": header.repeat,
         "warmup": header.warmup,
         "concurrency": header.concurrency,
-        "sampling": header.sampling,
+        "sampling": dict(header.sampling),
         "keep_outputs": header.keep_outputs,
         "scored": header.scored,
         "targets": targets,
