@@ -84,7 +84,7 @@ def _kill_under_load(engine: Server, trace_dir: Path, stop_first: bool) -> tuple
 
         async def run() -> tuple[dict[int, int], int]:
             end = now_ns() + int(LOAD_S * 1e9)
-            traffic = asyncio.ensure_future(load(proxy.url, end + 2 * 10**9))
+            traffic = asyncio.ensure_future(load(proxy.url, end))  # no new request after the kill
             await asyncio.sleep(LOAD_S)
             killed_ns = now_ns()  # from here the proxy hands nothing more to its recorder
             if stop_first:
