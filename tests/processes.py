@@ -10,6 +10,7 @@ high-water mark across `fork` and `exec`, so a command started by a test process
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,11 +61,21 @@ class Finished:
 
 
 def start_cli(*argv: str, out_dir: Path) -> subprocess.Popen[bytes]:
-    """`python -m replayproxy ARGV...` with stdout and stderr in files (no pipe the test must drain)."""
+    """`python -m replayproxy ARGV...` with stdout and stderr in files (no pipe the test must drain).
+    SIGINT is reset to its default: a suite started as a background job (`pytest ... &` in a
+    script) inherits it ignored, and Python then never turns it into KeyboardInterrupt."""
     with (out_dir / "stdout.txt").open("wb") as out, (out_dir / "stderr.txt").open("wb") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "replayproxy", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            [sys.executable, "-m", "replayproxy", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            preexec_fn=_default_sigint,
         )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _peak_kib(pid: int) -> int:
