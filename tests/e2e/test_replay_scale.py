@@ -29,7 +29,7 @@ _MODELS_BODY = b'{"data":[{"id":"big","owned_by":"vllm"}]}'
 MODELS = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(_MODELS_BODY), _MODELS_BODY)
 REQUESTS = 300
 INPUT_TOKENS = 100_000  # about 590 KB of token ids per body: 177 MB for the whole trace
-RATE = 12.0  # requests/s: a 25 s trace
+RATE = 24.0  # requests/s: a 12.5 s trace
 LIMIT_BYTES = 280 << 20  # the replayer's (and its preparer's) data segment limit: ~210 MB idle
 
 

@@ -207,7 +207,6 @@ EXPORT_GROWTH_MB = 45  # 36 bytes a row at most
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.timeout(300)
 def test_import_and_export_peaks_do_not_grow_with_rows(tmp_path: Path) -> None:
     """Imports: per-request columns go to temporary files as they are parsed and are written a
