@@ -25,16 +25,12 @@ from tests.replay import traces
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
-def _trace(tmp_path: Path, endpoint: str, model: str, rate_rps: float) -> Path:
-    return traces.prefix_heavy(
-        tmp_path / f"{endpoint}.rpt", endpoint, model=model, requests=80, rate_rps=rate_rps
-    )
+def _trace(tmp_path: Path, endpoint: str, model: str) -> Path:
+    return traces.prefix_heavy(tmp_path / f"{endpoint}.rpt", endpoint, model=model, requests=80, rate_rps=8.0)
 
 
-def _check(
-    tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str], rate_rps: float
-) -> None:
-    _check_run(tmp_path, _trace(tmp_path, endpoint, model, rate_rps), url, endpoint, capsys)
+def _check(tmp_path: Path, url: str, model: str, endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _check_run(tmp_path, _trace(tmp_path, endpoint, model), url, endpoint, capsys)
 
 
 def _check_run(
@@ -62,7 +58,7 @@ def test_sim_with_a_bpe_tokenizer_gets_exact_lengths_and_the_implied_cache_hits(
     tmp_path: Path, bpe_tokenizer: Path, endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with servers.sim("--tokenizer", str(bpe_tokenizer), "--speed", "20") as sim:
-        _check(tmp_path, sim.url, traces.SIM_MODEL, endpoint, capsys, rate_rps=16.0)
+        _check(tmp_path, sim.url, traces.SIM_MODEL, endpoint, capsys)
 
 
 def test_recorded_multi_turn_trace_gets_the_implied_cache_hits(
@@ -86,7 +82,4 @@ def test_real_engine_gets_exact_lengths_and_the_implied_cache_hits(
     tmp_path: Path, endpoint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = os.environ["REPLAYPROXY_REAL_ENGINE"]
-    # 8 req/s: a CPU engine must finish each donor's prefill before the requests that share it
-    _check(
-        tmp_path, url, os.environ.get("REPLAYPROXY_REAL_MODEL", "tiny-llama"), endpoint, capsys, rate_rps=8.0
-    )
+    _check(tmp_path, url, os.environ.get("REPLAYPROXY_REAL_MODEL", "tiny-llama"), endpoint, capsys)
