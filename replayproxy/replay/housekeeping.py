@@ -15,7 +15,9 @@ from collections.abc import Callable, Collection
 from typing import Protocol
 
 from replayproxy.replay.connection import Connection, Pool
+from replayproxy.replay.release import Ledger
 from replayproxy.replay.request_timeline import RequestTimeline
+from replayproxy.replay.window import Window
 from replayproxy.tasks import spawn
 
 _log = logging.getLogger("replayproxy.replay")
@@ -53,6 +55,23 @@ class Sender(Protocol):
     def in_flight(self) -> Collection[RequestTimeline]: ...
     def left(self) -> tuple[int, int]: ...  # requests still to send, of how many
     def waits_for(self, now: int) -> str: ...  # what the send loop waits for, in words
+
+
+def quiet_reason(now: int, due: tuple[int, int], window: Window, ledger: Ledger, flying: int) -> str:
+    """What a send loop whose next request is `due` (deadline, position; deadline 0: none on the
+    clock) waits for, in words."""
+    deadline, position = due
+    if deadline == 0:
+        return f"every turn left waits for the end of a turn still in flight ({flying} in flight)"
+    late_s = (now - deadline) / 1e9
+    if window.missing(position):
+        row = int(window.schedule.trace_index[position])
+        delivered = f"{window.received} of {window.total}"
+        return (f"the request due {late_s:.0f} s ago (trace row {row}) has not arrived from the "
+                f"preparer, which has delivered {delivered}")  # fmt: skip
+    if not ledger.has_slot:
+        return f"--max-concurrency {ledger.max_concurrency} requests are in flight and none has ended"
+    return f"the request due {late_s:.0f} s ago is ready but was not sent"
 
 
 class Stall:

@@ -18,7 +18,7 @@ from replayproxy.clock import now_ns
 from replayproxy.replay.alarm import Alarm, Interrupt
 from replayproxy.replay.connection import Connection, Pool
 from replayproxy.replay.digest import Counters, Digester
-from replayproxy.replay.housekeeping import Stall, housekeeping
+from replayproxy.replay.housekeeping import Stall, housekeeping, quiet_reason
 from replayproxy.replay.live_turns import LiveTurns, Rebuild
 from replayproxy.replay.refill import Refill
 from replayproxy.replay.release import Continuation, Ledger
@@ -233,18 +233,4 @@ class Runner:
         return self.counters.total - self.counters.sent, self.counters.total
 
     def waits_for(self, now: int) -> str:
-        """What the send loop waits for, in words."""
-        flying = len(self._flying)
-        deadline, position = self._next
-        if deadline == 0:
-            return f"every turn left waits for the end of a turn still in flight ({flying} in flight)"
-        late_s = (now - deadline) / 1e9
-        if self.window.missing(position):
-            row = int(self.window.schedule.trace_index[position])
-            delivered = f"{self.window.received} of {self.window.total}"
-            return (f"the request due {late_s:.0f} s ago (trace row {row}) has not arrived from the "
-                    f"preparer, which has delivered {delivered}")  # fmt: skip
-        if not self.ledger.has_slot:
-            cap = self.ledger.max_concurrency
-            return f"--max-concurrency {cap} requests are in flight and none has ended"
-        return f"the request due {late_s:.0f} s ago is ready but was not sent"
+        return quiet_reason(now, self._next, self.window, self.ledger, len(self._flying))
