@@ -1,8 +1,9 @@
 """Shared pytest settings: every test is bounded (pytest-timeout in pyproject.toml).
 
 `make test` runs the suite in two passes: everything not marked `serial` on several workers
-(pytest-xdist; most tests wait on sockets and clocks, so three per core), then the `serial` tests alone, because they measure wall-clock timing or pin
-processes to cores and would measure their neighbours instead.
+(pytest-xdist; most tests wait on sockets and clocks, so three per core), then the `serial`
+tests alone, because they measure wall-clock timing or pin processes to cores and would
+measure their neighbours instead.
 """
 
 from pathlib import Path
