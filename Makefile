@@ -24,7 +24,7 @@ demo: install
 # so six keep two cores busy (idle, two cores: 3:51 with six, 4:18 with four).
 TEST_WORKERS ?= 6
 test: install-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 
 lint: install-test

@@ -21,10 +21,15 @@ def _expected_length(item: pytest.Item) -> tuple[float, bool]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first: tests with the largest own timeout, then the other slow ones, then the rest,
-    so that a parallel run starts its long tests early instead of ending on one of them (a stable
-    sort: within each group, the files' order)."""
-    items.sort(key=_expected_length, reverse=True)
+    """Longest first (tests with the largest own timeout, then the other slow ones), each followed by
+    a short one, then the rest: a parallel run (`--dist load --maxschedchunk 1`) hands each worker
+    two tests at a time, so this starts the long tests early, each on its own worker, instead of
+    queueing one long test behind another (a stable sort: within each group, the files' order)."""
+    ordered = sorted(items, key=_expected_length, reverse=True)
+    long = [item for item in ordered if any(_expected_length(item))]
+    short = ordered[len(long) :]
+    paired = [test for pair in zip(long, short, strict=False) for test in pair]
+    items[:] = paired + long[len(paired) // 2 :] + short[len(paired) // 2 :]
 
 
 @pytest.fixture(scope="session")
