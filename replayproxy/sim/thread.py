@@ -17,17 +17,19 @@ from replayproxy.sim.server import serving
 
 @contextlib.contextmanager
 def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str]:
-    """Serve `config` in a daemon thread and yield the base URL; stops and joins on exit."""
-    loop = asyncio.new_event_loop()
+    """Serve `config` in a daemon thread and yield the base URL; stops and joins on exit.
+
+    The thread's loop is ended by `asyncio.run`, as a process's would be: handlers of requests
+    still in flight are cancelled, not left pending for the garbage collector to log later."""
     ready = threading.Event()
-    url: list[str] = []
+    running: list[tuple[str, asyncio.AbstractEventLoop, asyncio.Event]] = []
     failure: list[BaseException] = []
-    stop = asyncio.Event()
 
     async def main() -> None:
+        stop = asyncio.Event()
         try:
             async with serving(config, shutdown_timeout=0.5) as base:
-                url.append(base)
+                running.append((base, asyncio.get_running_loop(), stop))
                 ready.set()
                 await stop.wait()
         except BaseException as e:  # surfaced in the caller's thread below
@@ -36,16 +38,17 @@ def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str
 
     def run() -> None:
         with contextlib.suppress(BaseException):
-            loop.run_until_complete(main())
+            asyncio.run(main())
         ready.set()
 
     thread = threading.Thread(target=run, name="replayproxy-sim", daemon=True)
     thread.start()
     try:
-        if not ready.wait(startup_timeout) or not url:
+        if not ready.wait(startup_timeout) or not running:
             raise RuntimeError(f"the sim did not start: {failure[0] if failure else 'timeout'}")
-        yield url[0]
+        yield running[0][0]
     finally:
-        loop.call_soon_threadsafe(stop.set)
+        if running:
+            _, loop, stop = running[0]
+            loop.call_soon_threadsafe(stop.set)
         thread.join(10)
-        loop.close()

@@ -53,10 +53,11 @@ class Capture:
 
 @contextlib.contextmanager
 def capture_server() -> Iterator[Capture]:
+    """The capturing server on its own loop in a thread; asyncio.run ends it as a process would,
+    cancelling the handlers still open, so none is left pending for this process's collector."""
     capture = Capture()
-    loop = asyncio.new_event_loop()
     ready = threading.Event()
-    stop: list[asyncio.Event] = []
+    stopping: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     async def serve() -> None:
         server = web.Server(capture.handle)
@@ -65,20 +66,20 @@ def capture_server() -> Iterator[Capture]:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         capture.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        stop.append(asyncio.Event())
+        stopping.append((asyncio.get_running_loop(), asyncio.Event()))
         ready.set()
-        await stop[0].wait()
+        await stopping[0][1].wait()
         await runner.cleanup()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
     thread.start()
     assert ready.wait(10)
     try:
         yield capture
     finally:
-        loop.call_soon_threadsafe(stop[0].set)
+        loop, stop = stopping[0]
+        loop.call_soon_threadsafe(stop.set)
         thread.join(10)
-        loop.close()
 
 
 def run(trace: Path, url: str, out: Path, seed: str) -> None:
