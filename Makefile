@@ -21,7 +21,8 @@ demo: install
 # The whole suite in two passes (tests/conftest.py says why): everything but the `serial` tests on
 # six workers, then the `serial` tests, which measure wall-clock timing, alone. Most tests wait on
 # sockets, child processes and schedules (the first pass uses about a third of a core per worker),
-# so six keep two cores busy (idle, two cores: 3:51 with six, 4:18 with four).
+# so six keep two cores busy. Tests are handed out one at a time, long ones first, so no long test
+# waits behind another (idle, two cores: first pass 3:25, was 4:15 with worksteal; whole suite 5:32).
 TEST_WORKERS ?= 6
 test: install-test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 -m "not serial"
