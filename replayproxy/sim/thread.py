@@ -1,4 +1,5 @@
-"""Run the sim on its own event loop in a background thread, for synchronous callers such as tests.
+"""Run the sim (or any server `serving_in_thread` is given) on its own event loop in a background
+thread, for synchronous callers such as tests.
 
 `with sim_thread(SimConfig(port=0)) as url:` serves until the block ends; the thread's loop is
 separate, so clients in the calling thread (sync or with their own `asyncio.run`) see a real server.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.server import serving
@@ -17,7 +18,16 @@ from replayproxy.sim.server import serving
 
 @contextlib.contextmanager
 def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str]:
-    """Serve `config` in a daemon thread and yield the base URL; stops and joins on exit.
+    """Serve `config` in a daemon thread and yield the base URL; stops and joins on exit."""
+    with serving_in_thread(lambda: serving(config, shutdown_timeout=0.5), startup_timeout) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_in_thread(
+    serve: Callable[[], contextlib.AbstractAsyncContextManager[str]], startup_timeout: float = 10.0
+) -> Iterator[str]:
+    """Enter `serve()` on its own loop in a daemon thread and yield what it yields (a base URL).
 
     The thread's loop is ended by `asyncio.run`, as a process's would be: handlers of requests
     still in flight are cancelled, not left pending for the garbage collector to log later."""
@@ -28,7 +38,7 @@ def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str
     async def main() -> None:
         stop = asyncio.Event()
         try:
-            async with serving(config, shutdown_timeout=0.5) as base:
+            async with serve() as base:
                 running.append((base, asyncio.get_running_loop(), stop))
                 ready.set()
                 await stop.wait()
@@ -41,11 +51,11 @@ def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str
             asyncio.run(main())
         ready.set()
 
-    thread = threading.Thread(target=run, name="replayproxy-sim", daemon=True)
+    thread = threading.Thread(target=run, name="replayproxy-server", daemon=True)
     thread.start()
     try:
         if not ready.wait(startup_timeout) or not running:
-            raise RuntimeError(f"the sim did not start: {failure[0] if failure else 'timeout'}")
+            raise RuntimeError(f"the server did not start: {failure[0] if failure else 'timeout'}")
         yield running[0][0]
     finally:
         if running:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
@@ -13,6 +11,7 @@ from aiohttp import web
 
 from replayproxy.cli import main
 from replayproxy.sim import tokenizer
+from replayproxy.sim.thread import serving_in_thread
 from tests.replay import traces
 
 MODELS = {"object": "list", "data": [{"id": traces.SIM_MODEL, "object": "model", "owned_by": "vllm"}]}
@@ -53,33 +52,20 @@ class Capture:
 
 @contextlib.contextmanager
 def capture_server() -> Iterator[Capture]:
-    """The capturing server on its own loop in a thread; asyncio.run ends it as a process would,
-    cancelling the handlers still open, so none is left pending for this process's collector."""
     capture = Capture()
-    ready = threading.Event()
-    stopping: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
-    async def serve() -> None:
-        server = web.Server(capture.handle)
-        runner = web.ServerRunner(server)
+    @contextlib.asynccontextmanager
+    async def serve() -> AsyncIterator[str]:
+        runner = web.ServerRunner(web.Server(capture.handle))
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        capture.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        stopping.append((asyncio.get_running_loop(), asyncio.Event()))
-        ready.set()
-        await stopping[0][1].wait()
-        await runner.cleanup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()
 
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
+    with serving_in_thread(serve) as capture.url:
         yield capture
-    finally:
-        loop, stop = stopping[0]
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
 
 
 def run(trace: Path, url: str, out: Path, seed: str) -> None:
