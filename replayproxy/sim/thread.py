@@ -11,9 +11,12 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from replayproxy.sim.config import SimConfig
 from replayproxy.sim.server import serving
+
+Served = TypeVar("Served")
 
 
 @contextlib.contextmanager
@@ -25,21 +28,22 @@ def sim_thread(config: SimConfig, startup_timeout: float = 10.0) -> Iterator[str
 
 @contextlib.contextmanager
 def serving_in_thread(
-    serve: Callable[[], contextlib.AbstractAsyncContextManager[str]], startup_timeout: float = 10.0
-) -> Iterator[str]:
-    """Enter `serve()` on its own loop in a daemon thread and yield what it yields (a base URL).
+    serve: Callable[[], contextlib.AbstractAsyncContextManager[Served]], startup_timeout: float = 10.0
+) -> Iterator[Served]:
+    """Enter `serve()` on its own loop in a daemon thread and yield what it yields (a base URL, a
+    server).
 
     The thread's loop is ended by `asyncio.run`, as a process's would be: handlers of requests
     still in flight are cancelled, not left pending for the garbage collector to log later."""
     ready = threading.Event()
-    running: list[tuple[str, asyncio.AbstractEventLoop, asyncio.Event]] = []
+    running: list[tuple[Served, asyncio.AbstractEventLoop, asyncio.Event]] = []
     failure: list[BaseException] = []
 
     async def main() -> None:
         stop = asyncio.Event()
         try:
-            async with serve() as base:
-                running.append((base, asyncio.get_running_loop(), stop))
+            async with serve() as served:
+                running.append((served, asyncio.get_running_loop(), stop))
                 ready.set()
                 await stop.wait()
         except BaseException as e:  # surfaced in the caller's thread below

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+
+from replayproxy.sim.thread import serving_in_thread
 
 Handler = Callable[[bytes, asyncio.StreamWriter], "asyncio.Future[None] | object"]
 
@@ -86,23 +87,5 @@ def in_thread(
     respond: Callable[[bytes, asyncio.StreamWriter, int], object], keep: bool = True
 ) -> Iterator[Server]:
     """`serving(respond)` on its own event loop in a thread, for tests that run a replayer process."""
-    loop = asyncio.new_event_loop()
-    started: list[Server] = []
-    ready, stop = threading.Event(), threading.Event()
-
-    async def run() -> None:
-        async with serving(respond, keep) as server:
-            started.append(server)
-            ready.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield started[0]
-    finally:
-        stop.set()
-        thread.join(10)
-        loop.close()
+    with serving_in_thread(lambda: serving(respond, keep)) as server:
+        yield server
